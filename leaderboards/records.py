@@ -1,0 +1,87 @@
+"""Leaderboard records: one JSON file per finished run, written by tools, never edited by hand.
+
+A record says what was run (env id and kwargs, profile, algorithm, model, budget), on what
+(machine, commit), and what it scored (greedy eval accuracy with its standard error, before and
+after training). ``python -m leaderboards.build`` turns the records into ``leaderboards/README.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+RECORDS_DIR = Path(__file__).resolve().parent / "records"
+REQUIRED = ("name", "env_id", "algorithm", "model", "eval_after")
+
+
+@dataclass
+class Record:
+    """One leaderboard row."""
+
+    name: str
+    """Baseline or run name (e.g. ``marft_a_arithmetic_l1``)."""
+    env_id: str
+    """Registered env id."""
+    env_kwargs: dict[str, Any]
+    """Keyword arguments the env was made with (profile, level, split, ...)."""
+    algorithm: str
+    """``marft_a``, ``marft_t``, ``ppo`` or ``none`` (evaluation only)."""
+    model: str
+    """Model name or path."""
+    eval_after: dict[str, Any]
+    """``{"accuracy", "stderr", "n", "greedy"}`` after training."""
+    eval_before: dict[str, Any] | None = None
+    """The same evaluation of the untrained model, when measured."""
+    budget: dict[str, Any] = field(default_factory=dict)
+    """Updates, episodes, wall-clock seconds, tokens."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The full training config as run."""
+    machine: dict[str, Any] = field(default_factory=dict)
+    """Filled in automatically: platform, CPU count, torch device."""
+    commit: str = ""
+    """Git commit of the code that produced it (filled in automatically)."""
+    date: str = ""
+    """UTC timestamp (filled in automatically)."""
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def write_record(record: Record, records_dir: Path = RECORDS_DIR) -> Path:
+    """Write ``<name>.json`` atomically (temp file + rename), filling machine/commit/date."""
+    record.machine = record.machine or {"platform": platform.platform(), "cpus": os.cpu_count(),
+                                        "python": platform.python_version()}
+    record.commit = record.commit or _git_commit()
+    record.date = record.date or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    records_dir.mkdir(parents=True, exist_ok=True)
+    path = records_dir / f"{record.name}.json"
+    fd, tmp = tempfile.mkstemp(dir=records_dir, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(asdict(record), handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_records(records_dir: Path = RECORDS_DIR) -> list[dict[str, Any]]:
+    """All records, validated: a record missing a required field raises naming the file."""
+    records = []
+    for path in sorted(records_dir.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        missing = [k for k in REQUIRED if k not in data]
+        if missing:
+            raise ValueError(f"leaderboard record {path} lacks {missing}; regenerate it with baselines/run.py")
+        records.append(data)
+    return records
