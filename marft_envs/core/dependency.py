@@ -16,7 +16,9 @@ Built-ins (``Dependency.<name>(...)`` or a spec for ``Dependency.from_spec``):
 ``independent()``      D = 0: a Dec-POMDP, agents see only the task (and feedback)
 ``dag(edges)``         any acyclic set of ``(parent, child)`` edges (agent ids or role names)
 ``from_callable(fn)``  ``fn(round_index, history) -> adjacency`` (``[N, N]`` array-like, edge
-                       pairs, or ``{child: [parents]}``), re-evaluated every round
+                       pairs, or ``{child: [parents]}``; all agents act), or ``{"active":
+                       [...], "edges": [...]}`` / a ``RoundGraph`` to also choose who acts;
+                       re-evaluated every round
 ``orchestrated(...)``  an orchestrator acts first; its output names who acts next (a line
                        ``NEXT: reasoner_0, actor_0``; role names work too); those agents then
                        act in that order, each seeing the orchestrator and the earlier ones
@@ -267,7 +269,14 @@ class _Callable(Dependency):
         self._fn = fn
 
     def plan(self, agents, round_index, history):
-        return build_round_graph(agents, edges_from_adjacency(self._fn(round_index, history), agents))
+        value = self._fn(round_index, history)
+        if isinstance(value, RoundGraph):
+            return build_round_graph(agents, value.edges, active=value.active, history=value.history)
+        if isinstance(value, Mapping) and "active" in value:
+            # Agent ids always end in "_<k>", so the key "active" cannot be a child's name.
+            return build_round_graph(agents, value.get("edges", []), active=value["active"],
+                                     history=value.get("history", "graded"))
+        return build_round_graph(agents, edges_from_adjacency(value, agents))
 
 
 def edges_from_adjacency(value: Any, agents: Sequence[str]) -> list[Edge]:

@@ -107,3 +107,16 @@ def test_from_spec(spec):
 def test_from_spec_rejects_unknown_names():
     with pytest.raises(ValueError, match="expected one of"):
         Dependency.from_spec("ring")
+
+
+def test_callable_can_choose_who_acts_each_round():
+    def planner_only_first(round_index, history):
+        if round_index == 0:
+            return {"active": ["planner_0", "actor_0"], "edges": [("planner_0", "actor_0")]}
+        return {"active": ["actor_0"]}
+
+    dep = Dependency.from_callable(planner_only_first)
+    assert dep.plan(AGENTS, 0, []).active == ("planner_0", "actor_0")
+    assert dep.plan(AGENTS, 1, []).active == ("actor_0",)
+    with pytest.raises(ValueError, match="does not act"):
+        Dependency.from_callable(lambda r, h: {"active": ["actor_0"], "edges": [("planner_0", "actor_0")]}).validate(AGENTS)
