@@ -18,11 +18,12 @@ from marft_envs.core.task import RoundOutcome, Task, TaskSource
 from marft_envs.core.template import ObservationTemplate
 from marft_envs.core.text_env import TextTaskEnv
 from marft_envs.registry import ENTRY_POINT_GROUP, list_envs, make, register
+from marft_envs.tasks.paths import data_root
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Dependency", "RoundGraph", "RoundRecord", "Profile", "Role", "available_profiles",
     "load_profile", "RoundOutcome", "Task", "TaskSource", "ObservationTemplate", "TextTaskEnv",
-    "ENTRY_POINT_GROUP", "list_envs", "make", "register", "__version__",
+    "ENTRY_POINT_GROUP", "list_envs", "make", "register", "data_root", "__version__",
 ]
