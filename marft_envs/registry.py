@@ -33,7 +33,11 @@ BUILTIN_ENVS: list[tuple[str, str, dict[str, Any]]] = [
     ("marft/MATH-v0", "marft_envs.envs.math:MathEnv", {}),
     ("marft/GSM8K-v0", "marft_envs.envs.gsm8k:GSM8KEnv", {}),
     # -- coding envs (issue 4) --
+    ("marft/HumanEval-v0", "marft_envs.envs.humaneval:HumanEvalEnv", {}),
+    ("marft/MBPP-v0", "marft_envs.envs.mbpp:MBPPEnv", {}),
+    ("marft/StdioCode-v0", "marft_envs.envs.stdio_code:StdioCodeEnv", {}),
     # -- WebShop (issue 5) --
+    ("marft/WebShop-v0", "marft_envs.envs.webshop:WebShopEnv", {}),
 ]
 
 _registered: dict[str, str] = {}

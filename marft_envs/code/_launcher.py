@@ -1,0 +1,342 @@
+"""Sandbox launcher: the first code that runs in the child process, before any untrusted code.
+
+Standard library only, and never imported by the host: ``sandbox.py`` starts it as
+``python -I -S _launcher.py CFG_FD REPORT_FD``. It reads a marshalled config dict (program
+source, stdin, limits, work dir, uid) from ``CFG_FD`` and writes length-prefixed marshalled
+report dicts to ``REPORT_FD``. (marshal, not JSON: importing the json module pulls in ``re``,
+which costs more start-up time than all the isolation steps together.)
+
+Process tree (all in one session / process group, created by the host)::
+
+    launcher (outside the new namespaces; waits)
+      └─ init  (PID 1 of a new PID namespace, keeps root; reaps, reports wait4 status+rusage)
+           └─ user process (limits applied, privileges dropped, runs the program in-process)
+
+Why this shape:
+- ``unshare(CLONE_NEWPID)`` only moves *children* into the new PID namespace, hence the fork.
+  When init exits the kernel SIGKILLs every process left in the namespace, so background
+  children, daemons and fork-bomb leftovers die with the episode.
+- The program does not run *as* PID 1: PID 1 ignores signals it has no handler for, which
+  would change the semantics of ``os.kill(os.getpid(), ...)``, ``abort()`` and friends.
+- The program runs in this interpreter after a fork instead of a second ``execve`` of Python:
+  that halves the start-up cost per program. The interpreter was started with ``-I -S``
+  (isolated, no site-packages) so nothing from the host's environment is imported.
+- Namespace set-up happens here, in a fresh single-threaded process, instead of in a
+  ``preexec_fn`` of the (multi-threaded) host, where fork-then-Python is not safe.
+
+Isolation steps, each best effort; the ones that worked are reported (``isolation``):
+``userns`` (only when not root), ``mntns`` + ``ro-root`` (whole file system read-only, fresh
+size-capped tmpfs on /tmp, /var/tmp, /dev/shm and the work dir), ``pidns`` (+ ``proc``: a
+fresh /proc that shows only the sandbox), ``netns`` (only a downed loopback: no network at
+all), ``uid`` (root only: the program runs under a fresh random uid, so RLIMIT_NPROC counts
+only its own processes and it cannot touch the host's files or signal its processes),
+``nocaps`` (userns: capabilities dropped), ``nnp`` (no_new_privs: setuid binaries gain nothing).
+"""
+
+import ctypes
+import marshal
+import os
+import resource
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 0x4000, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+SIGKILL = 9  # not `import signal`: it imports enum, a large part of the start-up time
+SYS_MOUNT_SETATTR = 442  # same number on x86_64 and aarch64 (new syscalls share numbers)
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# Where the interpreter's own prefix is re-exposed when a fresh uid could not reach it (e.g.
+# Python installed under /root, mode 700): a read-only bind mount inside the private /tmp.
+PY_ALIAS = "/tmp/.marft-python"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _ok(ret: int) -> bool:
+    return ret == 0
+
+
+def _mount(src: str, target: str, fstype, flags: int, data) -> bool:
+    return _ok(_libc.mount(src.encode(), target.encode(), fstype and fstype.encode(), flags,
+                           data and data.encode()))
+
+
+def _write_file(path: str, text: str) -> bool:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return True
+    except OSError:
+        return False
+
+
+def _others_can_read(path: str) -> bool:
+    """True when a uid that owns nothing and is in no group can list ``path``."""
+    path = os.path.abspath(path)
+    try:
+        if not os.stat(path).st_mode & 0o005 == 0o005:
+            return False
+        while path != "/":
+            path = os.path.dirname(path)
+            if not os.stat(path).st_mode & 0o001:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        b = os.read(fd, 1 << 16)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+
+
+def _setup_namespaces(cfg: dict, iso: list) -> bool:
+    """Unshare and prepare mounts; returns True when a new PID namespace was created."""
+    root = os.geteuid() == 0
+    flags = CLONE_NEWNS | CLONE_NEWPID | (CLONE_NEWNET if not cfg["network"] else 0)
+    if not root:
+        flags |= CLONE_NEWUSER
+    uid, gid = os.geteuid(), os.getegid()
+    if not _ok(_libc.unshare(flags)):
+        # e.g. a container without CAP_SYS_ADMIN and user namespaces disabled: try the network
+        # namespace alone, then give up on namespaces (rlimits and process-group kill remain).
+        if not cfg["network"] and _ok(_libc.unshare(CLONE_NEWNET | (0 if root else CLONE_NEWUSER))):
+            iso.append("netns")
+        return False
+    if not root:
+        iso.append("userns")
+        # Map ourselves to root inside, so we may mount; outside we stay the invoking user.
+        _write_file("/proc/self/setgroups", "deny")
+        _write_file("/proc/self/uid_map", f"0 {uid} 1")
+        _write_file("/proc/self/gid_map", f"0 {gid} 1")
+    iso.append("pidns")
+    if not cfg["network"]:
+        iso.append("netns")
+    iso.append("mntns")
+    if _mount("none", "/", None, MS_REC | MS_PRIVATE, None):
+        attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+        if _ok(_libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/",
+                             ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr),
+                             ctypes.c_size_t(ctypes.sizeof(attr)))):
+            iso.append("ro-root")
+        size = f"size={int(cfg['limits']['disk_mb'])}m"
+        private = [d for d in ("/tmp", "/var/tmp", "/dev/shm")
+                   if os.path.isdir(d) and not os.path.islink(d)
+                   and _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")]
+        if ("/tmp" in private and root and cfg["uid"] is not None
+                and not _others_can_read(sys.base_prefix)):
+            os.makedirs(PY_ALIAS, exist_ok=True)
+            if _mount(sys.base_prefix, PY_ALIAS, None, MS_BIND | MS_REC, None):
+                _mount("none", PY_ALIAS, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+                cfg["py_alias"] = [sys.base_prefix, PY_ALIAS]
+                iso.append("pyalias")
+        if "/tmp" in private:
+            # /tmp is ours alone now: a fixed path makes tracebacks (so feedback) reproducible.
+            cfg["workdir"] = cfg["env"]["HOME"] = "/tmp/work"
+        work = cfg["workdir"]
+        os.makedirs(work, exist_ok=True)  # under a private tmpfs it lives there
+        if not any(work.startswith(d + "/") for d in private):
+            _mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=0700")
+    return True
+
+
+def _apply_limits(lim: dict, fresh_nproc: bool) -> None:
+    def setl(res, soft, hard=None):
+        try:
+            resource.setrlimit(res, (soft, soft if hard is None else hard))
+        except (ValueError, OSError):
+            pass
+
+    cpu = max(1, int(lim["cpu_s"] + 0.999))
+    setl(resource.RLIMIT_CPU, cpu, cpu + 1)  # soft: SIGXCPU; hard: SIGKILL one second later
+    setl(resource.RLIMIT_AS, int(lim["memory_mb"]) << 20)
+    setl(resource.RLIMIT_FSIZE, int(lim["file_mb"]) << 20)
+    setl(resource.RLIMIT_NOFILE, int(lim["open_files"]))
+    setl(resource.RLIMIT_CORE, 0)
+    if fresh_nproc:  # only when the count is ours alone (fresh uid / user namespace)
+        setl(resource.RLIMIT_NPROC, int(lim["processes"]))
+
+
+def _drop_privileges(cfg: dict, iso: list) -> None:
+    if _ok(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)):
+        iso.append("nnp")
+    if cfg["uid"] is not None and os.geteuid() == 0 and "userns" not in iso:
+        os.setgroups([])
+        os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
+        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])  # 0 -> non-zero clears capabilities
+        iso.append("uid")
+    elif "userns" in iso:
+        hdr = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+        data = (_CapData * 2)()
+        if _ok(_libc.capset(ctypes.byref(hdr), ctypes.byref(data))):
+            iso.append("nocaps")
+
+
+def _prepare_user(cfg: dict, iso: list, report_fd: int, stdin_path: str) -> None:
+    """In the user process: stdin, privileges, limits, clean environment."""
+    fd = os.open(stdin_path, os.O_RDONLY)
+    os.unlink(stdin_path)  # the program reads its input but cannot find the file by name
+    os.dup2(fd, 0)
+    os.close(fd)
+    _drop_privileges(cfg, iso)
+    _apply_limits(cfg["limits"], fresh_nproc="uid" in iso or "userns" in iso)
+    _report(report_fd, {"isolation": iso})
+    os.close(report_fd)  # the program must not be able to forge reports
+    os.chdir(cfg["workdir"])
+    os.environ.clear()
+    os.environ.update(cfg["env"])
+
+
+def _exec_program(cfg: dict) -> None:
+    """Run the program as ``__main__``; SystemExit propagates to the interpreter (normal exit)."""
+    import builtins
+    import types
+
+    path = os.path.join(cfg["workdir"], "main.py")
+    sys.argv = [path]
+    if cfg.get("py_alias"):  # the stdlib is reachable for the fresh uid only via the alias
+        old, new = cfg["py_alias"]
+
+        def alias(paths):
+            return [new + p[len(old):] if p == old or p.startswith(old + "/") else p
+                    for p in paths]
+
+        sys.path[:] = alias(sys.path)
+        for m in list(sys.modules.values()):  # packages already imported (collections, ...)
+            if isinstance(getattr(m, "__path__", None), list):
+                m.__path__[:] = alias(m.__path__)
+        sys.path_importer_cache.clear()
+    sys.path[0:0] = [cfg["workdir"]]
+    # -S skips site.py, which is where exit()/quit() come from; model code often calls them.
+    builtins.exit = builtins.quit = sys.exit
+    mod = types.ModuleType("__main__")
+    mod.__file__ = path
+    mod.__builtins__ = builtins
+    sys.modules["__main__"] = mod
+    try:
+        exec(compile(cfg["source"], path, "exec"), mod.__dict__)
+    except SystemExit:
+        raise
+    except BaseException:
+        etype, value, tb = sys.exc_info()
+        if tb is not None and value is not None:  # hide the launcher's frame from the program
+            value = value.with_traceback(tb.tb_next)
+        sys.excepthook(etype, value, value.__traceback__ if value is not None else None)
+        sys.exit(1)
+    sys.exit(0)
+
+
+def _report(fd: int, obj: dict) -> None:
+    data = marshal.dumps(obj)
+    try:
+        os.write(fd, len(data).to_bytes(4, "little") + data)
+    except OSError:
+        pass
+
+
+def _init(cfg: dict, iso: list, report_fd: int, in_pidns: bool, stdin_path: str) -> None:
+    """PID 1 of the sandbox: fork the user process, wait, report, exit (killing the rest).
+
+    Returns only in the forked user process, ready to run the program."""
+    is_user = False
+    try:
+        _libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)  # launcher killed -> we die too
+        if in_pidns and _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None):
+            iso.append("proc")
+        user = os.fork()
+        if user == 0:
+            try:
+                _prepare_user(cfg, iso, report_fd, stdin_path)
+            except BaseException as e:
+                _report(report_fd, {"sandbox_error": f"user setup: {type(e).__name__}: {e}"})
+                os._exit(125)
+            is_user = True
+            return
+        while True:
+            try:
+                pid, status, ru = os.wait4(-1, 0)
+            except ChildProcessError:
+                os._exit(0)
+            except InterruptedError:
+                continue
+            if pid == user:
+                break  # orphans re-parented to us die with the namespace when we exit
+        _report(report_fd, {
+            "returncode": os.waitstatus_to_exitcode(status),
+            "cpu_s": ru.ru_utime + ru.ru_stime,
+            "max_rss_kb": ru.ru_maxrss,
+        })
+    finally:
+        if not is_user:
+            os._exit(0)  # init never returns into the program, whatever happened
+
+
+def main() -> None:
+    cfg_fd, report_fd = int(sys.argv[1]), int(sys.argv[2])
+    cfg = marshal.loads(_read_all(cfg_fd))
+    os.close(cfg_fd)
+    iso: list = []
+    try:
+        in_pidns = _setup_namespaces(cfg, iso) if cfg["isolate"] else False
+        if (cfg["uid"] is not None and "pyalias" not in iso
+                and not _others_can_read(sys.base_prefix)):
+            cfg["uid"] = None  # the program could not import the stdlib under a fresh uid
+            iso.append("no-uid:stdlib-unreadable")
+        if cfg["require_isolation"] and not (in_pidns and ("netns" in iso or cfg["network"])):
+            raise RuntimeError(f"isolation required but the kernel granted only {iso}")
+        work = cfg["workdir"]
+        os.makedirs(work, exist_ok=True)
+        with open(os.path.join(work, "main.py"), "w", encoding="utf-8") as f:
+            f.write(cfg["source"])
+        stdin_path = os.path.join(work, ".stdin")
+        with open(stdin_path, "w", encoding="utf-8") as f:
+            f.write(cfg["stdin"])
+        if cfg["uid"] is not None and os.geteuid() == 0 and "userns" not in iso:
+            os.chown(work, cfg["uid"], cfg["uid"])
+            os.chmod(work, 0o700)
+            os.chown(os.path.join(work, "main.py"), cfg["uid"], cfg["uid"])
+    except Exception as e:
+        _report(report_fd, {"sandbox_error": f"setup: {type(e).__name__}: {e}"})
+        os._exit(125)
+    pid = os.fork()
+    if pid == 0:
+        _init(cfg, iso, report_fd, in_pidns, stdin_path)
+        _exec_program(cfg)  # only the user process gets here
+        return
+    os.close(report_fd)
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
