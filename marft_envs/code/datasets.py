@@ -154,10 +154,10 @@ def load_humaneval(source: str | os.PathLike | None = None, split: str = "test")
 
 
 # -- MBPP ------------------------------------------------------------------------------------------
-def _default_mbpp_path(variant: str) -> Path:
+def _default_mbpp_path(variant: str, data_dir: str | os.PathLike | None = None) -> Path:
     from marft_envs.tasks.paths import data_root
 
-    root = data_root()
+    root = Path(data_dir) if data_dir is not None else data_root()
     name = "mbpp.jsonl" if variant == "full" else "sanitized-mbpp.json"
     if root is None or not (root / "code" / name).is_file():
         raise FileNotFoundError(
@@ -168,15 +168,17 @@ def _default_mbpp_path(variant: str) -> Path:
 
 
 def load_mbpp(source: str | os.PathLike | None = None, variant: str = "full",
-              split: str = "test", include_challenge_tests: bool = False) -> list[CodeProblem]:
+              split: str = "test", include_challenge_tests: bool = False,
+              data_dir: str | os.PathLike | None = None) -> list[CodeProblem]:
     """MBPP problems. ``variant``: ``full`` (974) or ``sanitized`` (427); ``split``: one of
-    ``MBPP_SPLITS`` (by task id) — with an HF id, the HF split of that name."""
+    ``MBPP_SPLITS`` (by task id) — with an HF id, the HF split of that name. Without a
+    ``source`` the file is looked up under ``data_dir`` (default: the data root)."""
     if variant not in ("full", "sanitized"):
         raise ValueError(f"variant must be 'full' or 'sanitized', got {variant!r}")
     if split not in MBPP_SPLITS:
         raise ValueError(f"split must be one of {sorted(MBPP_SPLITS)}, got {split!r}")
     if source is None or _is_local(source):
-        records = _read_records(Path(source) if source is not None else _default_mbpp_path(variant))
+        records = _read_records(Path(source) if source is not None else _default_mbpp_path(variant, data_dir))
         lo, hi = MBPP_SPLITS[split]
         records = [r for r in records if lo <= int(r["task_id"]) <= hi]
     else:

@@ -26,7 +26,7 @@ Rewards
 
 Keyword arguments
     ``variant`` ("full" | "sanitized"), ``split`` ("test" 11-510 | "train" 601-974 |
-    "validation" 511-600 | "prompt" 1-10 | "all"), ``path``, ``dataset_id``, ``limit``,
+    "validation" 511-600 | "prompt" 1-10 | "all"), ``path``, ``data_dir``, ``dataset_id``, ``limit``,
     ``include_challenge_tests``, ``reward``, ``feedback``, ``limits``, ``per_case_s``,
     ``grading``, plus every :class:`TextTaskEnv` keyword.
 
@@ -45,8 +45,9 @@ from marft_envs.code.env import CodeEnv
 
 
 @lru_cache(maxsize=16)
-def _problems(source: str | None, variant: str, split: str, challenge: bool) -> tuple:
-    return tuple(load_mbpp(source, variant=variant, split=split, include_challenge_tests=challenge))
+def _problems(source: str | None, variant: str, split: str, challenge: bool, data_dir: str | None) -> tuple:
+    return tuple(load_mbpp(source, variant=variant, split=split, include_challenge_tests=challenge,
+                           data_dir=data_dir))
 
 
 class MBPPEnv(CodeEnv):
@@ -56,9 +57,11 @@ class MBPPEnv(CodeEnv):
 
     def __init__(self, variant: str = "full", split: str = "test", path: str | Path | None = None,
                  dataset_id: str | None = None, limit: int | None = None,
-                 include_challenge_tests: bool = False, **kwargs: Any):
+                 include_challenge_tests: bool = False, data_dir: str | Path | None = None,
+                 **kwargs: Any):
         if path is not None and dataset_id is not None:
             raise ValueError("give either path= (a local file) or dataset_id= (Hugging Face), not both")
         source = str(path) if path is not None else dataset_id
-        problems = list(_problems(source, variant, split, include_challenge_tests))
+        problems = list(_problems(source, variant, split, include_challenge_tests,
+                                  None if data_dir is None else str(data_dir)))
         super().__init__(CodeTaskSource(problems[:limit] if limit else problems), **kwargs)

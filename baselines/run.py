@@ -1,0 +1,67 @@
+"""Run one baseline config end to end and record it on the leaderboard.
+
+    python -m baselines.run baselines/configs/marft_a_arithmetic.yaml [--resume] [--set key=value ...]
+
+Trains with ``marft train`` (evaluating the untrained policy first), then writes
+``leaderboards/records/<name>.json`` from the run's ``summary.json`` and regenerates
+``leaderboards/README.md``. The record's name is the config file's stem unless ``--name`` is
+given. Nothing in a record is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from leaderboards.build import build
+from leaderboards.records import RECORDS_DIR, Record, write_record
+from marft_agents.cli import main as marft_main
+from marft_agents.config import config_to_dict, load_config
+from marft_agents.metrics import read_metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", type=Path)
+    parser.add_argument("--name", help="record name (default: the config file's stem)")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--records", type=Path, default=RECORDS_DIR)
+    args = parser.parse_args(argv)
+
+    train_args = ["train", "--config", str(args.config), "--quiet"] + [f"--set={s}" for s in args.set]
+    if args.resume:
+        train_args.append("--resume")
+    code = marft_main(train_args)
+    if code:
+        return code
+    overrides = dict(s.split("=", 1) for s in args.set)
+    import yaml
+
+    cfg = load_config(args.config, {k: yaml.safe_load(v) for k, v in overrides.items()})
+    out = Path(cfg.output_dir)
+    summary = json.loads((out / "summary.json").read_text())
+    rows = read_metrics(out / "metrics.jsonl")
+    wall = sum(r.get("time/rollout_s", 0) + r.get("time/update_s", 0) for r in rows)
+    record = Record(
+        name=args.name or args.config.stem,
+        env_id=cfg.env.id,
+        env_kwargs={**cfg.env.kwargs, **cfg.eval.env_kwargs},
+        algorithm=cfg.algorithm,
+        model=cfg.model.name_or_path,
+        eval_before=summary.get("eval_before"),
+        eval_after={**summary["eval_after"], "greedy": cfg.eval.greedy},
+        budget={"updates": summary["counters"]["update"], "episodes": summary["counters"]["episodes"],
+                "tokens": summary["counters"]["tokens"], "wall_clock_s": round(wall, 1)},
+        config=config_to_dict(cfg),
+    )
+    path = write_record(record, args.records)
+    (args.records.parent / "README.md").write_text(build(args.records), encoding="utf-8")
+    print(f"leaderboard record: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
