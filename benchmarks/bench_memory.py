@@ -1,0 +1,99 @@
+"""Peak memory of a policy with 1 agent vs N agents (default 4) on the same base model.
+
+Each configuration runs in a fresh subprocess that loads the model, builds the
+``MultiAgentPolicy`` (one LoRA adapter per agent + the critic), generates one batch (requests
+dealt round-robin to the agents) and runs one training forward/backward (policy log-probs of
+every agent's adapter + critic values). The parent prints each child's peak RSS
+(``ru_maxrss``) and the N-agent / 1-agent ratio: with one shared base it should stay close to
+1 (target <= 1.15x), where N full model copies would cost ~N x.
+
+Usage: ``python benchmarks/bench_memory.py [--agents 4] [--batch 8] [--new-tokens 32]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+
+
+def child(args: argparse.Namespace) -> None:
+    import torch
+
+    from marft_agents.generation import GenRequest, SamplingConfig
+    from marft_agents.models import ModelConfig, load_model_and_tokenizer
+    from marft_agents.policy import MultiAgentPolicy
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    rss = {}
+
+    def mark(stage: str) -> None:
+        rss[stage] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
+
+    model, tok = load_model_and_tokenizer(ModelConfig(args.model, dtype=args.dtype))
+    mark("model loaded")
+    agents = [f"agent_{i}" for i in range(args.n)]
+    policy = MultiAgentPolicy(model, tok, agents)
+    mark("policy built")
+    prompts = [policy.chat_prompt_ids("You are a careful mathematician.",
+                                      f"Compute {3 + i} + {11 + 2 * i}.")
+               for i in range(args.batch)]
+    reqs = [GenRequest(agents[i % args.n], p) for i, p in enumerate(prompts)]
+    gens = policy.generate(reqs, SamplingConfig(max_new_tokens=args.new_tokens))
+    mark("after generate")
+    policy.train()
+    loss = torch.zeros(())
+    for agent in agents:
+        mine = [g for g in gens if g.agent_id == agent]
+        stats = policy.token_logprobs(policy.adapter_for(agent), [g.prompt_ids for g in mine],
+                                      [g.response_ids for g in mine])
+        loss = loss - stats.logprobs.sum() - 0.01 * stats.entropy.sum()
+    values = policy.token_values([g.prompt_ids for g in gens], [g.response_ids for g in gens])
+    (loss + values.pow(2).sum()).backward()
+    mark("after forward/backward")
+    n_adapter = sum(p.numel() for n in policy.adapter_names for p in policy.adapter_parameters(n))
+    print(json.dumps({"rss_mib": rss, "adapter_params": n_adapter,
+                      "tokens": sum(len(g.response_ids) for g in gens)}))
+
+
+def run_child(n: int, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--n", str(n),
+           "--model", args.model, "--dtype", args.dtype, "--batch", str(args.batch),
+           "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--agents", type=int, default=4, help="N of the N-agent run")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    print(f"model={args.model} dtype={args.dtype} batch={args.batch} "
+          f"new_tokens={args.new_tokens} (each run in a fresh process)")
+    results = {n: run_child(n, args) for n in (1, args.agents)}
+    for n, res in results.items():
+        stages = ", ".join(f"{k} {v:.0f}" for k, v in res["rss_mib"].items())
+        print(f"{n} agent(s): peak RSS {res['rss_mib']['after forward/backward']:.0f} MiB "
+              f"(running peak after: {stages}); adapter+critic params {res['adapter_params']:,}")
+    one = results[1]["rss_mib"]["after forward/backward"]
+    many = results[args.agents]["rss_mib"]["after forward/backward"]
+    print(f"ratio {args.agents} agents / 1 agent: {many / one:.3f}x   target <= 1.15x")
+
+
+if __name__ == "__main__":
+    main()

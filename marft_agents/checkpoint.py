@@ -1,0 +1,160 @@
+"""Checkpoints that resume a run exactly, written atomically.
+
+A checkpoint is a folder ``<output_dir>/checkpoints/update_<NNNNNN>/`` holding
+
+* ``adapters.pt``: every LoRA adapter and the value head (``policy.adapter_state_dict()``), on
+  its own so that evaluation can load trained adapters without the training state;
+* ``state.pt``: optimizer states, counters, RNG states (python, numpy, torch CPU and CUDA, and
+  the trainer's own generators) and anything else the trainer hands over;
+* ``config.yaml``: the run's configuration, and ``meta.json``: counters in plain text.
+
+Why atomic: a run killed mid-write must never leave a checkpoint that looks complete but is not.
+Everything is written into a temporary sibling folder, flushed, then renamed into place with
+``os.replace`` (a single rename on POSIX); a crash leaves at most a ``.tmp-*`` folder, which
+``latest_checkpoint`` ignores and the next save cleans up. Only the last ``keep_last``
+checkpoints are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+CHECKPOINT_DIR = "checkpoints"
+_NAME = re.compile(r"^update_(\d{6,})$")
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The global RNG states that sampling and shuffling depend on."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of :func:`capture_rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def checkpoint_root(output_dir: str | os.PathLike) -> Path:
+    return Path(output_dir) / CHECKPOINT_DIR
+
+
+def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """Complete checkpoints under ``output_dir``, oldest first."""
+    root = checkpoint_root(output_dir)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found) if (p / "state.pt").is_file() and (p / "adapters.pt").is_file()]
+
+
+def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The most recent complete checkpoint, or None."""
+    found = list_checkpoints(output_dir)
+    return found[-1] if found else None
+
+
+def _write_file(path: Path, writer) -> None:
+    with open(path, "wb") as handle:
+        writer(handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def save_checkpoint(
+    output_dir: str | os.PathLike,
+    update: int,
+    adapters: dict[str, Any],
+    state: dict[str, Any],
+    config: dict[str, Any] | None = None,
+    keep_last: int = 3,
+) -> Path:
+    """Write checkpoint ``update`` atomically and prune all but the newest ``keep_last``.
+
+    Args:
+        adapters: ``policy.adapter_state_dict()`` (tensors are saved as they are).
+        state: optimizer states, counters, RNG states ... (anything ``torch.save`` accepts).
+        config: the run's configuration as a plain dict (saved as YAML for humans).
+        keep_last: how many checkpoints to keep (>= 1).
+    """
+    if keep_last < 1:
+        raise ValueError(f"keep_last must be >= 1, got {keep_last}")
+    root = checkpoint_root(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):  # leftovers of a crashed save
+        shutil.rmtree(stale, ignore_errors=True)
+    target = root / f"update_{update:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=root))
+    try:
+        _write_file(tmp / "adapters.pt", lambda f: torch.save(adapters, f))
+        _write_file(tmp / "state.pt", lambda f: torch.save(state, f))
+        if config is not None:
+            text = yaml.safe_dump(config, sort_keys=False)
+            _write_file(tmp / "config.yaml", lambda f: f.write(text.encode("utf-8")))
+        meta = {"update": update, "counters": state.get("counters", {})}
+        _write_file(tmp / "meta.json", lambda f: f.write(json.dumps(meta, indent=2, default=str).encode()))
+        if target.exists():
+            # Re-saving the same update (e.g. after a resume): move the old one aside first,
+            # because os.replace cannot replace a non-empty folder.
+            old = root / f".tmp-old-{target.name}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for old in list_checkpoints(output_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint folder: ``{"adapters", "state", "config", "path"}``."""
+    path = Path(path)
+    if not (path / "state.pt").is_file() or not (path / "adapters.pt").is_file():
+        raise FileNotFoundError(
+            f"{path} is not a complete marft checkpoint (expected adapters.pt and state.pt inside)"
+        )
+    # weights_only=False: the state holds RNG tuples and numpy arrays, which the safe unpickler
+    # rejects. Only load checkpoints you wrote yourself.
+    adapters = torch.load(path / "adapters.pt", map_location=map_location, weights_only=False)
+    state = torch.load(path / "state.pt", map_location=map_location, weights_only=False)
+    config = None
+    if (path / "config.yaml").is_file():
+        config = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8"))
+    return {"adapters": adapters, "state": state, "config": config, "path": path}
+
+
+def load_adapters(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Only the adapter weights of a checkpoint (for evaluation of a trained run)."""
+    path = Path(path)
+    if path.is_dir() and not (path / "adapters.pt").is_file():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise FileNotFoundError(f"no checkpoint found in {path} (looked for {CHECKPOINT_DIR}/update_*)")
+        path = latest
+    file = path / "adapters.pt" if path.is_dir() else path
+    return torch.load(file, map_location=map_location, weights_only=True)

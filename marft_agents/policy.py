@@ -1,0 +1,400 @@
+"""Several LLM agents (and their critic) as LoRA adapters on ONE shared base model.
+
+``MultiAgentPolicy`` wraps a causal LM with peft: one adapter per agent (``policy_<agent_id>``,
+or a single ``policy_shared``), plus a critic adapter with a float32 value head. The base
+weights are frozen and exist once in memory, whatever the number of agents; switching agent is
+``set_adapter``, the reference model for KL terms is the same network with adapters disabled.
+
+Adapters are switched by mutating the shared model, and autograd records whichever adapter was
+active during each forward pass, so a loss may mix several adapters' passes. Do not enable
+gradient checkpointing: its backward re-runs forward passes with whatever adapter is active
+*then*.
+
+Log-probs are defined once, by ``generation.scaled_logprobs`` (``log_softmax(logits.float() /
+temperature)``), and used both while sampling (``generate``) and in the training forward pass
+(``token_logprobs``), so PPO ratios start at 1 up to float rounding.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from peft import get_peft_model
+from torch import nn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from marft_agents.adapters import (
+    LoraSpec,
+    check_adapter_name,
+    copy_into,
+    group_adapter_parameters,
+)
+from marft_agents.critic import CriticConfig, ValueHead
+from marft_agents.generation import (
+    GenRequest,
+    Generation,
+    PackedBatch,
+    SamplingConfig,
+    left_pad,
+    pack,
+    position_ids,
+    sample_batch,
+    scaled_logprobs,
+)
+from marft_agents.models import prepare_tokenizer
+
+__all__ = ["CriticConfig", "GenRequest", "Generation", "LoraSpec", "MultiAgentPolicy",
+           "SamplingConfig", "TokenStats"]
+
+
+@dataclass
+class TokenStats:
+    """Per-token statistics of responses under one adapter (or the reference model)."""
+
+    logprobs: torch.Tensor
+    """``[B, T]`` float32 log-prob of each response token (0 where ``mask`` is False)."""
+    entropy: torch.Tensor | None
+    """``[B, T]`` float32 entropy of the scaled next-token distribution (0 where ``mask`` is
+    False); None when the caller asked for ``with_entropy=False``."""
+    mask: torch.Tensor
+    """``[B, T]`` bool, True on real response tokens (responses are left-aligned)."""
+
+
+class MultiAgentPolicy(nn.Module):
+    """N agents' LoRA adapters + critic adapter(s) and value head(s) on one frozen base."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        agent_ids: Sequence[str],
+        lora: LoraSpec | None = None,
+        shared_adapter: bool = False,
+        critic: CriticConfig | None = CriticConfig(),
+    ) -> None:
+        super().__init__()
+        agent_ids = list(agent_ids)
+        if not agent_ids or len(set(agent_ids)) != len(agent_ids):
+            raise ValueError(f"agent_ids must be a non-empty list of distinct ids, got {agent_ids}")
+        for agent in agent_ids:
+            check_adapter_name(agent)
+        self.tokenizer = prepare_tokenizer(tokenizer)
+        self.agent_ids = agent_ids
+        self.shared_adapter = shared_adapter
+        self.critic_config = critic
+        lora = lora or LoraSpec()
+        self._policy_of = {a: "policy_shared" if shared_adapter else f"policy_{a}"
+                           for a in agent_ids}
+        self.policy_adapters: list[str] = list(dict.fromkeys(self._policy_of.values()))
+        if critic is None:
+            self.critic_adapters: list[str] = []
+        elif critic.centralised:
+            self.critic_adapters = ["critic"]
+        else:
+            self.critic_adapters = [f"critic_{a}" for a in agent_ids]
+
+        for param in model.parameters():  # the base is shared by everyone and never trained
+            param.requires_grad_(False)
+        specs = {name: lora for name in self.policy_adapters}
+        specs.update({name: (critic.lora or lora) for name in self.critic_adapters
+                      if critic is not None})
+        names = list(specs)
+        # get_peft_model injects LoRA layers into `model` in place: no copy of the base weights.
+        with warnings.catch_warnings():  # peft 0.21 calls an API transformers 5 deprecated
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+            self.model = get_peft_model(model, specs[names[0]].to_peft(),
+                                        adapter_name=names[0])
+        for name in names[1:]:
+            self.model.add_adapter(name, specs[name].to_peft())
+        self._params = group_adapter_parameters(self.model)
+
+        hidden = self.lm.config.get_text_config().hidden_size
+        device = self.device
+        head_rng = torch.Generator().manual_seed(0)
+        self.value_heads = nn.ModuleDict({
+            name: ValueHead(hidden, critic.value_head_init_std, critic.value_head_bias,
+                            generator=head_rng).to(device)
+            for name in self.critic_adapters if critic is not None
+        })
+        self._stop_ids = self._find_stop_ids()
+        self._active: str | None = None
+        self._trainable: set[str] = set()
+        self.set_trainable(None, critic=critic is not None)
+        self.eval()
+
+    # ------------------------------------------------------------------ structure
+
+    @property
+    def lm(self) -> PreTrainedModel:
+        """The causal LM with LoRA layers injected (peft's wrapped base model)."""
+        return self.model.get_base_model()
+
+    @property
+    def device(self) -> torch.device:
+        """Where the base model (and so every input tensor) lives."""
+        return self.lm.get_input_embeddings().weight.device
+
+    @property
+    def adapter_names(self) -> list[str]:
+        """Every adapter: agents' first, then critics'."""
+        return self.policy_adapters + self.critic_adapters
+
+    def adapter_for(self, agent_id: str) -> str:
+        """Name of the LoRA adapter that acts for ``agent_id``."""
+        try:
+            return self._policy_of[agent_id]
+        except KeyError:
+            raise KeyError(f"unknown agent {agent_id!r}; this policy serves {self.agent_ids}"
+                           ) from None
+
+    def critic_for(self, agent_id: str | None = None) -> str:
+        """Name of the critic adapter valuing ``agent_id``'s states (any agent if centralised)."""
+        if not self.critic_adapters:
+            raise RuntimeError("this policy was built with critic=None: no value function")
+        if len(self.critic_adapters) == 1 and self.critic_config.centralised:
+            return self.critic_adapters[0]
+        if agent_id is None:
+            raise ValueError("decentralised critics: pass agent_id to choose whose value to use")
+        self.adapter_for(agent_id)  # validates the id
+        return f"critic_{agent_id}"
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """Tokens that end a response by default: tokenizer eos + generation-config eos ids."""
+        return list(self._stop_ids)
+
+    def _find_stop_ids(self) -> list[int]:
+        ids: set[int] = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        gen_eos = getattr(getattr(self.lm, "generation_config", None), "eos_token_id", None)
+        if isinstance(gen_eos, int):
+            ids.add(gen_eos)
+        elif gen_eos is not None:
+            ids.update(int(i) for i in gen_eos)
+        return sorted(ids)
+
+    # ------------------------------------------------------------------ adapters on/off
+
+    def _apply_trainable(self) -> None:
+        # peft's set_adapter / disable_adapter flip requires_grad themselves; this restores ours.
+        for name, params in self._params.items():
+            flag = name in self._trainable
+            for param in params.values():
+                param.requires_grad_(flag)
+        for name, head in self.value_heads.items():
+            head.requires_grad_(name in self._trainable)
+
+    @contextmanager
+    def _using(self, adapter: str | None) -> Iterator[None]:
+        """Run the body with exactly one adapter active, or none (``adapter=None``)."""
+        if adapter is None:
+            with self.model.disable_adapter():
+                yield
+            self._apply_trainable()
+            return
+        if adapter not in self._params:
+            raise KeyError(f"unknown adapter {adapter!r}; adapters: {self.adapter_names}")
+        if adapter != self._active:
+            self.model.set_adapter(adapter)
+            self._active = adapter
+            self._apply_trainable()
+        yield
+
+    def set_trainable(self, agent_ids: set[str] | None, critic: bool) -> None:
+        """Unfreeze the adapters of ``agent_ids`` (None = all agents, empty = none) and, if
+        ``critic``, the critic adapter(s) + value head(s); freeze every other adapter."""
+        if agent_ids is None:
+            policy = set(self.policy_adapters)
+        else:
+            policy = {self.adapter_for(a) for a in agent_ids}
+        if critic and not self.critic_adapters:
+            raise RuntimeError("critic=True but this policy was built without a critic")
+        self._trainable = policy | (set(self.critic_adapters) if critic else set())
+        self._apply_trainable()
+
+    def adapter_parameters(self, name: str) -> list[nn.Parameter]:
+        """The parameters of adapter ``name`` (a critic's include its value head)."""
+        if name not in self._params:
+            raise KeyError(f"unknown adapter {name!r}; adapters: {self.adapter_names}")
+        params = list(self._params[name].values())
+        if name in self.value_heads:
+            params += list(self.value_heads[name].parameters())
+        return params
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the adapters currently unfrozen by ``set_trainable``."""
+        return [p for name in self.adapter_names if name in self._trainable
+                for p in self.adapter_parameters(name)]
+
+    # ------------------------------------------------------------------ prompts & sampling
+
+    def chat_prompt_ids(self, system_prompt: str, user_text: str) -> list[int]:
+        """Token ids of a system + user exchange ending with the assistant's turn header, from
+        the tokenizer's own chat template. An empty ``system_prompt`` omits the system turn
+        (the template may then insert its default one)."""
+        messages = [{"role": "user", "content": user_text}]
+        if system_prompt:
+            messages.insert(0, {"role": "system", "content": system_prompt})
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise ValueError("the tokenizer has no chat template; load an instruct/chat model "
+                             "or set tokenizer.chat_template")
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 tokenize=True, return_dict=False)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):  # older/newer return conventions
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+
+    def generate(self, requests: Sequence[GenRequest], sampling: SamplingConfig | None = None,
+                 generator: torch.Generator | None = None) -> list[Generation]:
+        """Sample one response per request, batching requests that share an adapter.
+
+        Results come back in request order. Sampling uses ``generator`` if given (it must live
+        on the policy's device), else torch's global RNG (so ``torch.manual_seed`` makes a call
+        reproducible). Runs in eval mode (no LoRA dropout) and restores the previous mode.
+        """
+        sampling = sampling or SamplingConfig()
+        groups: dict[str, list[int]] = {}
+        for i, req in enumerate(requests):
+            groups.setdefault(self.adapter_for(req.agent_id), []).append(i)
+        results: list[Generation | None] = [None] * len(requests)
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode():
+                for adapter, idxs in groups.items():
+                    with self._using(adapter):
+                        self._generate_group(requests, idxs, sampling, generator, results)
+        finally:
+            self.train(was_training)
+        return results  # type: ignore[return-value]
+
+    def _generate_group(self, requests: Sequence[GenRequest], idxs: list[int],
+                        sampling: SamplingConfig, generator: torch.Generator | None,
+                        results: list[Generation | None]) -> None:
+        if len(idxs) > sampling.max_batch_size:  # similar lengths together: less padding
+            idxs = sorted(idxs, key=lambda i: -len(requests[i].prompt_ids))
+        stop = self._stop_ids if sampling.stop_token_ids is None else sampling.stop_token_ids
+        for start in range(0, len(idxs), sampling.max_batch_size):
+            chunk = idxs[start:start + sampling.max_batch_size]
+            sampled = sample_batch(self.lm, [requests[i].prompt_ids for i in chunk], sampling,
+                                   stop, self.tokenizer.pad_token_id, generator)
+            if sampling.recompute_logprobs:  # score with the training forward pass itself
+                stats = self._stats(self._pack([requests[i].prompt_ids for i in chunk],
+                                               [s.response_ids for s in sampled]),
+                                    sampling.temperature, with_entropy=False)
+                for row, s in enumerate(sampled):
+                    s.logprobs = stats.logprobs[row, :len(s.response_ids)].tolist()
+            texts = self.tokenizer.batch_decode([s.response_ids for s in sampled],
+                                                skip_special_tokens=True)
+            for i, s, text in zip(chunk, sampled, texts):
+                req = requests[i]
+                results[i] = Generation(req.agent_id, list(req.prompt_ids), s.response_ids,
+                                        text, s.logprobs, s.finished)
+
+    # ------------------------------------------------------------------ training forward passes
+
+    def _pack(self, prompt_ids: Sequence[Sequence[int]],
+              response_ids: Sequence[Sequence[int]]) -> PackedBatch:
+        return pack(prompt_ids, response_ids, self.tokenizer.pad_token_id, self.device)
+
+    def _stats(self, batch: PackedBatch, temperature: float, with_entropy: bool) -> TokenStats:
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        width = batch.response_ids.shape[1]
+        out = self.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                      position_ids=batch.position_ids, use_cache=False,
+                      logits_to_keep=width + 1)
+        # logits of columns P-1 .. P+T-1; the last one predicts past the end: drop it
+        logp_all = scaled_logprobs(out.logits[:, :width], temperature)  # [B, T, V]
+        mask = batch.response_mask  # [B, T]
+        logp = logp_all.gather(-1, batch.response_ids[..., None]).squeeze(-1)  # [B, T]
+        logp = logp.masked_fill(~mask, 0.0)
+        entropy = None
+        if with_entropy:
+            entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(~mask, 0.0)  # [B, T]
+        return TokenStats(logp, entropy, mask)
+
+    def token_logprobs(self, adapter: str, prompt_ids: Sequence[Sequence[int]],
+                       response_ids: Sequence[Sequence[int]], temperature: float = 1.0,
+                       with_entropy: bool = True) -> TokenStats:
+        """Log-probs (and entropies) of the response tokens under ``adapter``, with grad when
+        grad mode is on. Uses the module's mode: call ``.eval()`` for dropout-free numbers."""
+        batch = self._pack(prompt_ids, response_ids)
+        with self._using(adapter):
+            return self._stats(batch, temperature, with_entropy)
+
+    def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]],
+                           response_ids: Sequence[Sequence[int]], temperature: float = 1.0,
+                           with_entropy: bool = False) -> TokenStats:
+        """``token_logprobs`` of the base model (all adapters disabled), without grad."""
+        batch = self._pack(prompt_ids, response_ids)
+        with torch.no_grad(), self._using(None):
+            return self._stats(batch, temperature, with_entropy)
+
+    def _hidden(self, critic: str, ids: torch.Tensor, mask: torch.Tensor,
+                pos: torch.Tensor) -> torch.Tensor:
+        """Final hidden states ``[B, L, H]`` (after the last norm) under a critic adapter."""
+        with self._using(critic):
+            return self.lm.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                         use_cache=False).last_hidden_state
+
+    def token_values(self, prompt_ids: Sequence[Sequence[int]],
+                     response_ids: Sequence[Sequence[int]], agent_id: str | None = None,
+                     include_final: bool = False) -> torch.Tensor:
+        """Critic value of the state before each response token: ``[B, T]`` float32 (0 past a
+        row's end). ``include_final`` adds the state after the whole response: ``[B, T+1]``,
+        row b's final value in column ``len(response_b)``."""
+        critic = self.critic_for(agent_id)
+        batch = self._pack(prompt_ids, response_ids)
+        hidden = self._hidden(critic, batch.input_ids, batch.attention_mask,
+                              batch.position_ids)  # [B, P+T, H]
+        width = batch.response_ids.shape[1] + int(include_final)
+        start = batch.prompt_width - 1
+        values = self.value_heads[critic](hidden[:, start:start + width])  # [B, width]
+        valid = batch.response_mask  # [B, T]
+        if include_final:  # column len_b (state after the last token) is valid too
+            valid = torch.cat([valid.new_ones(valid.shape[0], 1), valid], dim=1)
+        return values.masked_fill(~valid, 0.0)
+
+    def state_values(self, prompt_ids: Sequence[Sequence[int]],
+                     agent_id: str | None = None) -> torch.Tensor:
+        """Critic value at the last prompt token: ``[B]`` float32."""
+        critic = self.critic_for(agent_id)
+        ids, mask = left_pad(prompt_ids, self.tokenizer.pad_token_id, self.device)  # [B, P]
+        hidden = self._hidden(critic, ids, mask, position_ids(mask))  # [B, P, H]
+        return self.value_heads[critic](hidden[:, -1])  # [B]
+
+    # ------------------------------------------------------------------ state
+
+    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every adapter and value head as a flat ``{key: cpu tensor}`` dict (safetensors-ready):
+        ``lora/<adapter>/<parameter>`` and ``value_head/<critic>/<parameter>``."""
+        state = {f"lora/{name}/{key}": p.detach().cpu().clone()
+                 for name, params in self._params.items() for key, p in params.items()}
+        for name, head in self.value_heads.items():
+            for key, tensor in head.state_dict().items():
+                state[f"value_head/{name}/{key}"] = tensor.detach().cpu().clone()
+        return state
+
+    def load_adapter_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load what ``adapter_state_dict`` produced (strict: same adapters, keys and shapes)."""
+        known = {f"lora/{n}/" for n in self._params} | {f"value_head/{n}/"
+                                                        for n in self.value_heads}
+        stray = sorted(k for k in state if not any(k.startswith(p) for p in known))
+        if stray:
+            raise KeyError(f"state dict has keys for unknown adapters: {stray[:5]}; this "
+                           f"policy has adapters {self.adapter_names}")
+        for name, params in self._params.items():
+            prefix = f"lora/{name}/"
+            copy_into(params, {k[len(prefix):]: v for k, v in state.items()
+                               if k.startswith(prefix)}, f"adapter {name!r}")
+        for name, head in self.value_heads.items():
+            prefix = f"value_head/{name}/"
+            copy_into(dict(head.named_parameters()), {k[len(prefix):]: v for k, v in state.items()
+                                                      if k.startswith(prefix)},
+                      f"value head {name!r}")

@@ -1,0 +1,337 @@
+"""Collect multi-agent episodes from many env instances, batching generation across them.
+
+The collector drives any registered marft env (``marft_envs.make(id, **kwargs)``) through the
+PettingZoo AEC API. Within one env the agents act one after another (the env's D_t decides the
+order), but different envs are advanced in lock-step: at every tick each running env is at some
+agent's turn, and all envs whose current agent uses the same adapter are answered by *one*
+``policy.generate`` call. Dead agents (terminated/truncated) are stepped with ``None`` until the
+env has no agents left; then the env starts its next planned episode, if any.
+
+Every agent decision becomes a :class:`Decision`: who acted, on what prompt (token ids of the
+tokenizer's chat template applied to the role's system prompt and the observation text), what it
+said (response ids, text, sampling-time log-probs), the critic's values, and what the env paid
+for it. Rewards follow the env's AEC semantics: right after an agent's step, ``env.rewards`` holds
+the rewards of *that* transition, so ``team_reward`` is the round's team reward on the decision
+that closed the round and 0 on the others; the per-agent rewards a task reports
+(``infos[agent]["agent_reward"]``) are filled in on every decision of the round once it is graded.
+Learners turn these into training rewards (credit assignment) without touching the env.
+
+Task order: when the env exposes its task source (``env.unwrapped.tasks``, as every
+``TextTaskEnv`` does), the collector draws task indices from its own seeded permutation (each
+task once per epoch) and resets with ``options={"task_index": i}``; otherwise every episode is
+reset with its own derived seed. Either way the order depends only on the collector's seed and
+its state (``state_dict``), which checkpoints save, so a resumed run sees the same tasks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+PERMUTATION_LIMIT = 2**20  # larger task sources are sampled with replacement
+
+
+@dataclass
+class Decision:
+    """One agent decision (one utterance) and everything a learner needs about it."""
+
+    env_index: int
+    """Which env instance produced it."""
+    episode: int
+    """Index of its episode within the rollout (``Rollout.episodes[episode]``)."""
+    step: int
+    """Position of the decision within its episode (0, 1, ... across all agents)."""
+    round: int
+    """Round of the episode in which it was taken."""
+    agent_id: str
+    adapter: str
+    """Name of the adapter that generated it (``policy.adapter_for(agent_id)``)."""
+    observation: str
+    """The observation text the agent acted on (the user turn of its prompt)."""
+    prompt_ids: list[int]
+    response_ids: list[int]
+    text: str
+    logprobs: list[float]
+    """Sampling-time log-probs of ``response_ids`` (the PPO "old" log-probs)."""
+    value: float | None = None
+    """Critic's state value V(prompt) at collection time (action level)."""
+    token_values: list[float] | None = None
+    """Critic's value before each response token at collection time (token level)."""
+    team_reward: float = 0.0
+    """The env's reward for this transition: the team reward if this decision closed a round."""
+    agent_reward: float = 0.0
+    """The env-reported per-agent reward of this agent for this decision's round."""
+    closes_round: bool = False
+    """Whether the round was graded right after this decision."""
+    done: bool = False
+    """Whether the episode ended with this decision (terminated or truncated)."""
+    terminated: bool = False
+    truncated: bool = False
+    adjacency: list[list[int]] | None = None
+    """D_t (``[N, N]`` 0/1, ``D[i][j] = 1``: j sees i) in force when the agent acted."""
+    task_id: str = ""
+
+
+@dataclass
+class EpisodeRecord:
+    """Summary of one finished episode."""
+
+    env_index: int
+    task_id: str
+    decisions: list[int] = field(default_factory=list)
+    """Indices into ``Rollout.decisions`` in the order they were taken."""
+    team_return: float = 0.0
+    """Sum of the team rewards of all graded rounds."""
+    agent_returns: dict[str, float] = field(default_factory=dict)
+    """Per agent, the sum of the rewards the env gave it (PettingZoo return)."""
+    solved: bool = False
+    rounds: int = 0
+
+
+@dataclass
+class Rollout:
+    """A batch of finished episodes."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    episodes: list[EpisodeRecord] = field(default_factory=list)
+
+    def episode_decisions(self) -> list[list[Decision]]:
+        """Decisions grouped by episode, each list in the order the decisions were taken."""
+        return [[self.decisions[i] for i in ep.decisions] for ep in self.episodes]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(d.response_ids) for d in self.decisions)
+
+
+@dataclass
+class _Slot:
+    """An env instance and the episode it is playing."""
+
+    env: Any
+    index: int
+    episode: int = -1
+    round_decisions: list[int] = field(default_factory=list)
+    active: bool = False
+
+
+class RolloutCollector:
+    """Runs ``envs`` in lock-step with ``policy`` and returns :class:`Rollout` batches.
+
+    Args:
+        envs: env instances (AEC), all of the same id and agents.
+        policy: a ``MultiAgentPolicy`` (generate, chat_prompt_ids, adapter_for, state_values,
+            token_values).
+        sampling: the ``SamplingConfig`` used for generation.
+        values: ``"state"`` (record V(prompt)), ``"token"`` (record per-token values) or None.
+        seed: seeds the task order.
+    """
+
+    def __init__(self, envs: Sequence[Any], policy: Any, sampling: Any, values: str | None = "state", seed: int = 0):
+        if not envs:
+            raise ValueError("RolloutCollector needs at least one env instance")
+        if values not in ("state", "token", None):
+            raise ValueError(f"values must be 'state', 'token' or None, got {values!r}")
+        self.slots = [_Slot(env, i) for i, env in enumerate(envs)]
+        self.policy, self.sampling, self.values, self.seed = policy, sampling, values, seed
+        self.agent_ids = list(envs[0].possible_agents)
+        tasks = getattr(getattr(envs[0], "unwrapped", envs[0]), "tasks", None)
+        self.num_tasks = len(tasks) if tasks is not None else None
+        self.episodes_started = 0
+        self._rng = np.random.default_rng(np.random.SeedSequence([seed, 0x7A5C]))
+        self._order: np.ndarray | None = None
+        self._cursor = 0
+
+    # -- task plan -----------------------------------------------------------------------------
+    def _next_plan(self) -> tuple[int, dict[str, Any]]:
+        """(reset seed, reset options) of the next training episode."""
+        n = self.episodes_started
+        self.episodes_started += 1
+        seed = int(np.random.SeedSequence([self.seed, n]).generate_state(1)[0])
+        if self.num_tasks is None:
+            return seed, {}
+        if self.num_tasks > PERMUTATION_LIMIT:
+            return seed, {"task_index": int(self._rng.integers(self.num_tasks))}
+        if self._order is None or self._cursor >= self.num_tasks:
+            self._order, self._cursor = self._rng.permutation(self.num_tasks), 0
+        self._cursor += 1
+        return seed, {"task_index": int(self._order[self._cursor - 1])}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "episodes_started": self.episodes_started,
+            "rng": self._rng.bit_generator.state,
+            "order": None if self._order is None else self._order.tolist(),
+            "cursor": self._cursor,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.episodes_started = int(state["episodes_started"])
+        self._rng.bit_generator.state = state["rng"]
+        self._order = None if state["order"] is None else np.asarray(state["order"], dtype=np.int64)
+        self._cursor = int(state["cursor"])
+
+    # -- collection ----------------------------------------------------------------------------
+    def collect(self, num_episodes: int, plans: Sequence[tuple[int | None, dict[str, Any]]] | None = None) -> Rollout:
+        """Play ``num_episodes`` episodes (or exactly the given ``(seed, options)`` ``plans``)."""
+        if plans is None:
+            if num_episodes < 1:
+                raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
+            plans = [self._next_plan() for _ in range(num_episodes)]
+        queue = list(plans)[::-1]  # pop() from the end = first plan first
+        rollout = Rollout()
+        for slot in self.slots:
+            self._start_next(slot, queue, rollout)
+        while any(s.active for s in self.slots):
+            turns = []  # (slot, agent, prompt_ids, info)
+            for slot in self.slots:
+                while slot.active:
+                    turn = self._advance(slot)
+                    if turn is not None:
+                        turns.append((slot, *turn))
+                        break
+                    self._start_next(slot, queue, rollout)
+            if turns:
+                self._play_tick(turns, rollout)
+        return rollout
+
+    def _start_next(self, slot: _Slot, queue: list, rollout: Rollout) -> None:
+        if not queue:
+            slot.active = False
+            return
+        seed, options = queue.pop()
+        slot.env.reset(seed=seed, options=dict(options))
+        slot.episode = len(rollout.episodes)
+        slot.round_decisions = []
+        slot.active = True
+        task = getattr(getattr(slot.env, "unwrapped", slot.env), "task", None)
+        rollout.episodes.append(EpisodeRecord(slot.index, getattr(task, "task_id", ""),
+                                              agent_returns={a: 0.0 for a in self.agent_ids}))
+
+    def _advance(self, slot: _Slot) -> tuple[str, dict, dict] | None:
+        """Step dead agents until someone must act; None once the episode is over."""
+        env = slot.env
+        while env.agents:
+            agent = env.agent_selection
+            obs, _reward, terminated, truncated, info = env.last()
+            if terminated or truncated:
+                env.step(None)
+                continue
+            return agent, obs, info
+        return None
+
+    def _play_tick(self, turns: list[tuple[_Slot, str, dict, dict]], rollout: Rollout) -> None:
+        from marft_agents.policy import GenRequest  # the policy module owns the request type
+
+        prompts = []
+        for _slot, agent, obs, info in turns:
+            system = info.get("system_prompt", "")
+            prompts.append(list(self.policy.chat_prompt_ids(system, obs["text"])))
+        # One generate call per adapter: all envs whose current agent shares an adapter.
+        by_adapter: dict[str, list[int]] = defaultdict(list)
+        for k, (_slot, agent, _obs, _info) in enumerate(turns):
+            by_adapter[self.policy.adapter_for(agent)].append(k)
+        generations: list[Any] = [None] * len(turns)
+        for adapter in sorted(by_adapter):
+            idx = by_adapter[adapter]
+            outs = self.policy.generate([GenRequest(turns[k][1], prompts[k]) for k in idx], self.sampling)
+            for k, gen in zip(idx, outs):
+                generations[k] = gen
+        state_values, token_values = self._values(turns, prompts, generations)
+        for k, (slot, agent, obs, info) in enumerate(turns):
+            gen = generations[k]
+            decision = Decision(
+                env_index=slot.index, episode=slot.episode, step=len(rollout.episodes[slot.episode].decisions),
+                round=int(info.get("round", 0)), agent_id=agent, adapter=self.policy.adapter_for(agent),
+                observation=obs["text"], prompt_ids=prompts[k], response_ids=list(gen.response_ids), text=gen.text,
+                logprobs=[float(x) for x in gen.logprobs],
+                value=None if state_values is None else state_values[k],
+                token_values=None if token_values is None else token_values[k],
+                adjacency=(info.get("dependency") or {}).get("adjacency"), task_id=str(info.get("task_id", "")),
+            )
+            self._step(slot, decision, rollout)
+
+    @torch.no_grad()
+    def _values(self, turns: list, prompts: list[list[int]], generations: list[Any]):
+        """Critic values of this tick's decisions, one call per critic adapter."""
+        if self.values is None:
+            return None, None
+        groups: dict[str, list[int]] = defaultdict(list)
+        for k, (_slot, agent, _obs, _info) in enumerate(turns):
+            groups[self.policy.critic_for(agent)].append(k)
+        out: list[Any] = [None] * len(turns)
+        for critic in sorted(groups):
+            idx = groups[critic]
+            agent = turns[idx[0]][1]  # any agent of the group selects its critic
+            if self.values == "state":
+                v = self.policy.state_values([prompts[k] for k in idx], agent).float().cpu()  # [B]
+                for k, value in zip(idx, v.tolist()):
+                    out[k] = value
+            else:
+                responses = [list(generations[k].response_ids) for k in idx]
+                v = self.policy.token_values([prompts[k] for k in idx], responses, agent).float().cpu()  # [B, T]
+                for b, k in enumerate(idx):
+                    out[k] = v[b, : len(responses[b])].tolist()
+        return (out, None) if self.values == "state" else (None, out)
+
+    def _step(self, slot: _Slot, decision: Decision, rollout: Rollout) -> None:
+        env, agent = slot.env, decision.agent_id
+        episode = rollout.episodes[slot.episode]
+        env.step(decision.text)
+        # env.rewards now holds this transition's rewards (they are cleared on the next step).
+        rewards = {a: float(r) for a, r in env.rewards.items()}
+        for a, r in rewards.items():
+            episode.agent_returns[a] = episode.agent_returns.get(a, 0.0) + r
+        decision.team_reward = rewards.get(agent, 0.0)
+        decision.terminated = bool(env.terminations.get(agent, False))
+        decision.truncated = bool(env.truncations.get(agent, False))
+        decision.done = decision.terminated or decision.truncated
+        info = env.infos.get(agent, {})
+        decision.closes_round = decision.done or int(info.get("round", decision.round)) != decision.round
+        index = len(rollout.decisions)
+        rollout.decisions.append(decision)
+        episode.decisions.append(index)
+        slot.round_decisions.append(index)
+        if decision.closes_round:
+            # The round is graded: every decision of it gets its agent's reported reward.
+            for i in slot.round_decisions:
+                d = rollout.decisions[i]
+                d.agent_reward = float(env.infos.get(d.agent_id, {}).get("agent_reward", 0.0))
+            slot.round_decisions = []
+            episode.team_return += decision.team_reward
+            episode.rounds += 1
+            outcome = info.get("last_outcome") or {}
+            episode.solved = bool(outcome.get("solved", decision.terminated))
+
+
+def rollout_metrics(rollout: Rollout, agent_ids: Sequence[str]) -> dict[str, float]:
+    """Flat metrics of a rollout: team reward, solve rate, lengths, and per-agent figures.
+
+    ``agent/<id>/reward`` is the agent's PettingZoo return (the sum of the rewards the env gave
+    it) averaged over episodes; ``agent/<id>/agent_reward`` the mean env-reported per-agent
+    reward of its decisions; ``agent/<id>/length`` its mean response length in tokens.
+    """
+    episodes = rollout.episodes
+    n = max(len(episodes), 1)
+    out = {
+        "rollout/reward_mean": sum(e.team_return for e in episodes) / n,
+        "rollout/solved_rate": sum(e.solved for e in episodes) / n,
+        "rollout/episodes": float(len(episodes)),
+        "rollout/decisions": float(len(rollout.decisions)),
+        "rollout/tokens": float(rollout.num_tokens),
+        "rollout/rounds_mean": sum(e.rounds for e in episodes) / n,
+    }
+    for agent in agent_ids:
+        mine = [d for d in rollout.decisions if d.agent_id == agent]
+        out[f"agent/{agent}/reward"] = sum(e.agent_returns.get(agent, 0.0) for e in episodes) / n
+        out[f"agent/{agent}/agent_reward"] = (
+            sum(d.agent_reward for d in mine) / len(mine) if mine else float("nan"))
+        out[f"agent/{agent}/length"] = (
+            sum(len(d.response_ids) for d in mine) / len(mine) if mine else float("nan"))
+        out[f"agent/{agent}/decisions"] = float(len(mine))
+    return out

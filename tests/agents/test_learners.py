@@ -1,0 +1,211 @@
+"""Learners: credit assignment and targets by hand, then real updates on a tiny model."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from agent_helpers import SOLO, small_config, tiny  # noqa: F401 (fixture)
+from marft_agents.learners import ActionLevelMAPPO, TokenLevelMAPPO, assign_credit, make_learner
+from marft_agents.rollout import Decision, EpisodeRecord, Rollout
+from marft_agents.trainer import train
+
+
+# -- targets by hand (no model) --------------------------------------------------------------------
+def _decision(step, agent, rnd, value, closes, done=False, team=0.0, agent_reward=0.0, n_tokens=1):
+    return Decision(env_index=0, episode=0, step=step, round=rnd, agent_id=agent, adapter=f"policy_{agent}",
+                    observation="", prompt_ids=[1], response_ids=[5] * n_tokens, text="x",
+                    logprobs=[-1.0] * n_tokens, value=value, token_values=[value] * n_tokens,
+                    team_reward=team, agent_reward=agent_reward, closes_round=closes, done=done)
+
+
+def _episode(agent_reward=0.0, n_tokens=1):
+    # round 0: reasoner, actor (team reward 0); round 1: reasoner, actor (team reward 1, done)
+    decisions = [
+        _decision(0, "r", 0, 0.1, False, agent_reward=agent_reward, n_tokens=n_tokens),
+        _decision(1, "a", 0, 0.2, True, agent_reward=agent_reward, n_tokens=n_tokens),
+        _decision(2, "r", 1, 0.3, False, agent_reward=agent_reward, n_tokens=n_tokens),
+        _decision(3, "a", 1, 0.4, True, done=True, team=1.0, agent_reward=agent_reward, n_tokens=n_tokens),
+    ]
+    return Rollout(decisions=decisions, episodes=[EpisodeRecord(0, "t", decisions=[0, 1, 2, 3])])
+
+
+@pytest.mark.parametrize("strategy, rewards, discounts", [
+    ("team", [0, 0, 0, 1], [1, 0.9, 1, 0.9]),
+    ("step_discounted", [0, 0, 0, 1], [0.9, 0.9, 0.9, 0.9]),
+    ("per_step", [0.5, 0.5, 0.5, 1.5], [1, 0.9, 1, 0.9]),
+])
+def test_assign_credit(strategy, rewards, discounts):
+    r, g = assign_credit(_episode(agent_reward=0.5).decisions, strategy, 0.9)
+    assert r == pytest.approx(rewards) and g == pytest.approx(discounts)
+
+
+class _FakePolicy:
+    def adapter_for(self, agent):
+        return f"policy_{agent}"
+
+    def critic_for(self, agent):
+        return "critic"
+
+    def adapter_parameters(self, name):
+        return [torch.nn.Parameter(torch.zeros(1))]
+
+
+def _learner(cls, **ppo):
+    cfg = small_config(__import__("pathlib").Path("/tmp"), **{f"ppo.{k}": v for k, v in ppo.items()})
+    return cls(_FakePolicy(), cfg, ["r", "a"])
+
+
+@pytest.mark.parametrize("credit, returns", [
+    # lambda = 1 gives Monte-Carlo returns. team: G3 = 1, G2 = 1, G1 = 0.9 * 1, G0 = 0.9
+    ("team", [0.9, 0.9, 1.0, 1.0]),
+    # every decision step discounted: 0.9^3, 0.9^2, 0.9, 1
+    ("step_discounted", [0.729, 0.81, 0.9, 1.0]),
+])
+def test_action_level_targets_by_hand(credit, returns):
+    learner = _learner(ActionLevelMAPPO, gamma=0.9, lam=1.0, credit=credit)
+    samples = learner.build_samples(_episode())
+    assert [float(s.returns) for s in samples] == pytest.approx(returns)
+    assert [float(s.advantages) for s in samples] == pytest.approx([g - v for g, v in zip(returns, [0.1, 0.2, 0.3, 0.4])])
+
+
+def test_token_level_equals_action_level_for_one_token_utterances():
+    action = _learner(ActionLevelMAPPO, gamma=0.9, lam=0.8).build_samples(_episode(agent_reward=0.2))
+    token = _learner(TokenLevelMAPPO, gamma=0.9, lam=0.8).build_samples(_episode(agent_reward=0.2))
+    assert [float(s.advantages) for s in action] == pytest.approx([float(s.advantages[0]) for s in token])
+
+
+def test_token_level_credit_reaches_first_token_undiscounted():
+    samples = _learner(TokenLevelMAPPO, gamma=1.0, lam=1.0, gamma_token=1.0).build_samples(_episode(n_tokens=3))
+    assert torch.allclose(torch.stack([s.returns for s in samples]), torch.ones(4, 3))
+
+
+# -- real updates on a tiny model ------------------------------------------------------------------
+def _snapshot(params):
+    return [p.detach().clone() for p in params]
+
+
+def _base_params(model):
+    # peft wraps targeted layers (``q_proj.weight`` -> ``q_proj.base_layer.weight``)
+    return {n.replace(".base_layer", ""): p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
+
+
+def test_agent_by_agent_trains_only_the_scheduled_adapter(tmp_path, tiny):
+    model, tokenizer = tiny
+    cfg = small_config(tmp_path, **{"ppo.agent_iteration_interval": 100})  # reasoner_0 trains throughout
+    base_before = _base_params(model)
+    from marft_agents.trainer import Trainer
+
+    trainer = Trainer(cfg, (model, tokenizer))
+    policy = trainer.policy
+    before = {name: _snapshot(policy.adapter_parameters(name))
+              for name in ("policy_reasoner_0", "policy_actor_0", "critic")}
+    history = list(trainer.run())
+    assert len(history) == 2 and all(m["agent/reasoner_0/trained"] == 1.0 for m in history)
+    assert all(m["agent/actor_0/trained"] == 0.0 for m in history)
+    trained = policy.adapter_parameters("policy_reasoner_0")
+    assert trained and all(not torch.equal(a, b) for a, b in zip(before["policy_reasoner_0"], trained))
+    assert all(torch.equal(a, b) for a, b in zip(before["policy_actor_0"], policy.adapter_parameters("policy_actor_0")))
+    assert any(not torch.equal(a, b) for a, b in zip(before["critic"], policy.adapter_parameters("critic")))
+    base_after = _base_params(model)
+    assert base_before.keys() == base_after.keys()
+    assert all(torch.equal(base_before[n], base_after[n]) for n in base_before)
+    for key in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
+                "losses/clipfrac", "losses/explained_variance", "rollout/reward_mean",
+                "agent/reasoner_0/reward", "agent/actor_0/length"):
+        assert key in history[-1]
+    assert history[-1]["losses/entropy"] > 0 and history[-1]["guard/skipped_steps"] == 0
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "ppo_token"])
+def test_single_agent_ppo_on_solo_profile(tmp_path, tiny, algorithm):
+    cfg = small_config(tmp_path, algorithm=algorithm, **{"env.kwargs": {"profile": SOLO}, "schedule.num_updates": 1})
+    result = train(cfg, model_and_tokenizer=tiny)
+    metrics = result.history[-1]
+    assert metrics["agent/actor_0/trained"] == 1.0 and metrics["ppo/policy_samples"] > 0
+    assert set(k.split("/")[1] for k in metrics if k.startswith("agent/")) == {"actor_0"}
+    with pytest.raises(ValueError, match="single-agent PPO"):
+        make_learner("ppo", None, cfg, ["a_0", "b_0"])
+
+
+def test_eval_only_changes_nothing(tmp_path, tiny):
+    model, tokenizer = tiny
+    cfg = small_config(tmp_path, algorithm="eval_only", **{"schedule.num_updates": 1})
+    before = _base_params(model)
+    result = train(cfg, model_and_tokenizer=(model, tokenizer))
+    state = result.policy.adapter_state_dict()
+    lora_b = [v for k, v in state.items() if "lora_B" in k]
+    assert lora_b and all(torch.count_nonzero(v) == 0 for v in lora_b)  # still the zero init
+    assert all(torch.equal(before[n], p) for n, p in _base_params(model).items())
+    assert result.history[0]["ppo/policy_trained"] == 0.0
+
+
+def test_nonfinite_loss_skips_the_step_and_logs(tmp_path, tiny, caplog):
+    from marft_agents.trainer import Trainer
+
+    cfg = small_config(tmp_path, **{"schedule.num_updates": 1, "ppo.normalize_advantages": False})
+    trainer = Trainer(cfg, tiny)
+    original = trainer.learner.build_samples
+
+    def poisoned(rollout):
+        samples = original(rollout)
+        for s in samples:
+            s.advantages = torch.full_like(s.advantages, float("nan"))
+        return samples
+
+    trainer.learner.build_samples = poisoned
+    before = _snapshot(trainer.policy.adapter_parameters("policy_actor_0"))
+    with caplog.at_level(logging.WARNING):
+        metrics = next(trainer.run())
+    assert metrics["guard/skipped_steps"] > 0
+    assert "skipping a policy optimizer step" in caplog.text
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.policy.adapter_parameters("policy_actor_0")))
+
+
+def test_target_kl_stops_epochs_early_and_says_so(tmp_path, tiny, caplog):
+    cfg = small_config(tmp_path, **{"schedule.num_updates": 1, "schedule.ppo_epochs": 3,
+                                    "schedule.actor_lr": 0.05, "ppo.target_kl": 1e-9})
+    with caplog.at_level(logging.WARNING):
+        metrics = train(cfg, model_and_tokenizer=tiny).history[0]
+    assert metrics["ppo/early_stopped"] == 1.0 and metrics["ppo/epochs_run"] < 3
+    assert "stopping epochs early" in caplog.text
+
+
+def test_kl_to_reference_and_critic_warmup(tmp_path, tiny):
+    cfg = small_config(tmp_path, **{"ppo.kl_coef": 0.1, "ppo.critic_warmup_updates": 1,
+                                    "ppo.logprob_reduction": "mean", "schedule.micro_batch_size": 1})
+    history = train(cfg, model_and_tokenizer=tiny).history
+    assert history[0]["ppo/policy_trained"] == 0.0 and history[0]["losses/policy_loss"] != history[0]["losses/policy_loss"]
+    assert history[1]["ppo/policy_trained"] == 1.0 and history[1]["losses/kl_ref"] >= 0.0
+
+
+@pytest.mark.parametrize("algorithm, rescore", [("mappo_action", False), ("mappo_token", False),
+                                                ("mappo_action", True)])
+def test_recomputed_logprobs_match_rollout_when_nothing_moves(tmp_path, tiny, algorithm, rescore):
+    # With zero learning rates the policy never changes, so the training-time log-probs must
+    # reproduce the sampling-time ones: ratio 1, approx-KL 0, nothing clipped.
+    cfg = small_config(tmp_path, algorithm=algorithm, **{"schedule.num_updates": 1, "schedule.actor_lr": 0.0,
+                                                          "schedule.critic_lr": 0.0, "sampling.temperature": 0.7,
+                                                          "sampling.recompute_logprobs": rescore})
+    metrics = train(cfg, model_and_tokenizer=tiny).history[0]
+    assert abs(metrics["losses/approx_kl"]) < 1e-6 and metrics["losses/clipfrac"] == 0.0
+    assert metrics["losses/value_clipfrac"] == 0.0
+
+
+@pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
+def test_decentralised_critics_train_one_value_function_per_agent(tmp_path, tiny, algorithm):
+    from marft_agents.trainer import Trainer
+
+    cfg = small_config(tmp_path, algorithm=algorithm, **{"critic": {"centralised": False},
+                                                          "schedule.num_updates": 1})
+    trainer = Trainer(cfg, tiny)
+    names = ["critic_reasoner_0", "critic_actor_0"]
+    assert set(names) <= set(trainer.learner.optimizers)
+    before = {n: _snapshot(trainer.policy.adapter_parameters(n)) for n in names}
+    metrics = next(trainer.run())
+    assert metrics["losses/value_loss"] == metrics["losses/value_loss"]  # not NaN
+    for n in names:
+        assert any(not torch.equal(a, b) for a, b in zip(before[n], trainer.policy.adapter_parameters(n))), n
+

@@ -1,0 +1,116 @@
+"""Model loading: configs, errors, the tiny test model, the cached GGUF conversion (slow)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from marft_agents import models
+from marft_agents.models import (
+    ModelConfig,
+    load_model_and_tokenizer,
+    model_cache_dir,
+    resolve_device,
+    resolve_dtype,
+    tiny_model_and_tokenizer,
+)
+
+
+def test_tiny_model_is_seeded_and_leaves_global_rng_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a, _ = tiny_model_and_tokenizer(seed=0)
+    after = torch.rand(3)
+    b, _ = tiny_model_and_tokenizer(seed=0)
+    c, _ = tiny_model_and_tokenizer(seed=1)
+    assert torch.equal(after, expected)  # building the model consumed no global randomness
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(pa, pb), name
+    assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
+    assert not a.training
+
+
+def test_tiny_tokenizer_chat_template_padding_and_roundtrip():
+    _, tok = tiny_model_and_tokenizer()
+    assert tok.padding_side == "left" and tok.pad_token_id is not None
+    text = "Héllo, 12 + 30 = ? ∑"
+    assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
+    ids = tok.apply_chat_template([{"role": "system", "content": "S"},
+                                   {"role": "user", "content": "hi"}],
+                                  add_generation_prompt=True, tokenize=True, return_dict=False)
+    rendered = tok.decode(ids)
+    assert rendered == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n" \
+                       "<|im_start|>assistant\n"
+    assert tok.eos_token == "<|im_end|>"
+
+
+def test_dtype_and_device_resolution():
+    assert resolve_dtype("bfloat16") is torch.bfloat16
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        resolve_dtype("fp32")
+    assert resolve_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    with pytest.raises(ValueError, match="device must be"):
+        resolve_device("not-a-device")
+
+
+def test_cache_dir_follows_config_then_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARFT_CACHE", str(tmp_path / "env"))
+    assert model_cache_dir(ModelConfig()) == tmp_path / "env" / "models"
+    assert model_cache_dir(ModelConfig(cache_dir=str(tmp_path / "c"))) == tmp_path / "c"
+    monkeypatch.delenv("MARFT_CACHE")
+    assert model_cache_dir(ModelConfig()).parts[-3:] == (".cache", "marft", "models")
+
+
+def test_missing_local_path_gives_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_model_and_tokenizer(ModelConfig(str(tmp_path / "no_such_model")))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        load_model_and_tokenizer(ModelConfig(str(tmp_path / "empty")))
+
+
+def test_load_local_folder_with_dtype(tmp_path):
+    model, tok = tiny_model_and_tokenizer()
+    tok.padding_side = "right"  # the loader must put it back to left
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    loaded, ltok = load_model_and_tokenizer(ModelConfig(str(tmp_path / "m"), dtype="bfloat16"))
+    assert loaded.dtype == torch.bfloat16 and not loaded.training
+    assert ltok.padding_side == "left" and ltok.pad_token_id == tok.pad_token_id
+    assert ltok.chat_template == tok.chat_template
+    torch.testing.assert_close(loaded.lm_head.weight.float(),
+                               model.lm_head.weight.to(torch.bfloat16).float())
+
+
+@pytest.mark.slow
+def test_default_alias_converts_once_then_reuses_the_cache(tmp_path):
+    try:
+        models.packaged_gguf_path(models.DEFAULT_MODEL)
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    cfg = ModelConfig(cache_dir=str(tmp_path))
+    model, _ = load_model_and_tokenizer(cfg)  # dequantises the GGUF (~20 s)
+    folder = tmp_path / models.DEFAULT_MODEL
+    assert (folder / "model.safetensors").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dir left
+    start = time.perf_counter()
+    again, tok2 = load_model_and_tokenizer(cfg)
+    assert time.perf_counter() - start < 10  # read from the safetensors copy
+    from transformers import AutoModelForCausalLM
+
+    gguf = models.packaged_gguf_path(models.DEFAULT_MODEL)
+    direct = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                  dtype=torch.float32)
+    direct_params = dict(direct.named_parameters())
+    for name, param in again.named_parameters():  # the cached copy is the GGUF, bit for bit
+        assert torch.equal(param, direct_params[name]), name
+    assert tok2.padding_side == "left" and tok2.eos_token == "<|im_end|>"
+    ids = tok2.apply_chat_template([{"role": "user", "content": "Compute 2 + 3."}],
+                                   add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert tok2.decode(ids).endswith("<|im_start|>assistant\n")
+    assert model.config.hidden_size == 576 and model.config.num_hidden_layers == 30

@@ -1,0 +1,44 @@
+"""A run interrupted after k updates and resumed ends exactly where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agent_helpers import small_config
+from marft_agents.checkpoint import list_checkpoints
+from marft_agents.models import tiny_model_and_tokenizer
+from marft_agents.trainer import iter_train, train
+
+
+def _tiny():
+    return tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+
+
+@pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
+def test_resume_matches_uninterrupted_run(tmp_path, algorithm):
+    overrides = {"algorithm": algorithm, "schedule.num_updates": 3, "ppo.agent_iteration_interval": 1,
+                 "schedule.ppo_epochs": 2}
+    full = train(small_config(tmp_path / "full", **overrides), model_and_tokenizer=_tiny())
+
+    interrupted_cfg = small_config(tmp_path / "cut", **overrides)
+    first = iter_train(interrupted_cfg, model_and_tokenizer=_tiny())
+    next(first)  # one update (checkpointed), then the "crash"
+    first.close()
+    assert [p.name for p in list_checkpoints(interrupted_cfg.output_dir)] == ["update_000001"]
+    resumed = train(interrupted_cfg, resume=True, model_and_tokenizer=_tiny())
+
+    assert resumed.counters == full.counters
+    assert len(resumed.history) == 2
+    a, b = full.policy.adapter_state_dict(), resumed.policy.adapter_state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
+    for key in ("rollout/reward_mean", "losses/policy_loss", "losses/value_loss"):
+        assert resumed.history[-1][key] == full.history[-1][key]
+
+
+def test_fresh_run_refuses_to_overwrite_checkpoints(tmp_path):
+    cfg = small_config(tmp_path, **{"schedule.num_updates": 1})
+    train(cfg, model_and_tokenizer=_tiny())
+    with pytest.raises(FileExistsError, match="resume"):
+        train(cfg, model_and_tokenizer=_tiny())

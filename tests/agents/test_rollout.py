@@ -1,0 +1,121 @@
+"""The rollout collector on a tiny random model: recording, batching, rewards, determinism."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import marft_envs
+from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
+from marft_agents.rollout import RolloutCollector, rollout_metrics
+
+
+@pytest.fixture
+def policy(tiny):
+    from marft_agents.policy import MultiAgentPolicy
+
+    model, tokenizer = tiny
+    return MultiAgentPolicy(model, tokenizer, ["reasoner_0", "actor_0"])
+
+
+def _sampling(n=4):
+    from marft_agents.policy import SamplingConfig
+
+    return SamplingConfig(max_new_tokens=n, temperature=1.0)
+
+
+def _count_generate_calls(policy):
+    calls = []
+    original = policy.generate
+
+    def generate(requests, sampling):
+        calls.append([r.agent_id for r in requests])
+        return original(requests, sampling)
+
+    policy.generate = generate
+    return calls
+
+
+def test_collector_records_decisions_on_arithmetic(policy):
+    envs = [marft_envs.make("marft/Arithmetic-v0", level=1, horizon=2) for _ in range(3)]
+    calls = _count_generate_calls(policy)
+    torch.manual_seed(0)
+    rollout = RolloutCollector(envs, policy, _sampling(), values="state", seed=0).collect(4)
+    assert len(rollout.episodes) == 4
+    for episode in rollout.episode_decisions():
+        # a random model never solves: 2 rounds x (reasoner, actor), in turn order
+        assert [d.agent_id for d in episode] == ["reasoner_0", "actor_0"] * 2
+        assert [d.round for d in episode] == [0, 0, 1, 1]
+        assert [d.step for d in episode] == [0, 1, 2, 3]
+        assert [d.closes_round for d in episode] == [False, True, False, True]
+        assert [d.done for d in episode] == [False, False, False, True] and episode[-1].truncated
+        for d in episode:
+            assert 1 <= len(d.response_ids) <= 4 and len(d.logprobs) == len(d.response_ids)
+            assert all(lp <= 0 for lp in d.logprobs) and isinstance(d.value, float)
+            assert d.adapter == policy.adapter_for(d.agent_id)
+            system = envs[0].unwrapped.profile.role_of(d.agent_id).system_prompt
+            assert d.prompt_ids == policy.chat_prompt_ids(system, d.observation)
+            assert d.adjacency == [[0, 1], [0, 0]]  # chain: actor_0 sees reasoner_0
+            assert d.team_reward == 0.0
+        assert episode[1].agent_reward == 0.0  # format reward of the graded actor: no \boxed{}
+    # Lock-step batching: each call serves one adapter, up to all 3 envs at once.
+    assert all(len(set(agents)) == 1 for agents in calls)
+    assert max(len(agents) for agents in calls) == 3
+    assert sum(len(a) for a in calls) == len(rollout.decisions) == 16
+    metrics = rollout_metrics(rollout, ["reasoner_0", "actor_0"])
+    assert metrics["rollout/reward_mean"] == 0.0 and metrics["rollout/episodes"] == 4
+    assert 1 <= metrics["agent/actor_0/length"] <= 4
+
+
+def test_rewards_and_agent_rewards_land_on_the_right_decisions(policy):
+    envs = [marft_envs.make(LETTERS_ID) for _ in range(2)]
+    torch.manual_seed(1)
+    rollout = RolloutCollector(envs, policy, _sampling(), values="token", seed=3).collect(3)
+    for episode, record in zip(rollout.episode_decisions(), rollout.episodes):
+        closing = [d for d in episode if d.closes_round]
+        assert all(d.team_reward == 0.0 for d in episode if not d.closes_round)
+        assert record.team_return == pytest.approx(sum(d.team_reward for d in closing))
+        assert all(d.agent_reward == 0.5 for d in episode)  # the test env pays 0.5 to everyone
+        assert record.agent_returns["reasoner_0"] == pytest.approx(record.team_return)
+        assert episode[-1].done and record.solved == episode[-1].terminated
+        for d in episode:
+            assert len(d.token_values) == len(d.response_ids) and d.value is None
+
+
+def test_task_order_is_seeded_and_resumable(policy):
+    def make():
+        return RolloutCollector([marft_envs.make(LETTERS_ID) for _ in range(2)], policy, _sampling(1),
+                                values=None, seed=7)
+
+    a, b = make(), make()
+    first = [a._next_plan() for _ in range(5)]
+    assert first == [b._next_plan() for _ in range(5)]
+    state = a.state_dict()
+    c = make()
+    c.load_state_dict(state)
+    assert [a._next_plan() for _ in range(30)] == [c._next_plan() for _ in range(30)]
+    # each task once per epoch (20 tasks)
+    fresh = make()
+    indices = [fresh._next_plan()[1]["task_index"] for _ in range(20)]
+    assert sorted(indices) == list(range(20))
+
+
+def test_orchestrated_dependency_varies_who_acts(tiny):
+    from marft_agents.policy import MultiAgentPolicy
+
+    model, tokenizer = tiny
+    envs = [marft_envs.make(LETTERS_ID, profile="orchestrated", horizon=2) for _ in range(2)]
+    agents = envs[0].possible_agents
+    policy = MultiAgentPolicy(model, tokenizer, agents)
+    torch.manual_seed(0)
+    rollout = RolloutCollector(envs, policy, _sampling(3), values="state", seed=0).collect(2)
+    for episode in rollout.episode_decisions():
+        rounds = sorted({d.round for d in episode})
+        for r in rounds:
+            mine = [d for d in episode if d.round == r]
+            assert mine[0].agent_id == "orchestrator_0"  # the orchestrator always acts first
+            assert [d.closes_round for d in mine] == [False] * (len(mine) - 1) + [True]
+            # D_t seen by a follower includes the edge orchestrator -> follower
+            for d in mine[1:]:
+                i, j = agents.index("orchestrator_0"), agents.index(d.agent_id)
+                assert d.adjacency[i][j] == 1
