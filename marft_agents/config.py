@@ -117,6 +117,10 @@ class ScheduleConfig:
     """AdamW learning rate of the critic adapter and value head."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+    time_budget_s: int | None = None
+    """Stop after the update during which the training time (rollouts + updates, evaluation
+    excluded; summed across resumes) reaches this many seconds; None = ``num_updates`` only.
+    Comparisons "from the same budget" set this and a generous ``num_updates``."""
     checkpoint_interval: int = 10
     """Save a checkpoint every this many updates (and after the last); 0 = only after the last."""
     keep_checkpoints: int = 3
@@ -184,6 +188,8 @@ class TrainConfig:
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
+        if s.time_budget_s is not None and s.time_budget_s < 1:
+            raise ConfigError(f"schedule.time_budget_s must be >= 1 second or null, got {s.time_budget_s}")
         if s.micro_batch_size is not None and s.micro_batch_size < 1:
             raise ConfigError(f"schedule.micro_batch_size must be >= 1 or null, got {s.micro_batch_size}")
         for name in ("checkpoint_interval",):

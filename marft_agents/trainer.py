@@ -105,7 +105,8 @@ class Trainer:
         self.learner = make_learner(cfg.algorithm, self.policy, cfg, self.agent_ids)
         self.collector = RolloutCollector(self.envs, self.policy, cfg.sampling,
                                           values=self.learner.value_mode, seed=cfg.seed)
-        self.counters = {"update": 0, "episodes": 0, "decisions": 0, "tokens": 0}
+        # train_seconds: rollout + update time so far (evaluation excluded), for time budgets.
+        self.counters = {"update": 0, "episodes": 0, "decisions": 0, "tokens": 0, "train_seconds": 0.0}
         self.output_dir = Path(cfg.output_dir)
         self.last_checkpoint: Path | None = None
         self.final_eval: EvalResult | None = None
@@ -178,11 +179,14 @@ class Trainer:
             self.counters["episodes"] += len(rollout.episodes)
             self.counters["decisions"] += len(rollout.decisions)
             self.counters["tokens"] += rollout.num_tokens
-            metrics.update({f"counters/{k}": float(v) for k, v in self.counters.items()})
+            self.counters["train_seconds"] = self.counters.get("train_seconds", 0.0) + (t2 - t0)
+            out_of_time = s.time_budget_s is not None and self.counters["train_seconds"] >= s.time_budget_s
+            metrics.update({f"counters/{k}": float(v) for k, v in self.counters.items() if k != "train_seconds"})
             metrics.update({"time/rollout_s": t1 - t0, "time/update_s": t2 - t1,
+                            "time/train_seconds": float(self.counters["train_seconds"]),
                             "time/rollout_tokens_per_s": rollout.num_tokens / max(t1 - t0, 1e-9)})
             done = self.counters["update"]
-            last = done == s.num_updates
+            last = done == s.num_updates or out_of_time
             every = self.cfg.eval.interval
             if (every and done % every == 0) or (last and self.cfg.eval.at_end):
                 result = self.evaluate()
@@ -192,6 +196,9 @@ class Trainer:
             if last or (s.checkpoint_interval and done % s.checkpoint_interval == 0):
                 self.save()
             yield metrics
+            if out_of_time:
+                log.info("time budget of %ss used after %d updates; stopping", s.time_budget_s, done)
+                break
 
 
 def prepare_trainer(cfg: TrainConfig, resume: bool = False,

@@ -89,3 +89,11 @@ def test_policy_owned_sections_load_and_their_own_checks_become_config_errors():
         C.config_from_dict({"lora": {"r": 0}})
     with pytest.raises(C.ConfigError, match="sampling.temperature must be float"):
         C.config_from_dict({"sampling": {"temperature": "hot"}})
+
+
+def test_time_budget_must_be_positive():
+    from marft_agents.config import ConfigError, load_config
+
+    assert load_config({"schedule": {"time_budget_s": 60}}).schedule.time_budget_s == 60
+    with pytest.raises(ConfigError, match="time_budget_s"):
+        load_config({"schedule": {"time_budget_s": 0}})
