@@ -40,7 +40,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from marft_agents.config import load_config
-    from marft_agents.metrics import MetricsLogger
+    from marft_agents.metrics import MetricsLogger, read_metrics
     from marft_agents.plotting import plot_learning_curve
     from marft_agents.trainer import _prepare
 
@@ -54,10 +54,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     logger = MetricsLogger(out, tensorboard=not args.no_tensorboard)
     summary_path = out / "summary.json"
     summary = json.loads(summary_path.read_text()) if args.resume and summary_path.exists() else {}
+    if args.resume and "eval_before" not in summary and (out / "metrics.jsonl").exists():
+        # A run killed before writing summary.json still logged its baseline at step 0.
+        first = next((r for r in read_metrics(out / "metrics.jsonl") if r["step"] == 0 and "eval/accuracy" in r), None)
+        if first:
+            summary["eval_before"] = {"accuracy": first["eval/accuracy"], "stderr": first["eval/stderr"],
+                                      "n": int(first["eval/n"]), "mean_reward": first.get("eval/mean_reward")}
     if args.eval_before and trainer.counters["update"] == 0 and "eval_before" not in summary:
         result = trainer.evaluate()
         summary["eval_before"] = _eval_dict(result)
-        logger.log(0, {"eval/accuracy": result.accuracy, "eval/stderr": result.stderr, "eval/n": result.n})
+        logger.log(0, {"eval/accuracy": result.accuracy, "eval/stderr": result.stderr, "eval/n": result.n,
+                       "eval/mean_reward": result.mean_reward})
+        summary_path.write_text(json.dumps(summary, indent=2))  # survives a crash mid-training
         print(f"eval before training: accuracy {result.accuracy:.3f} +- {result.stderr:.3f} (n={result.n})")
     bar = tqdm(total=cfg.schedule.num_updates, initial=trainer.counters["update"], desc="updates",
                disable=args.quiet, dynamic_ncols=True)

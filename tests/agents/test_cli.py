@@ -1,0 +1,69 @@
+"""The ``marft`` command end to end on a tiny random model (the model loader is patched)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+import marft_agents.models as models
+from agent_helpers import small_config
+from marft_agents.cli import main
+from marft_agents.config import config_to_dict
+
+
+@pytest.fixture
+def tiny_loader(monkeypatch):
+    monkeypatch.setattr(models, "load_model_and_tokenizer",
+                        lambda cfg: models.tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
+
+
+def _write_config(tmp_path, **overrides):
+    cfg = small_config(tmp_path, **{"eval.at_end": True, **overrides})
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    return path, cfg
+
+
+def test_train_writes_metrics_summary_plot_and_resumes(tmp_path, tiny_loader, capsys):
+    path, cfg = _write_config(tmp_path)
+    assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard"]) == 0
+    out = tmp_path / "run"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["step"] == 0 and "eval/accuracy" in rows[0]  # the untrained baseline
+    assert [r["step"] for r in rows[1:]] == [1, 2] and "losses/policy_loss" in rows[1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"eval_before", "eval_after"} <= set(summary) and summary["counters"]["update"] == 2
+    assert (out / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    # Re-running a finished run with --resume trains nothing more and keeps the baseline.
+    assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard", "--resume",
+                 "--set", "schedule.num_updates=2"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counters"]["update"] == 2 and "eval_before" in summary
+    assert "eval after 2 updates" in capsys.readouterr().out
+
+
+def test_fresh_run_into_used_folder_is_refused_with_a_hint(tmp_path, tiny_loader, capsys):
+    path, _ = _write_config(tmp_path)
+    assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard", "--no-eval-before"]) == 0
+    assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard"]) == 2
+    assert "resume" in capsys.readouterr().err
+
+
+def test_config_errors_are_one_clear_line(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("schedule: {num_updatez: 3}\n")
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "num_updatez" in err and "num_updates" in err and "Traceback" not in err
+
+
+def test_set_override_needs_key_value():
+    with pytest.raises(SystemExit, match="section.key=value"):
+        main(["train", "--config", "x.yaml", "--set", "oops"])
+
+
+def test_envs_lists_registered_ids(capsys):
+    assert main(["envs"]) == 0
+    assert "marft/Arithmetic-v0" in capsys.readouterr().out.split()
