@@ -1,0 +1,247 @@
+"""Rollout tokens/s through the whole collector vs raw ``model.generate`` on the same batches.
+
+Collector side: ``RolloutCollector.collect(batch)`` on ``batch`` instances of
+``marft/Arithmetic-v0`` (profile ``dual``: reasoner_0 -> actor_0) with a ``MultiAgentPolicy``
+(one LoRA adapter per agent + critic), timed end to end: chat templates, generation with the
+agent's adapter, the critic's values (``--values state`` as MARFT-A records them, ``token`` as
+MARFT-T does), env steps and grading.
+
+Reference side, in the same run: right after each ``policy.generate`` call of the collector,
+the same batch is generated again by a separate, unwrapped copy of the same base model (no peft,
+same dtype) with one ``model.generate`` call: same prompts (left-padded like the policy pads
+them), same sampling settings (temperature, top-p, no top-k; a ``GenerationConfig`` built from
+scratch so nothing from the checkpoint is merged in), and ``min_new_tokens = max_new_tokens =``
+the number of tokens the collector's call generated for its longest row. Its time is taken out
+of the collector's. Both sides thus run the same number of decoding steps on the same batch
+shapes, seconds apart under the same machine load, and both are credited with the same tokens
+(the response tokens of the collector's rollout): the ratio is a ratio of times for equal work.
+
+``--stop none`` (default) makes every utterance run to ``--new-tokens`` (``stop_token_ids=()``),
+so the work is identical token for token. ``--stop eos`` is the training setting: the policy then
+drops finished rows from its batch, which ``generate`` (here forced to the same number of
+steps) does not, so the collector may look better than equal work would.
+
+Printed per repeat: the collector's wall time split into ``policy.generate``, the critic's value
+pass and the rest (chat templates, env steps, grading, bookkeeping), the reference's time, the
+ratio, and the same ratio in process CPU time (steadier on a shared machine; it misses the CPU
+of the math-verify grading worker, a child process, whose cost is inside "rest" in wall time).
+The summary gives the medians over ``--repeats`` (after one warm-up collect), and the ratio
+with the critic's value pass left out of the collector's time: the critic is extra work (a
+forward of the critic adapter over every prompt, or prompt + response for ``--values token``)
+that ``generate`` does not do, so that figure isolates the collector's own overhead.
+
+Usage::
+
+    python benchmarks/bench_rollout.py                       # SmolLM2-135M, float32, batch 8
+    python benchmarks/bench_rollout.py --dtype bfloat16 --batch 16 --new-tokens 64
+    python benchmarks/bench_rollout.py --tiny                # tiny random model, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+from transformers import GenerationConfig  # noqa: E402
+
+import marft_envs  # noqa: E402
+from marft_agents.generation import left_pad  # noqa: E402
+from marft_agents.models import ModelConfig, load_model_and_tokenizer, tiny_model_and_tokenizer  # noqa: E402
+from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy, SamplingConfig  # noqa: E402
+from marft_agents.rollout import RolloutCollector  # noqa: E402
+
+ENV_ID = "marft/Arithmetic-v0"
+TARGET = 0.85
+
+
+def load_avg() -> str:
+    return "load %.2f %.2f %.2f" % os.getloadavg()
+
+
+def set_threads(requested: int) -> None:
+    """Use ``requested`` torch threads; 0 = auto.
+
+    Auto keeps torch's default (one per core) on an idle machine but drops to 1 thread when the
+    1-minute load average already reaches the core count: OpenMP threads that spin-wait for
+    siblings pre-empted by other processes make a 2-thread matmul here ~40x *slower* than a
+    1-thread one (measured 18 vs 812 small matmuls/s at load ~6 on 2 cores).
+    """
+    if requested == 0:
+        cores = os.cpu_count() or 1
+        requested = 1 if os.getloadavg()[0] >= cores else torch.get_num_threads()
+    torch.set_num_threads(requested)
+
+
+def load_models(tiny: bool, dtype: str) -> tuple[Any, Any, Any, str]:
+    """(model for the policy, identical unwrapped copy for the reference, tokenizer, name)."""
+    if tiny:
+        model, tok = tiny_model_and_tokenizer(seed=0, dtype=dtype)
+        raw, _ = tiny_model_and_tokenizer(seed=0, dtype=dtype)
+        return model, raw, tok, "tiny-random-llama"
+    cfg = ModelConfig(dtype=dtype)
+    model, tok = load_model_and_tokenizer(cfg)
+    raw, _ = load_model_and_tokenizer(cfg)
+    return model, raw, tok, cfg.name_or_path
+
+
+Call = tuple[list[list[int]], list[list[int]]]
+"""(prompt ids, response ids) of one ``policy.generate`` call."""
+
+
+def now() -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds)."""
+    return time.perf_counter(), time.process_time()
+
+
+@dataclass
+class Recorder:
+    """Wraps the policy's ``generate`` and value methods on the instance: records and times every
+    call, and (with ``replay``) runs the reference on each generate batch right after it, so both
+    sides of a batch are measured seconds apart under the same machine load."""
+
+    policy: Any
+    replay: Any = None
+    """``replay(call) -> None`` run after every generate call (its time is kept apart), or None."""
+    calls: list[Call] = field(default_factory=list)
+    gen: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    values: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    raw: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    """[wall, cpu] seconds in policy.generate / the value methods / the reference replays."""
+
+    def __post_init__(self) -> None:
+        p = self.policy
+        generate, state_values, token_values = p.generate, p.state_values, p.token_values
+
+        def add(acc: list[float], start: tuple[float, float]) -> None:
+            end = now()
+            acc[0] += end[0] - start[0]
+            acc[1] += end[1] - start[1]
+
+        def timed_generate(requests, sampling):
+            start = now()
+            out = generate(requests, sampling)
+            add(self.gen, start)
+            call = ([list(r.prompt_ids) for r in requests], [list(g.response_ids) for g in out])
+            self.calls.append(call)
+            if self.replay is not None:
+                start = now()
+                self.replay(call)
+                add(self.raw, start)
+            return out
+
+        def timed(fn):
+            def wrapper(*args, **kwargs):
+                start = now()
+                out = fn(*args, **kwargs)
+                add(self.values, start)
+                return out
+            return wrapper
+
+        p.generate = timed_generate
+        p.state_values, p.token_values = timed(state_values), timed(token_values)
+
+    def reset(self) -> None:
+        self.calls = []
+        self.gen, self.values, self.raw = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+
+
+def raw_generate(model: Any, tok: Any, call: Call, sampling: SamplingConfig) -> None:
+    """``model.generate`` on one recorded batch, for as many steps as its longest response."""
+    prompts, responses = call
+    steps = max((len(r) for r in responses), default=0)
+    if steps == 0:
+        return
+    ids, mask = left_pad(prompts, tok.pad_token_id, next(model.parameters()).device)  # [B, P], as the policy pads
+    # A config built from scratch: model.generate would otherwise merge the checkpoint's
+    # generation_config (and transformers' top_k=50 default) into the sampling settings.
+    config = GenerationConfig(
+        do_sample=sampling.do_sample, temperature=sampling.temperature, top_p=sampling.top_p,
+        top_k=sampling.top_k or None, max_new_tokens=steps, min_new_tokens=steps,
+        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=True)
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)  # [B, P + steps]
+    if out.shape[1] != ids.shape[1] + steps:
+        raise RuntimeError(f"reference generated {out.shape[1] - ids.shape[1]} tokens, expected {steps}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tiny", action="store_true", help="tiny random model instead of SmolLM2-135M")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--batch", type=int, default=8, help="env instances = episodes per collect")
+    ap.add_argument("--new-tokens", type=int, default=64, help="max_new_tokens per utterance")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--values", default="state", choices=["state", "token", "none"],
+                    help="critic values the collector records (MARFT-A: state, MARFT-T: token)")
+    ap.add_argument("--horizon", type=int, default=1,
+                    help="rounds per episode; 1 keeps every generate call at the full batch")
+    ap.add_argument("--stop", default="none", choices=["none", "eos"],
+                    help="none: every utterance runs to --new-tokens (identical work on both sides); "
+                         "eos: stop at eos as in training (the collector drops finished rows, the "
+                         "reference decodes every row for as many steps as the collector's longest)")
+    ap.add_argument("--level", type=int, default=1, help="Arithmetic level")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads; 0 = auto: torch's default, or 1 when the machine is already busy")
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    torch.manual_seed(0)
+
+    model, raw, tok, name = load_models(args.tiny, args.dtype)
+    envs = [marft_envs.make(ENV_ID, level=args.level, profile="dual", horizon=args.horizon)
+            for _ in range(args.batch)]
+    policy = MultiAgentPolicy(model, tok, list(envs[0].possible_agents), lora=LoraSpec(), critic=CriticConfig())
+    sampling = SamplingConfig(max_new_tokens=args.new_tokens, temperature=args.temperature, top_p=args.top_p,
+                              do_sample=True, stop_token_ids=() if args.stop == "none" else None)
+    rec = Recorder(policy, replay=lambda call: raw_generate(raw, tok, call, sampling))
+    collector = RolloutCollector(envs, policy, sampling, values=None if args.values == "none" else args.values, seed=0)
+
+    print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
+          f"values {args.values}  stop {args.stop}  horizon {args.horizon}  "
+          f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
+    # Warm-up: one collect with its replays (first-call allocations, grader worker start-up).
+    collector.collect(args.batch)
+
+    rows = []
+    for rep in range(args.repeats):
+        rec.reset()
+        start = now()
+        rollout = collector.collect(args.batch)
+        end = now()
+        # The collector's time is the collect() call minus the reference replays run inside it.
+        coll = [end[0] - start[0] - rec.raw[0], end[1] - start[1] - rec.raw[1]]
+        tokens = rollout.num_tokens
+        if tokens != sum(len(r) for _, rs in rec.calls for r in rs):
+            raise RuntimeError("the rollout's tokens are not those of the recorded generate calls")
+        rows.append((tokens / coll[0], tokens / rec.raw[0], rec.raw[0] / coll[0], rec.raw[1] / coll[1],
+                     rec.raw[0] / (coll[0] - rec.values[0])))
+        shapes = " ".join(f"{len(p)}x{max(len(r) for r in rs)}" for p, rs in rec.calls)
+        print(f"  repeat {rep}: {tokens} tokens in calls [{shapes}] (rows x steps)  "
+              f"collector {coll[0]:.2f}s = generate {rec.gen[0]:.2f} + values {rec.values[0]:.2f} + "
+              f"rest {coll[0] - rec.gen[0] - rec.values[0]:.2f}  |  raw {rec.raw[0]:.2f}s  "
+              f"ratio {rec.raw[0] / coll[0]:.3f} (cpu-time ratio {rec.raw[1] / coll[1]:.3f})  [{load_avg()}]",
+              flush=True)
+    coll_tps = statistics.median(r[0] for r in rows)
+    raw_tps = statistics.median(r[1] for r in rows)
+    ratio = statistics.median(r[2] for r in rows)
+    cpu_ratio = statistics.median(r[3] for r in rows)
+    no_values = statistics.median(r[4] for r in rows)
+    verdict = "PASS" if ratio >= TARGET else "MISS"
+    print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
+          f"collector {coll_tps:.1f} tok/s  raw generate {raw_tps:.1f} tok/s  ratio {ratio:.3f} "
+          f"(target >= {TARGET}: {verdict}; cpu-time ratio {cpu_ratio:.3f}; without the critic's value pass "
+          f"{no_values:.3f})  median of {args.repeats}  [{load_avg()}]")
+
+
+if __name__ == "__main__":
+    main()

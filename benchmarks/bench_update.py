@@ -1,0 +1,279 @@
+"""PPO-update tokens/s of the learners vs a bare forward+backward of the same batches.
+
+A rollout is collected once (``marft/Arithmetic-v0``, profile ``dual``, ``--batch`` episodes of
+one round, so ``2 * batch`` decisions) with both kinds of critic values recorded. Then, per
+learner (MARFT-A = ``mappo_action``, MARFT-T = ``mappo_token``):
+
+* **update**: ``learner.update(rollout)`` timed end to end: sample building, advantage
+  whitening, every critic and policy micro-batch (forward + loss + backward), gradient clipping
+  and the optimizer steps;
+* **bare**: every forward pass the update made (recorded by wrapping the policy's
+  ``token_logprobs`` / ``state_values`` / ``token_values`` on the instance) is replayed in the
+  same order, with the same sequences, micro-batches, padding, adapter and dtype, through the
+  same peft model, as a forward + a minimal loss + backward: token cross-entropy of the response
+  tokens for policy passes (full LM with ``logits_to_keep``, as the policy computes them), and a
+  squared value from the value head on the decoder's last hidden states for critic passes
+  (no LM head, as the policy's critic). No optimizer, no PPO maths.
+
+Both sides are credited with the same tokens: prompt + response tokens of every policy and
+``token_values`` pass, prompt tokens of every ``state_values`` pass. The ratio is thus a ratio
+of times for equal forward/backward work. Each repeat times one update and then its replay;
+a warm-up update on a one-episode slice of the rollout (and its replay) comes first. Medians
+over repeats are printed, with the same ratio in process CPU time (steadier when other
+processes share the machine).
+
+Usage::
+
+    python benchmarks/bench_update.py                         # SmolLM2-135M, float32
+    python benchmarks/bench_update.py --dtype bfloat16 --batch 8 --new-tokens 64
+    python benchmarks/bench_update.py --tiny                  # tiny random model, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import marft_envs  # noqa: E402
+from marft_agents.config import load_config  # noqa: E402
+from marft_agents.generation import left_pad, pack, position_ids  # noqa: E402
+from marft_agents.learners import make_learner  # noqa: E402
+from marft_agents.models import ModelConfig, load_model_and_tokenizer, tiny_model_and_tokenizer  # noqa: E402
+from marft_agents.policy import MultiAgentPolicy  # noqa: E402
+from marft_agents.rollout import Rollout, RolloutCollector  # noqa: E402
+
+ENV_ID = "marft/Arithmetic-v0"
+TARGET = 0.8
+LEARNERS = {"A": "mappo_action", "T": "mappo_token"}
+
+
+def load_avg() -> str:
+    return "load %.2f %.2f %.2f" % os.getloadavg()
+
+
+def set_threads(requested: int) -> None:
+    """``requested`` torch threads; 0 = torch's default, or 1 when the machine is already busy
+    (see ``benchmarks/bench_rollout.py``: oversubscribed OpenMP threads are ~40x slower here)."""
+    if requested == 0:
+        cores = os.cpu_count() or 1
+        requested = 1 if os.getloadavg()[0] >= cores else torch.get_num_threads()
+    torch.set_num_threads(requested)
+
+
+@dataclass
+class Call:
+    """One forward pass a learner asked the policy for."""
+
+    kind: str
+    """``token_logprobs``, ``state_values`` or ``token_values``."""
+    adapter: str
+    prompts: list[list[int]]
+    responses: list[list[int]] | None
+    grad: bool
+
+    @property
+    def tokens(self) -> int:
+        n = sum(len(p) for p in self.prompts)
+        return n + (sum(len(r) for r in self.responses) if self.responses is not None else 0)
+
+
+@dataclass
+class Recorder:
+    """Records every forward pass the learner requests from ``policy`` (wrapped on the instance)."""
+
+    policy: Any
+    calls: list[Call] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        p = self.policy
+        token_logprobs, state_values, token_values = p.token_logprobs, p.state_values, p.token_values
+
+        def rec_logprobs(adapter, prompt_ids, response_ids, *args, **kwargs):
+            self.calls.append(Call("token_logprobs", adapter, list(prompt_ids), list(response_ids),
+                                   torch.is_grad_enabled()))
+            return token_logprobs(adapter, prompt_ids, response_ids, *args, **kwargs)
+
+        def rec_state(prompt_ids, *args, **kwargs):
+            self.calls.append(Call("state_values", p.critic_for(kwargs.get("agent_id")), list(prompt_ids), None,
+                                   torch.is_grad_enabled()))
+            return state_values(prompt_ids, *args, **kwargs)
+
+        def rec_token_values(prompt_ids, response_ids, *args, **kwargs):
+            self.calls.append(Call("token_values", p.critic_for(kwargs.get("agent_id")), list(prompt_ids),
+                                   list(response_ids), torch.is_grad_enabled()))
+            return token_values(prompt_ids, response_ids, *args, **kwargs)
+
+        p.token_logprobs, p.state_values, p.token_values = rec_logprobs, rec_state, rec_token_values
+
+    def take(self) -> list[Call]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def bare_pass(policy: Any, call: Call) -> None:
+    """Forward + minimal loss + backward of one recorded pass, through the same peft model."""
+    pad, device = policy.tokenizer.pad_token_id, policy.device
+    active = policy.model.active_adapter
+    policy.model.set_adapter(call.adapter)
+    policy.set_trainable(None, critic=True)  # peft's set_adapter changes requires_grad flags
+    with torch.set_grad_enabled(call.grad):
+        if call.kind == "token_logprobs":
+            batch = pack(call.prompts, call.responses, pad, device)
+            width = batch.response_ids.shape[1]
+            logits = policy.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                               position_ids=batch.position_ids, use_cache=False,
+                               logits_to_keep=width + 1).logits[:, :width]  # [B, T, V]
+            nll = F.cross_entropy(logits.float().flatten(0, 1), batch.response_ids.flatten(),
+                                  reduction="none").view_as(batch.response_mask)  # [B, T]
+            loss = nll[batch.response_mask].mean()
+        else:
+            head = policy.value_heads[call.adapter]
+            if call.kind == "state_values":
+                ids, mask = left_pad(call.prompts, pad, device)  # [B, P]
+                hidden = policy.lm.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
+                                                 use_cache=False).last_hidden_state  # [B, P, H]
+                loss = head(hidden[:, -1]).pow(2).mean()
+            else:
+                batch = pack(call.prompts, call.responses, pad, device)
+                hidden = policy.lm.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                                 position_ids=batch.position_ids,
+                                                 use_cache=False).last_hidden_state  # [B, P+T, H]
+                start, width = batch.prompt_width - 1, batch.response_ids.shape[1]
+                values = head(hidden[:, start:start + width])  # [B, T]
+                loss = values[batch.response_mask].pow(2).mean()
+        if call.grad:
+            loss.backward()
+    for param in policy.adapter_parameters(call.adapter):
+        param.grad = None
+    policy.model.set_adapter(active)  # leave the policy's adapter bookkeeping as it was
+    policy.set_trainable(None, critic=True)
+
+
+def now() -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds)."""
+    return time.perf_counter(), time.process_time()
+
+
+def since(start: tuple[float, float]) -> tuple[float, float]:
+    end = now()
+    return end[0] - start[0], end[1] - start[1]
+
+
+def replay(policy: Any, calls: list[Call]) -> tuple[float, float]:
+    """(wall, cpu) seconds of the bare passes of ``calls``."""
+    start = now()
+    for call in calls:
+        bare_pass(policy, call)
+    return since(start)
+
+
+def sub_rollout(rollout: Rollout, episodes: int) -> Rollout:
+    """The first ``episodes`` episodes of ``rollout`` (decision indices renumbered)."""
+    out = Rollout()
+    for ep in rollout.episodes[:episodes]:
+        new = dataclasses.replace(ep, decisions=[])
+        for i in ep.decisions:
+            new.decisions.append(len(out.decisions))
+            out.decisions.append(rollout.decisions[i])
+        out.episodes.append(new)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tiny", action="store_true", help="tiny random model instead of SmolLM2-135M")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--batch", type=int, default=4, help="episodes in the rollout (2 decisions each)")
+    ap.add_argument("--new-tokens", type=int, default=32, help="max_new_tokens of the rollout")
+    ap.add_argument("--minibatch", type=int, default=8, help="schedule.minibatch_size (decisions per step)")
+    ap.add_argument("--micro-batch", type=int, default=0, help="schedule.micro_batch_size; 0 = minibatch")
+    ap.add_argument("--learners", default="AT", help="which to run: A (MARFT-A), T (MARFT-T) or AT")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads; 0 = auto: torch's default, or 1 when the machine is already busy")
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    torch.manual_seed(0)
+
+    if args.tiny:
+        model, tok = tiny_model_and_tokenizer(seed=0, dtype=args.dtype)
+        name = "tiny-random-llama"
+    else:
+        model, tok = load_model_and_tokenizer(ModelConfig(dtype=args.dtype))
+        name = ModelConfig().name_or_path
+    env_kwargs = {"level": 1, "profile": "dual", "horizon": 1}
+    cfg = load_config({
+        "algorithm": "mappo_action",
+        "env": {"id": ENV_ID, "kwargs": env_kwargs, "num_envs": args.batch},
+        "model": {"dtype": args.dtype},
+        "sampling": {"max_new_tokens": args.new_tokens, "temperature": 1.0},
+        "schedule": {"minibatch_size": args.minibatch, "micro_batch_size": args.micro_batch or None},
+    })
+    envs = [marft_envs.make(ENV_ID, **env_kwargs) for _ in range(args.batch)]
+    agents = list(envs[0].possible_agents)
+    policy = MultiAgentPolicy(model, tok, agents, lora=cfg.lora, critic=cfg.critic)
+    print(f"model {name}  dtype {args.dtype}  rollout {args.batch} episodes x {len(agents)} agents, "
+          f"new tokens {args.new_tokens}  minibatch {args.minibatch}  "
+          f"micro-batch {args.micro_batch or args.minibatch}  "
+          f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
+
+    # One rollout with per-token values (MARFT-T); MARFT-A's state values are added to it.
+    t = time.perf_counter()
+    rollout = RolloutCollector(envs, policy, cfg.sampling, values="token", seed=0).collect(args.batch)
+    with torch.no_grad():
+        for d, v in zip(rollout.decisions, policy.state_values([d.prompt_ids for d in rollout.decisions])):
+            d.value = float(v)
+    n_prompt = sum(len(d.prompt_ids) for d in rollout.decisions)
+    print(f"rollout: {len(rollout.decisions)} decisions, {n_prompt} prompt + {rollout.num_tokens} response tokens "
+          f"(collected in {time.perf_counter() - t:.1f}s)", flush=True)
+
+    rec = Recorder(policy)
+    warm = sub_rollout(rollout, 1)
+    summary = []
+    for key in args.learners:
+        learner = make_learner(LEARNERS[key], policy, cfg, agents)
+        learner.update(warm, 0)
+        replay(policy, rec.take())
+        rows = []
+        for rep in range(args.repeats):
+            start = now()
+            metrics = learner.update(rollout, rep + 1)
+            (update_s, update_cpu) = since(start)
+            calls = rec.take()
+            tokens = sum(c.tokens for c in calls)
+            bare_s, bare_cpu = replay(policy, calls)
+            rec.take()
+            rows.append((tokens / update_s, tokens / bare_s, bare_s / update_s, bare_cpu / update_cpu))
+            kinds = ", ".join(f"{sum(c.kind == k for c in calls)} {k}" for k in
+                              ("token_logprobs", "state_values", "token_values") if any(c.kind == k for c in calls))
+            print(f"  MARFT-{key} repeat {rep}: {tokens} tokens in {len(calls)} passes ({kinds})  "
+                  f"update {update_s:.2f}s  bare {bare_s:.2f}s  ratio {bare_s / update_s:.3f} "
+                  f"(cpu-time ratio {bare_cpu / update_cpu:.3f})  "
+                  f"skipped steps {metrics.get('guard/skipped_steps', 0):.0f}  [{load_avg()}]", flush=True)
+        upd = statistics.median(r[0] for r in rows)
+        bare = statistics.median(r[1] for r in rows)
+        ratio = statistics.median(r[2] for r in rows)
+        cpu_ratio = statistics.median(r[3] for r in rows)
+        summary.append(f"MARFT-{key} ({LEARNERS[key]}): update {upd:.1f} tok/s  bare fwd+bwd {bare:.1f} tok/s  "
+                       f"ratio {ratio:.3f} (target >= {TARGET}: {'PASS' if ratio >= TARGET else 'MISS'}; "
+                       f"cpu-time ratio {cpu_ratio:.3f})")
+    print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
+          f"median of {args.repeats}  [{load_avg()}]")
+    for line in summary:
+        print("  " + line)
+
+
+if __name__ == "__main__":
+    main()
