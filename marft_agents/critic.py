@@ -54,4 +54,6 @@ class ValueHead(nn.Module):
             self.linear.bias.fill_(bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.linear(hidden.float()).squeeze(-1)
+        # contiguous: callers pass slices, and torch's linear is very slow on strided inputs
+        # when the weight is frozen (see MultiAgentPolicy.__init__)
+        return self.linear(hidden.float().contiguous()).squeeze(-1)
