@@ -2,8 +2,9 @@
 
 Each configuration runs in a fresh subprocess that loads the model, builds the
 ``MultiAgentPolicy`` (one LoRA adapter per agent + the critic), generates one batch (requests
-dealt round-robin to the agents) and runs one training forward/backward (policy log-probs of
-every agent's adapter + critic values). The parent prints each child's peak RSS
+dealt round-robin to the agents) and runs one training forward/backward over it (policy
+log-probs under each response's agent adapter + critic values, in micro-batches of the same
+size in both runs). The parent prints each child's peak RSS
 (``ru_maxrss``) and the N-agent / 1-agent ratio: with one shared base it should stay close to
 1 (target <= 1.15x), where N full model copies would cost ~N x.
 
@@ -47,14 +48,17 @@ def child(args: argparse.Namespace) -> None:
     gens = policy.generate(reqs, SamplingConfig(max_new_tokens=args.new_tokens))
     mark("after generate")
     policy.train()
-    loss = torch.zeros(())
+    # Same micro-batches (of --micro-batch rows, each from one agent) in both runs, so the
+    # activation peak is equal and the difference is what the extra adapters cost.
     for agent in agents:
         mine = [g for g in gens if g.agent_id == agent]
-        stats = policy.token_logprobs(policy.adapter_for(agent), [g.prompt_ids for g in mine],
-                                      [g.response_ids for g in mine])
-        loss = loss - stats.logprobs.sum() - 0.01 * stats.entropy.sum()
-    values = policy.token_values([g.prompt_ids for g in gens], [g.response_ids for g in gens])
-    (loss + values.pow(2).sum()).backward()
+        for start in range(0, len(mine), args.micro_batch):
+            part = mine[start:start + args.micro_batch]
+            prompts_, responses = [g.prompt_ids for g in part], [g.response_ids for g in part]
+            stats = policy.token_logprobs(policy.adapter_for(agent), prompts_, responses)
+            values = policy.token_values(prompts_, responses)
+            loss = -stats.logprobs.sum() - 0.01 * stats.entropy.sum() + values.pow(2).sum()
+            loss.backward()
     mark("after forward/backward")
     n_adapter = sum(p.numel() for n in policy.adapter_names for p in policy.adapter_parameters(n))
     print(json.dumps({"rss_mib": rss, "adapter_params": n_adapter,
@@ -64,7 +68,8 @@ def child(args: argparse.Namespace) -> None:
 def run_child(n: int, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--n", str(n),
            "--model", args.model, "--dtype", args.dtype, "--batch", str(args.batch),
-           "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)]
+           "--new-tokens", str(args.new_tokens), "--threads", str(args.threads),
+           "--micro-batch", str(args.micro_batch)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -76,6 +81,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=4, help="N of the N-agent run")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--micro-batch", type=int, default=2, help="rows per training pass")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
@@ -84,7 +90,8 @@ def main() -> None:
         child(args)
         return
     print(f"model={args.model} dtype={args.dtype} batch={args.batch} "
-          f"new_tokens={args.new_tokens} (each run in a fresh process)")
+          f"new_tokens={args.new_tokens} micro_batch={args.micro_batch} "
+          f"(each run in a fresh process)")
     results = {n: run_child(n, args) for n in (1, args.agents)}
     for n, res in results.items():
         stages = ", ".join(f"{k} {v:.0f}" for k, v in res["rss_mib"].items())
