@@ -294,3 +294,24 @@ class BaseLearner:
             self.optimizers[name].load_state_dict(opt_state)
         self.rng.bit_generator.state = state["rng"]
         self.skipped_steps = int(state.get("skipped_steps", 0))
+
+
+def add_regularisers(learner: "BaseLearner", pg_loss: torch.Tensor, pg_stats: dict[str, torch.Tensor],
+                     logprobs: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor,
+                     samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Policy loss + entropy bonus + optional KL to the reference, with the standard metrics.
+
+    Shared by the action- and token-level learners: ``logprobs``/``entropy``/``mask`` are the
+    per-token ``[B, T]`` tensors of the update's forward pass.
+    """
+    ppo = learner.ppo
+    mean_entropy = pm.masked_mean(entropy.float(), mask)
+    loss = pg_loss - ppo.entropy_coef * mean_entropy
+    out = {"losses/policy_loss": pg_loss.detach(), "losses/entropy": mean_entropy.detach(),
+           "losses/approx_kl": pg_stats["approx_kl"], "losses/clipfrac": pg_stats["clipfrac"]}
+    if ppo.kl_coef > 0:
+        ref = pad_stack([s.ref_logprobs for s in samples], logprobs.shape[1]).to(mask.device)  # [B, T]
+        kl = pm.masked_mean(pm.kl_to_reference(logprobs.float(), ref), mask)
+        loss = loss + ppo.kl_coef * kl
+        out["losses/kl_ref"] = kl.detach()
+    return loss, out

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from marft_agents import ppo_math as pm
-from marft_agents.learners.base import BaseLearner, Sample, pad_stack, response_mask
+from marft_agents.learners.base import BaseLearner, Sample, add_regularisers, pad_stack, response_mask
 from marft_agents.learners.credit import assign_credit
 from marft_agents.rollout import Rollout
 
@@ -76,16 +76,7 @@ class ActionLevelMAPPO(BaseLearner):
         advantages = torch.stack([s.advantages for s in samples]).to(new_seq.device)  # [B]
         pg_loss, pg_stats = pm.policy_loss(new_seq, old_seq, advantages, None,
                                            self.ppo.clip_eps, self.ppo.clip_eps_high)
-        entropy = pm.masked_mean(stats.entropy.float(), mask)
-        loss = pg_loss - self.ppo.entropy_coef * entropy
-        out = {"losses/policy_loss": pg_loss.detach(), "losses/entropy": entropy.detach(),
-               "losses/approx_kl": pg_stats["approx_kl"], "losses/clipfrac": pg_stats["clipfrac"]}
-        if self.ppo.kl_coef > 0:
-            ref = pad_stack([s.ref_logprobs for s in samples], length).to(mask.device)  # [B, T]
-            kl = pm.masked_mean(pm.kl_to_reference(stats.logprobs.float(), ref), mask)
-            loss = loss + self.ppo.kl_coef * kl
-            out["losses/kl_ref"] = kl.detach()
-        return loss, out
+        return add_regularisers(self, pg_loss, pg_stats, stats.logprobs.float(), stats.entropy, mask, samples)
 
     def critic_loss(self, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         # All samples of a micro-batch share one critic adapter: any of their agent ids selects it.
