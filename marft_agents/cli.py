@@ -33,7 +33,13 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def _eval_dict(result) -> dict[str, Any]:
-    return {"accuracy": result.accuracy, "stderr": result.stderr, "n": result.n, "mean_reward": result.mean_reward}
+    return {"accuracy": result.accuracy, "stderr": result.stderr, "n": result.n, "distinct": result.distinct,
+            "mean_reward": result.mean_reward}
+
+
+def _describe(result) -> str:
+    repeats = f", {result.distinct} distinct" if result.distinct and result.distinct < result.n else ""
+    return f"accuracy {result.accuracy:.3f} +- {result.stderr:.3f} (n={result.n}{repeats})"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -66,7 +72,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         logger.log(0, {"eval/accuracy": result.accuracy, "eval/stderr": result.stderr, "eval/n": result.n,
                        "eval/mean_reward": result.mean_reward})
         summary_path.write_text(json.dumps(summary, indent=2))  # survives a crash mid-training
-        print(f"eval before training: accuracy {result.accuracy:.3f} +- {result.stderr:.3f} (n={result.n})")
+        print(f"eval before training: {_describe(result)}")
     bar = tqdm(total=cfg.schedule.num_updates, initial=trainer.counters["update"], desc="updates",
                disable=args.quiet, dynamic_ncols=True)
     for metrics in trainer.run():
@@ -79,7 +85,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     final = trainer.final_eval or (trainer.evaluate() if cfg.eval.at_end else None)
     if final is not None:
         summary["eval_after"] = _eval_dict(final)
-        print(f"eval after {trainer.counters['update']} updates: accuracy {final.accuracy:.3f} +- {final.stderr:.3f} (n={final.n})")
+        print(f"eval after {trainer.counters['update']} updates: {_describe(final)}")
     summary.update({"counters": trainer.counters, "config": str(args.config),
                     "wall_clock_s_this_call": round(time.perf_counter() - started, 1),
                     "last_checkpoint": str(trainer.last_checkpoint) if trainer.last_checkpoint else None})
@@ -126,7 +132,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                           sampling=cfg.sampling, num_envs=cfg.eval.num_envs)
         name = "greedy" if greedy else "sampled"
         report[name] = _eval_dict(result)
-        print(f"{name:>7}: accuracy {result.accuracy:.3f} +- {result.stderr:.3f} (n={result.n}, mean reward {result.mean_reward:.3f})")
+        print(f"{name:>7}: {_describe(result)}, mean reward {result.mean_reward:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0

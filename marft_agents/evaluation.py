@@ -32,9 +32,14 @@ class EvalResult:
     accuracy: float
     """Share of problems solved."""
     stderr: float
-    """Binomial standard error of ``accuracy``: sqrt(p (1 - p) / n)."""
+    """Standard error of ``accuracy``, clustered by problem statement: sqrt(sum_g (sum_{i in g}
+    (y_i - p))^2) / n over the groups g of identical prompts. With all prompts distinct it is the
+    binomial sqrt(p (1 - p) / n); a small task space (Arithmetic level 1 has ~42 distinct test
+    problems) repeats prompts, whose outcomes are correlated, and the error grows accordingly."""
     n: int
-    """Number of problems."""
+    """Number of problems played."""
+    distinct: int = 0
+    """Number of distinct problem statements among them."""
     mean_reward: float = 0.0
     """Mean team return per episode."""
     per_task: list[dict[str, Any]] = field(default_factory=list)
@@ -53,6 +58,16 @@ def problem_indices(num_tasks: int, n_problems: int, seed: int) -> list[int]:
             chosen[int(rng.integers(num_tasks))] = None
         return list(chosen)
     return [int(i) for i in rng.permutation(num_tasks)[:n]]
+
+
+def clustered_stderr(outcomes: list[float], groups: list[Any]) -> float:
+    """Standard error of the mean of ``outcomes`` with observations clustered by ``groups``."""
+    n = len(outcomes)
+    mean = sum(outcomes) / n
+    residual_sums: dict[Any, float] = {}
+    for y, g in zip(outcomes, groups):
+        residual_sums[g] = residual_sums.get(g, 0.0) + (y - mean)
+    return math.sqrt(sum(r * r for r in residual_sums.values())) / n
 
 
 def evaluate(
@@ -98,12 +113,14 @@ def evaluate(
         {"task_index": i, "task_id": ep.task_id, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds}
         for i, ep in zip(indices, rollout.episodes)
     ]
+    prompts = [tasks[i].prompt for i in indices]
     n = len(per_task)
     accuracy = sum(t["solved"] for t in per_task) / n
     return EvalResult(
         accuracy=accuracy,
-        stderr=math.sqrt(accuracy * (1.0 - accuracy) / n),
+        stderr=clustered_stderr([float(t["solved"]) for t in per_task], prompts),
         n=n,
+        distinct=len(set(prompts)),
         mean_reward=sum(t["reward"] for t in per_task) / n,
         per_task=per_task,
     )

@@ -2,8 +2,9 @@
 
 Every update's metrics (a flat ``{name: number}`` dict with names such as ``losses/policy_loss``
 or ``agent/actor_0/reward``) go to ``metrics.jsonl`` (one JSON object per line, the source of
-truth for plots and leaderboards), ``metrics.csv`` (columns fixed by the first row; later new keys
-are kept in the JSONL only) and, when TensorBoard is installed, ``tb/`` event files.
+truth for plots and leaderboards), ``metrics.csv`` (one column per key ever logged: when a row brings a
+new key, e.g. the first training update after a step-0 evaluation row, the CSV is rebuilt from the
+JSONL with the wider header, atomically) and, when TensorBoard is installed, ``tb/`` event files.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +43,28 @@ class MetricsLogger:
         row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
         with self.jsonl_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
-        if self._csv_fields is None:
-            self._csv_fields = list(row)
-            with self.csv_path.open("w", newline="") as handle:
-                csv.writer(handle).writerow(self._csv_fields)
-        with self.csv_path.open("a", newline="") as handle:
-            csv.writer(handle).writerow([row.get(k, "") for k in self._csv_fields])
+        if self._csv_fields is None or any(k not in self._csv_fields for k in row):
+            self._rebuild_csv()
+        else:
+            with self.csv_path.open("a", newline="") as handle:
+                csv.writer(handle).writerow([row.get(k, "") for k in self._csv_fields])
         if self._tb is not None:
             for key, value in row.items():
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
+
+    def _rebuild_csv(self) -> None:
+        """Rewrite the CSV from the JSONL with every key seen so far, in first-seen order."""
+        rows = read_metrics(self.jsonl_path)
+        fields = list(dict.fromkeys(key for row in rows for key in row))
+        fd, tmp = tempfile.mkstemp(dir=self.out_dir, suffix=".csv.tmp")
+        with os.fdopen(fd, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(fields)
+            writer.writerows([row.get(k, "") for k in fields] for row in rows)
+        os.replace(tmp, self.csv_path)
+        self._csv_fields = fields
 
     def close(self) -> None:
         if self._tb is not None:
