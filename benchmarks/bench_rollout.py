@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> None:
                          "eos: stop at eos as in training (the collector drops finished rows, the "
                          "reference decodes every row for as many steps as the collector's longest)")
     ap.add_argument("--level", type=int, default=1, help="Arithmetic level")
+    ap.add_argument("--recompute-logprobs", action="store_true",
+                    help="score the sampled tokens again with the training forward pass, as the "
+                         "bfloat16 training configs do (inside policy.generate's time)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads; 0 = auto: torch's default, or 1 when the machine is already busy")
@@ -202,12 +205,14 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(args.batch)]
     policy = MultiAgentPolicy(model, tok, list(envs[0].possible_agents), lora=LoraSpec(), critic=CriticConfig())
     sampling = SamplingConfig(max_new_tokens=args.new_tokens, temperature=args.temperature, top_p=args.top_p,
-                              do_sample=True, stop_token_ids=() if args.stop == "none" else None)
+                              do_sample=True, stop_token_ids=() if args.stop == "none" else None,
+                              recompute_logprobs=args.recompute_logprobs)
     rec = Recorder(policy, replay=lambda call: raw_generate(raw, tok, call, sampling))
     collector = RolloutCollector(envs, policy, sampling, values=None if args.values == "none" else args.values, seed=0)
 
     print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
           f"values {args.values}  stop {args.stop}  horizon {args.horizon}  "
+          f"recompute {args.recompute_logprobs}  "
           f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
     # Warm-up: one collect with its replays (first-call allocations, grader worker start-up).
     collector.collect(args.batch)

@@ -90,17 +90,10 @@ class CodeEnv(TextTaskEnv):
                 return agent, outputs[agent]
         return graded, outputs[graded]
 
-    def compose_observation(self, agent: str) -> str:
-        # As the base class, except that an earlier attempt quotes the code that ran (the
-        # coder's when the reviewer approved), not the approving "APPROVE".
-        problem = self.task.answer
-        return self.template.render(
-            task=self.task,
-            history=self.history,
-            parents=[(p, self.profile.role_of(p).name, self.round_outputs[p])
-                     for p in self.graph.parents(agent) if p in self.round_outputs],
-            graded_agent=lambda outputs: self._code_source(outputs, problem)[0],
-        )
+    def quoted_output_agent(self, outputs: dict[str, str]) -> str | None:
+        # Earlier attempts quote the code that ran (the coder's when the reviewer approved),
+        # not the approving "APPROVE".
+        return self._code_source(outputs, self.task.answer)[0]
 
     def grade_round(self, task: Task, outputs: dict[str, str], round_index: int) -> RoundOutcome:
         problem = task.answer

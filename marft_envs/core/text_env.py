@@ -114,8 +114,16 @@ class TextTaskEnv(AECEnv):
             # Parents that have not acted yet (observing out of turn) are simply not shown.
             parents=[(p, self.profile.role_of(p).name, self.round_outputs[p])
                      for p in self.graph.parents(agent) if p in self.round_outputs],
-            graded_agent=self.graded_output_agent,
+            graded_agent=self.quoted_output_agent,
         )
+
+    def quoted_output_agent(self, outputs: dict[str, str]) -> str | None:
+        """Whose utterance an earlier round's history quotes as the team's attempt.
+
+        Default: the graded agent's (:meth:`graded_output_agent`). Override when the graded
+        utterance is not the attempt itself, e.g. a reviewer's "APPROVE" of a coder's program.
+        """
+        return self.graded_output_agent(outputs)
 
     # -- helpers for subclasses --------------------------------------------------------------------
     def graded_output_agent(self, outputs: dict[str, str]) -> str | None:
