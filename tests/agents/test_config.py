@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
+import marft_envs
 from marft_agents import config as C
 
 
@@ -97,3 +99,12 @@ def test_time_budget_must_be_positive():
     assert load_config({"schedule": {"time_budget_s": 60}}).schedule.time_budget_s == 60
     with pytest.raises(ConfigError, match="time_budget_s"):
         load_config({"schedule": {"time_budget_s": 0}})
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "baselines" / "configs").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_shipped_config_loads_and_validates(path):
+    cfg = C.load_config(path)
+    assert cfg.env.id in marft_envs.list_envs()
+    if cfg.model.dtype != "float32" and cfg.algorithm != "eval_only":
+        assert cfg.sampling.recompute_logprobs  # see Trainer: PPO ratios must start at 1
