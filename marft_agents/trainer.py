@@ -168,6 +168,10 @@ class Trainer:
         """Run the remaining updates, yielding each update's metrics."""
         s = self.cfg.schedule
         while self.counters["update"] < s.num_updates:
+            if s.time_budget_s is not None and self.counters.get("train_seconds", 0.0) >= s.time_budget_s:
+                # Resuming a run that already spent its budget adds no update.
+                log.info("time budget of %ss already used; no update to run", s.time_budget_s)
+                break
             update = self.counters["update"]
             t0 = time.perf_counter()
             rollout = self.collector.collect(s.episodes_per_update)

@@ -54,3 +54,6 @@ def test_time_budget_stops_early_and_saves(tmp_path):
     assert result.counters["train_seconds"] >= 1.0
     # The stop counts as the last update: a checkpoint is written for it.
     assert list_checkpoints(cfg.output_dir)[-1].name == f"update_{result.counters['update']:06d}"
+    # Resuming a run whose budget is spent runs no further update.
+    again = train(cfg, resume=True, model_and_tokenizer=_tiny())
+    assert again.history == [] and again.counters["update"] == result.counters["update"]
