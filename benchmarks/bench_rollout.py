@@ -193,6 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--recompute-logprobs", action="store_true",
                     help="score the sampled tokens again with the training forward pass, as the "
                          "bfloat16 training configs do (inside policy.generate's time)")
+    ap.add_argument("--no-share-prefix", action="store_true",
+                    help="sampling.share_prefix=False: every row runs its whole prompt, the system "
+                         "turn included (as generate does)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads; 0 = auto: torch's default, or 1 when the machine is already busy")
@@ -206,13 +209,14 @@ def main(argv: list[str] | None = None) -> None:
     policy = MultiAgentPolicy(model, tok, list(envs[0].possible_agents), lora=LoraSpec(), critic=CriticConfig())
     sampling = SamplingConfig(max_new_tokens=args.new_tokens, temperature=args.temperature, top_p=args.top_p,
                               do_sample=True, stop_token_ids=() if args.stop == "none" else None,
-                              recompute_logprobs=args.recompute_logprobs)
+                              recompute_logprobs=args.recompute_logprobs,
+                              share_prefix=not args.no_share_prefix)
     rec = Recorder(policy, replay=lambda call: raw_generate(raw, tok, call, sampling))
     collector = RolloutCollector(envs, policy, sampling, values=None if args.values == "none" else args.values, seed=0)
 
     print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
           f"values {args.values}  stop {args.stop}  horizon {args.horizon}  "
-          f"recompute {args.recompute_logprobs}  "
+          f"recompute {args.recompute_logprobs}  share prefix {not args.no_share_prefix}  "
           f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
     # Warm-up: one collect with its replays (first-call allocations, grader worker start-up).
     collector.collect(args.batch)

@@ -13,7 +13,10 @@ learner (MARFT-A = ``mappo_action``, MARFT-T = ``mappo_token``):
   same peft model, as a forward + a minimal loss + backward: token cross-entropy of the response
   tokens for policy passes (full LM with ``logits_to_keep``, as the policy computes them), and a
   squared value from the value head on the decoder's last hidden states for critic passes
-  (no LM head, as the policy's critic). No optimizer, no PPO maths.
+  (no LM head, as the policy's critic). No optimizer, no PPO maths. Rows that share a prefix
+  (each agent's system turn, ``sampling.share_prefix``, the default) are replayed with the same
+  layout the policy uses: one batch-1 forward of the prefix whose KV cache every row reuses, so
+  both sides do the same arithmetic (``--no-share-prefix`` runs both without it).
 
 Both sides are credited with the same tokens: prompt + response tokens of every policy and
 ``token_values`` pass, prompt tokens of every ``state_values`` pass. The ratio is thus a ratio
@@ -48,7 +51,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import marft_envs  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
-from marft_agents.generation import left_pad, pack, position_ids  # noqa: E402
+from marft_agents.generation import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
 from marft_agents.learners import make_learner  # noqa: E402
 from marft_agents.models import ModelConfig, load_model_and_tokenizer, tiny_model_and_tokenizer  # noqa: E402
 from marft_agents.policy import MultiAgentPolicy  # noqa: E402
@@ -82,6 +85,8 @@ class Call:
     prompts: list[list[int]]
     responses: list[list[int]] | None
     grad: bool
+    prefix_lens: list[int] | None = None
+    """Each row's shared prefix, as the learner passed it."""
 
     @property
     def tokens(self) -> int:
@@ -102,17 +107,17 @@ class Recorder:
 
         def rec_logprobs(adapter, prompt_ids, response_ids, *args, **kwargs):
             self.calls.append(Call("token_logprobs", adapter, list(prompt_ids), list(response_ids),
-                                   torch.is_grad_enabled()))
+                                   torch.is_grad_enabled(), kwargs.get("prefix_lens")))
             return token_logprobs(adapter, prompt_ids, response_ids, *args, **kwargs)
 
         def rec_state(prompt_ids, *args, **kwargs):
             self.calls.append(Call("state_values", p.critic_for(kwargs.get("agent_id")), list(prompt_ids), None,
-                                   torch.is_grad_enabled()))
+                                   torch.is_grad_enabled(), kwargs.get("prefix_lens")))
             return state_values(prompt_ids, *args, **kwargs)
 
         def rec_token_values(prompt_ids, response_ids, *args, **kwargs):
             self.calls.append(Call("token_values", p.critic_for(kwargs.get("agent_id")), list(prompt_ids),
-                                   list(response_ids), torch.is_grad_enabled()))
+                                   list(response_ids), torch.is_grad_enabled(), kwargs.get("prefix_lens")))
             return token_values(prompt_ids, response_ids, *args, **kwargs)
 
         p.token_logprobs, p.state_values, p.token_values = rec_logprobs, rec_state, rec_token_values
@@ -122,37 +127,46 @@ class Recorder:
         return calls
 
 
+def bare_loss(policy: Any, call: Call, rows: list[int], prefix_len: int) -> torch.Tensor:
+    """Forward + minimal loss of the rows of one recorded pass that share one prefix."""
+    pad, device = policy.tokenizer.pad_token_id, policy.device
+    prompts = [call.prompts[r] for r in rows]
+    decoder = policy.lm.get_decoder()
+    if call.kind == "token_logprobs":
+        batch = pack(prompts, [call.responses[r] for r in rows], pad, device, prefix_len)
+        width = batch.response_ids.shape[1]
+        cache = prefix_cache(policy.lm, batch.prefix_ids, len(rows), device) if prefix_len else None
+        logits = policy.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                           position_ids=batch.position_ids, past_key_values=cache, use_cache=cache is not None,
+                           logits_to_keep=width + 1).logits[:, :width]  # [B, T, V]
+        nll = F.cross_entropy(logits.float().flatten(0, 1), batch.response_ids.flatten(),
+                              reduction="none").view_as(batch.response_mask)  # [B, T]
+        return nll[batch.response_mask].mean()
+    head = policy.value_heads[call.adapter]
+    cache = prefix_cache(decoder, prompts[0][:prefix_len], len(rows), device) if prefix_len else None
+    if call.kind == "state_values":
+        ids, mask = left_pad([q[prefix_len:] for q in prompts], pad, device)  # [B, P]
+        mask, pos = after_prefix(mask, prefix_len)  # [B, s + P], [B, P]
+        hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                         use_cache=cache is not None).last_hidden_state  # [B, P, H]
+        return head(hidden[:, -1]).pow(2).mean()
+    batch = pack(prompts, [call.responses[r] for r in rows], pad, device, prefix_len)
+    hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                     position_ids=batch.position_ids, past_key_values=cache,
+                     use_cache=cache is not None).last_hidden_state  # [B, P+T, H]
+    start, width = batch.prompt_width - 1, batch.response_ids.shape[1]
+    values = head(hidden[:, start:start + width])  # [B, T]
+    return values[batch.response_mask].pow(2).mean()
+
+
 def bare_pass(policy: Any, call: Call) -> None:
     """Forward + minimal loss + backward of one recorded pass, through the same peft model."""
-    pad, device = policy.tokenizer.pad_token_id, policy.device
     active = policy.model.active_adapter
     policy.model.set_adapter(call.adapter)
     policy.set_trainable(None, critic=True)  # peft's set_adapter changes requires_grad flags
     with torch.set_grad_enabled(call.grad):
-        if call.kind == "token_logprobs":
-            batch = pack(call.prompts, call.responses, pad, device)
-            width = batch.response_ids.shape[1]
-            logits = policy.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                               position_ids=batch.position_ids, use_cache=False,
-                               logits_to_keep=width + 1).logits[:, :width]  # [B, T, V]
-            nll = F.cross_entropy(logits.float().flatten(0, 1), batch.response_ids.flatten(),
-                                  reduction="none").view_as(batch.response_mask)  # [B, T]
-            loss = nll[batch.response_mask].mean()
-        else:
-            head = policy.value_heads[call.adapter]
-            if call.kind == "state_values":
-                ids, mask = left_pad(call.prompts, pad, device)  # [B, P]
-                hidden = policy.lm.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
-                                                 use_cache=False).last_hidden_state  # [B, P, H]
-                loss = head(hidden[:, -1]).pow(2).mean()
-            else:
-                batch = pack(call.prompts, call.responses, pad, device)
-                hidden = policy.lm.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                                 position_ids=batch.position_ids,
-                                                 use_cache=False).last_hidden_state  # [B, P+T, H]
-                start, width = batch.prompt_width - 1, batch.response_ids.shape[1]
-                values = head(hidden[:, start:start + width])  # [B, T]
-                loss = values[batch.response_mask].pow(2).mean()
+        loss = sum(bare_loss(policy, call, rows, prefix_len)
+                   for prefix_len, rows in policy._prefix_groups(call.prompts, call.prefix_lens))
         if call.grad:
             loss.backward()
     for param in policy.adapter_parameters(call.adapter):
@@ -200,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--minibatch", type=int, default=8, help="schedule.minibatch_size (decisions per step)")
     ap.add_argument("--micro-batch", type=int, default=0, help="schedule.micro_batch_size; 0 = minibatch")
     ap.add_argument("--learners", default="AT", help="which to run: A (MARFT-A), T (MARFT-T) or AT")
+    ap.add_argument("--no-share-prefix", action="store_true",
+                    help="sampling.share_prefix=False: every row runs its whole prompt (both sides)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads; 0 = auto: torch's default, or 1 when the machine is already busy")
@@ -218,7 +234,8 @@ def main(argv: list[str] | None = None) -> None:
         "algorithm": "mappo_action",
         "env": {"id": ENV_ID, "kwargs": env_kwargs, "num_envs": args.batch},
         "model": {"dtype": args.dtype},
-        "sampling": {"max_new_tokens": args.new_tokens, "temperature": 1.0},
+        "sampling": {"max_new_tokens": args.new_tokens, "temperature": 1.0,
+                     "share_prefix": not args.no_share_prefix},
         "schedule": {"minibatch_size": args.minibatch, "micro_batch_size": args.micro_batch or None},
     })
     envs = [marft_envs.make(ENV_ID, **env_kwargs) for _ in range(args.batch)]
@@ -226,14 +243,15 @@ def main(argv: list[str] | None = None) -> None:
     policy = MultiAgentPolicy(model, tok, agents, lora=cfg.lora, critic=cfg.critic)
     print(f"model {name}  dtype {args.dtype}  rollout {args.batch} episodes x {len(agents)} agents, "
           f"new tokens {args.new_tokens}  minibatch {args.minibatch}  "
-          f"micro-batch {args.micro_batch or args.minibatch}  "
+          f"micro-batch {args.micro_batch or args.minibatch}  share prefix {not args.no_share_prefix}  "
           f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
 
     # One rollout with per-token values (MARFT-T); MARFT-A's state values are added to it.
     t = time.perf_counter()
     rollout = RolloutCollector(envs, policy, cfg.sampling, values="token", seed=0).collect(args.batch)
     with torch.no_grad():
-        for d, v in zip(rollout.decisions, policy.state_values([d.prompt_ids for d in rollout.decisions])):
+        for d, v in zip(rollout.decisions, policy.state_values([d.prompt_ids for d in rollout.decisions],
+                                                               prefix_lens=[d.prefix_len for d in rollout.decisions])):
             d.value = float(v)
     n_prompt = sum(len(d.prompt_ids) for d in rollout.decisions)
     print(f"rollout: {len(rollout.decisions)} decisions, {n_prompt} prompt + {rollout.num_tokens} response tokens "

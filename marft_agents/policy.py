@@ -13,6 +13,10 @@ gradient checkpointing: its backward re-runs forward passes with whatever adapte
 Log-probs are defined once, by ``generation.scaled_logprobs`` (``log_softmax(logits.float() /
 temperature)``), and used both while sampling (``generate``) and in the training forward pass
 (``token_logprobs``), so PPO ratios start at 1 up to float rounding.
+
+Every method that runs prompts takes optional per-row ``prefix_lens`` (see
+``generation``'s "shared prefixes"): rows declaring the same prefix share one forward pass of it.
+A row must be scored with the ``prefix_len`` it was sampled with (``Generation.prefix_len``).
 """
 
 from __future__ import annotations
@@ -39,9 +43,11 @@ from marft_agents.generation import (
     Generation,
     PackedBatch,
     SamplingConfig,
+    after_prefix,
+    effective_prefix_len,
     left_pad,
     pack,
-    position_ids,
+    prefix_cache,
     sample_batch,
     scaled_logprobs,
 )
@@ -69,6 +75,20 @@ def _contiguous_input(module: nn.Module, args: tuple) -> tuple:
     if args and isinstance(args[0], torch.Tensor) and not args[0].is_contiguous():
         return (args[0].contiguous(), *args[1:])
     return args
+
+
+def _merge_rows(parts: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
+    """Per-group results ``[b_g]`` or ``[b_g, T_g]`` -> ``[B]`` or ``[B, max T_g]`` in the
+    original row order (right-padded with 0 / False); keeps the autograd graph."""
+    if len(parts) == 1:
+        return parts[0][1]
+    tensors = [t for _, t in parts]
+    if tensors[0].dim() > 1:
+        width = max(t.shape[1] for t in tensors)
+        tensors = [torch.cat([t, t.new_zeros(t.shape[0], width - t.shape[1])], dim=1)
+                   for t in tensors]
+    order = torch.tensor([row for rows, _ in parts for row in rows], device=tensors[0].device)
+    return torch.cat(tensors)[torch.argsort(order)]
 
 
 class MultiAgentPolicy(nn.Module):
@@ -134,6 +154,7 @@ class MultiAgentPolicy(nn.Module):
         # [16, 1, 576] x [576, 49152] product). A contiguous copy of the input avoids it.
         self.lm.get_output_embeddings().register_forward_pre_hook(_contiguous_input)
         self._active: str | None = None
+        self._system_turns: dict[str, list[int]] = {}  # system prompt -> its chat-template turn ids
         self._trainable: set[str] = set()
         self.set_trainable(None, critic=critic is not None)
         self.eval()
@@ -261,6 +282,22 @@ class MultiAgentPolicy(nn.Module):
             ids = ids["input_ids"]
         return [int(i) for i in ids]
 
+    def shared_prefix_len(self, system_prompt: str, prompt_ids: Sequence[int]) -> int:
+        """Length of the system turn that ``chat_prompt_ids(system_prompt, ...)`` put at the start
+        of ``prompt_ids`` (the part every request of an agent shares), or 0 when there is none
+        or the template tokenised it differently inside the full prompt."""
+        if not system_prompt:
+            return 0
+        cache = self._system_turns
+        turn = cache.get(system_prompt)
+        if turn is None:
+            turn = self.tokenizer.apply_chat_template(
+                [{"role": "system", "content": system_prompt}], tokenize=True, return_dict=False)
+            if isinstance(turn, dict) or hasattr(turn, "keys"):
+                turn = turn["input_ids"]
+            turn = cache[system_prompt] = [int(i) for i in turn]
+        return len(turn) if list(prompt_ids[:len(turn)]) == turn else 0
+
     def generate(self, requests: Sequence[GenRequest], sampling: SamplingConfig | None = None,
                  generator: torch.Generator | None = None) -> list[Generation]:
         """Sample one response per request, batching requests that share an adapter.
@@ -270,22 +307,26 @@ class MultiAgentPolicy(nn.Module):
         reproducible). Runs in eval mode (no LoRA dropout) and restores the previous mode.
         """
         sampling = sampling or SamplingConfig()
-        groups: dict[str, list[int]] = {}
+        # one group per (adapter, shared prefix): each is decoded as one batch
+        groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
         for i, req in enumerate(requests):
-            groups.setdefault(self.adapter_for(req.agent_id), []).append(i)
+            shared = effective_prefix_len(req.prompt_ids, req.prefix_len)
+            key = (self.adapter_for(req.agent_id), tuple(req.prompt_ids[:shared]))
+            groups.setdefault(key, []).append(i)
         results: list[Generation | None] = [None] * len(requests)
         was_training = self.training
         self.eval()
         try:
             with torch.inference_mode():
-                for adapter, idxs in groups.items():
+                for (adapter, prefix), idxs in groups.items():
                     with self._using(adapter):
-                        self._generate_group(requests, idxs, sampling, generator, results)
+                        self._generate_group(requests, idxs, len(prefix), sampling, generator,
+                                             results)
         finally:
             self.train(was_training)
         return results  # type: ignore[return-value]
 
-    def _generate_group(self, requests: Sequence[GenRequest], idxs: list[int],
+    def _generate_group(self, requests: Sequence[GenRequest], idxs: list[int], prefix_len: int,
                         sampling: SamplingConfig, generator: torch.Generator | None,
                         results: list[Generation | None]) -> None:
         if len(idxs) > sampling.max_batch_size:  # similar lengths together: less padding
@@ -293,11 +334,12 @@ class MultiAgentPolicy(nn.Module):
         stop = self._stop_ids if sampling.stop_token_ids is None else sampling.stop_token_ids
         for start in range(0, len(idxs), sampling.max_batch_size):
             chunk = idxs[start:start + sampling.max_batch_size]
-            sampled = sample_batch(self.lm, [requests[i].prompt_ids for i in chunk], sampling,
-                                   stop, self.tokenizer.pad_token_id, generator)
+            prompts = [requests[i].prompt_ids for i in chunk]
+            sampled = sample_batch(self.lm, prompts, sampling, stop, self.tokenizer.pad_token_id,
+                                   generator, prefix_len=prefix_len)
             if sampling.recompute_logprobs:  # score with the training forward pass itself
-                stats = self._stats(self._pack([requests[i].prompt_ids for i in chunk],
-                                               [s.response_ids for s in sampled]),
+                stats = self._stats(self._pack(prompts, [s.response_ids for s in sampled],
+                                               prefix_len),
                                     sampling.temperature, with_entropy=False)
                 for row, s in enumerate(sampled):
                     s.logprobs = stats.logprobs[row, :len(s.response_ids)].tolist()
@@ -306,21 +348,45 @@ class MultiAgentPolicy(nn.Module):
             for i, s, text in zip(chunk, sampled, texts):
                 req = requests[i]
                 results[i] = Generation(req.agent_id, list(req.prompt_ids), s.response_ids,
-                                        text, s.logprobs, s.finished)
+                                        text, s.logprobs, s.finished, prefix_len)
 
     # ------------------------------------------------------------------ training forward passes
 
-    def _pack(self, prompt_ids: Sequence[Sequence[int]],
-              response_ids: Sequence[Sequence[int]]) -> PackedBatch:
-        return pack(prompt_ids, response_ids, self.tokenizer.pad_token_id, self.device)
+    def _pack(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
+              prefix_len: int = 0) -> PackedBatch:
+        return pack(prompt_ids, response_ids, self.tokenizer.pad_token_id, self.device, prefix_len)
+
+    def _prefix_groups(self, prompt_ids: Sequence[Sequence[int]],
+                       prefix_lens: Sequence[int] | None,
+                       response_ids: Sequence[Sequence[int]] | None = None,
+                       ) -> list[tuple[int, list[int]]]:
+        """Rows grouped by the prefix they declare: ``[(prefix length, row indices)]``, rows in
+        order within a group (a single group holds rows ``0..B-1``)."""
+        if response_ids is not None and len(response_ids) != len(prompt_ids):
+            raise ValueError(f"got {len(prompt_ids)} prompts but {len(response_ids)} responses; "
+                             f"they must pair up one to one")
+        if prefix_lens is None:
+            return [(0, list(range(len(prompt_ids))))]
+        if len(prefix_lens) != len(prompt_ids):
+            raise ValueError(f"got {len(prefix_lens)} prefix_lens for {len(prompt_ids)} prompts; "
+                             f"pass one per row (0 = no shared prefix) or None")
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for row, (prompt, declared) in enumerate(zip(prompt_ids, prefix_lens)):
+            groups.setdefault(tuple(prompt[:effective_prefix_len(prompt, declared)]), []).append(row)
+        return [(len(prefix), rows) for prefix, rows in groups.items()]
+
+    def _prefix_cache(self, forward, prefix: Sequence[int], rows: int) -> object | None:
+        """The shared prefix's KV cache for ``rows`` rows, or None when there is no prefix."""
+        return prefix_cache(forward, prefix, rows, self.device) if len(prefix) else None
 
     def _stats(self, batch: PackedBatch, temperature: float, with_entropy: bool) -> TokenStats:
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         width = batch.response_ids.shape[1]
+        cache = self._prefix_cache(self.lm, batch.prefix_ids, batch.input_ids.shape[0])
         out = self.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                      position_ids=batch.position_ids, use_cache=False,
-                      logits_to_keep=width + 1)
+                      position_ids=batch.position_ids, past_key_values=cache,
+                      use_cache=cache is not None, logits_to_keep=width + 1)
         # logits of columns P-1 .. P+T-1; the last one predicts past the end: drop it
         logp_all = scaled_logprobs(out.logits[:, :width], temperature)  # [B, T, V]
         mask = batch.response_mask  # [B, T]
@@ -331,55 +397,87 @@ class MultiAgentPolicy(nn.Module):
             entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(~mask, 0.0)  # [B, T]
         return TokenStats(logp, entropy, mask)
 
+    def _grouped_stats(self, prompt_ids: Sequence[Sequence[int]],
+                       response_ids: Sequence[Sequence[int]], prefix_lens: Sequence[int] | None,
+                       temperature: float, with_entropy: bool) -> TokenStats:
+        parts = [(rows, self._stats(self._pack([prompt_ids[r] for r in rows],
+                                               [response_ids[r] for r in rows], prefix_len),
+                                    temperature, with_entropy))
+                 for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens, response_ids)]
+        if len(parts) == 1:
+            return parts[0][1]
+        entropy = None
+        if with_entropy:
+            entropy = _merge_rows([(rows, st.entropy) for rows, st in parts])
+        return TokenStats(_merge_rows([(rows, st.logprobs) for rows, st in parts]), entropy,
+                          _merge_rows([(rows, st.mask) for rows, st in parts]))
+
     def token_logprobs(self, adapter: str, prompt_ids: Sequence[Sequence[int]],
                        response_ids: Sequence[Sequence[int]], temperature: float = 1.0,
-                       with_entropy: bool = True) -> TokenStats:
+                       with_entropy: bool = True,
+                       prefix_lens: Sequence[int] | None = None) -> TokenStats:
         """Log-probs (and entropies) of the response tokens under ``adapter``, with grad when
-        grad mode is on. Uses the module's mode: call ``.eval()`` for dropout-free numbers."""
-        batch = self._pack(prompt_ids, response_ids)
+        grad mode is on. Uses the module's mode: call ``.eval()`` for dropout-free numbers.
+        ``prefix_lens``: each row's shared prefix, as it was sampled (None = no sharing)."""
         with self._using(adapter):
-            return self._stats(batch, temperature, with_entropy)
+            return self._grouped_stats(prompt_ids, response_ids, prefix_lens, temperature,
+                                       with_entropy)
 
     def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]],
                            response_ids: Sequence[Sequence[int]], temperature: float = 1.0,
-                           with_entropy: bool = False) -> TokenStats:
+                           with_entropy: bool = False,
+                           prefix_lens: Sequence[int] | None = None) -> TokenStats:
         """``token_logprobs`` of the base model (all adapters disabled), without grad."""
-        batch = self._pack(prompt_ids, response_ids)
         with torch.no_grad(), self._using(None):
-            return self._stats(batch, temperature, with_entropy)
+            return self._grouped_stats(prompt_ids, response_ids, prefix_lens, temperature,
+                                       with_entropy)
 
-    def _hidden(self, critic: str, ids: torch.Tensor, mask: torch.Tensor,
-                pos: torch.Tensor) -> torch.Tensor:
-        """Final hidden states ``[B, L, H]`` (after the last norm) under a critic adapter."""
+    def _hidden(self, critic: str, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                prefix: Sequence[int] = ()) -> torch.Tensor:
+        """Final hidden states ``[B, L, H]`` (after the last norm) under a critic adapter, for
+        the ``L`` per-row columns (``mask`` also covers the shared ``prefix``, if any)."""
         with self._using(critic):
-            return self.lm.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                         use_cache=False).last_hidden_state
+            decoder = self.lm.get_decoder()
+            cache = self._prefix_cache(decoder, prefix, ids.shape[0])
+            return decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
+                           past_key_values=cache, use_cache=cache is not None).last_hidden_state
 
     def token_values(self, prompt_ids: Sequence[Sequence[int]],
                      response_ids: Sequence[Sequence[int]], agent_id: str | None = None,
-                     include_final: bool = False) -> torch.Tensor:
+                     include_final: bool = False,
+                     prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
         """Critic value of the state before each response token: ``[B, T]`` float32 (0 past a
         row's end). ``include_final`` adds the state after the whole response: ``[B, T+1]``,
         row b's final value in column ``len(response_b)``."""
         critic = self.critic_for(agent_id)
-        batch = self._pack(prompt_ids, response_ids)
-        hidden = self._hidden(critic, batch.input_ids, batch.attention_mask,
-                              batch.position_ids)  # [B, P+T, H]
-        width = batch.response_ids.shape[1] + int(include_final)
-        start = batch.prompt_width - 1
-        values = self.value_heads[critic](hidden[:, start:start + width])  # [B, width]
-        valid = batch.response_mask  # [B, T]
-        if include_final:  # column len_b (state after the last token) is valid too
-            valid = torch.cat([valid.new_ones(valid.shape[0], 1), valid], dim=1)
-        return values.masked_fill(~valid, 0.0)
+        parts = []
+        for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens, response_ids):
+            batch = self._pack([prompt_ids[r] for r in rows], [response_ids[r] for r in rows],
+                               prefix_len)
+            hidden = self._hidden(critic, batch.input_ids, batch.attention_mask,
+                                  batch.position_ids, batch.prefix_ids)  # [b, P+T, H]
+            width = batch.response_ids.shape[1] + int(include_final)
+            start = batch.prompt_width - 1
+            values = self.value_heads[critic](hidden[:, start:start + width])  # [b, width]
+            valid = batch.response_mask  # [b, T]
+            if include_final:  # column len_b (state after the last token) is valid too
+                valid = torch.cat([valid.new_ones(valid.shape[0], 1), valid], dim=1)
+            parts.append((rows, values.masked_fill(~valid, 0.0)))
+        return _merge_rows(parts)
 
-    def state_values(self, prompt_ids: Sequence[Sequence[int]],
-                     agent_id: str | None = None) -> torch.Tensor:
+    def state_values(self, prompt_ids: Sequence[Sequence[int]], agent_id: str | None = None,
+                     prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
         """Critic value at the last prompt token: ``[B]`` float32."""
         critic = self.critic_for(agent_id)
-        ids, mask = left_pad(prompt_ids, self.tokenizer.pad_token_id, self.device)  # [B, P]
-        hidden = self._hidden(critic, ids, mask, position_ids(mask))  # [B, P, H]
-        return self.value_heads[critic](hidden[:, -1])  # [B]
+        parts = []
+        for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens):
+            prefix = list(prompt_ids[rows[0]][:prefix_len])
+            ids, mask = left_pad([prompt_ids[r][prefix_len:] for r in rows],
+                                 self.tokenizer.pad_token_id, self.device)  # [b, P]
+            mask, pos = after_prefix(mask, prefix_len)  # [b, s + P], [b, P]
+            hidden = self._hidden(critic, ids, mask, pos, prefix)  # [b, P, H]
+            parts.append((rows, self.value_heads[critic](hidden[:, -1])))  # [b]
+        return _merge_rows(parts)
 
     # ------------------------------------------------------------------ state
 

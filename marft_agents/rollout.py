@@ -75,6 +75,9 @@ class Decision:
     adjacency: list[list[int]] | None = None
     """D_t (``[N, N]`` 0/1, ``D[i][j] = 1``: j sees i) in force when the agent acted."""
     task_id: str = ""
+    prefix_len: int = 0
+    """Leading prompt tokens computed once for the whole batch (the agent's system turn; 0 =
+    none): the learner must score the decision with the same split (``Generation.prefix_len``)."""
 
 
 @dataclass
@@ -228,10 +231,12 @@ class RolloutCollector:
     def _play_tick(self, turns: list[tuple[_Slot, str, dict, dict]], rollout: Rollout) -> None:
         from marft_agents.policy import GenRequest  # the policy module owns the request type
 
-        prompts = []
+        prompts, prefix_lens = [], []
         for _slot, agent, obs, info in turns:
             system = info.get("system_prompt", "")
             prompts.append(list(self.policy.chat_prompt_ids(system, obs["text"])))
+            prefix_lens.append(self.policy.shared_prefix_len(system, prompts[-1])
+                               if self.sampling.share_prefix else 0)
         # One generate call per adapter: all envs whose current agent shares an adapter.
         by_adapter: dict[str, list[int]] = defaultdict(list)
         for k, (_slot, agent, _obs, _info) in enumerate(turns):
@@ -239,7 +244,8 @@ class RolloutCollector:
         generations: list[Any] = [None] * len(turns)
         for adapter in sorted(by_adapter):
             idx = by_adapter[adapter]
-            outs = self.policy.generate([GenRequest(turns[k][1], prompts[k]) for k in idx], self.sampling)
+            outs = self.policy.generate([GenRequest(turns[k][1], prompts[k], prefix_lens[k]) for k in idx],
+                                        self.sampling)
             for k, gen in zip(idx, outs):
                 generations[k] = gen
         state_values, token_values = self._values(turns, prompts, generations)
@@ -253,6 +259,7 @@ class RolloutCollector:
                 value=None if state_values is None else state_values[k],
                 token_values=None if token_values is None else token_values[k],
                 adjacency=(info.get("dependency") or {}).get("adjacency"), task_id=str(info.get("task_id", "")),
+                prefix_len=gen.prefix_len,
             )
             self._step(slot, decision, rollout)
 
@@ -269,12 +276,14 @@ class RolloutCollector:
             idx = groups[critic]
             agent = turns[idx[0]][1]  # any agent of the group selects its critic
             if self.values == "state":
-                v = self.policy.state_values([prompts[k] for k in idx], agent).float().cpu()  # [B]
+                v = self.policy.state_values([prompts[k] for k in idx], agent,
+                                             prefix_lens=[generations[k].prefix_len for k in idx]).float().cpu()  # [B]
                 for k, value in zip(idx, v.tolist()):
                     out[k] = value
             else:
                 responses = [list(generations[k].response_ids) for k in idx]
-                v = self.policy.token_values([prompts[k] for k in idx], responses, agent).float().cpu()  # [B, T]
+                v = self.policy.token_values([prompts[k] for k in idx], responses, agent,
+                                             prefix_lens=[generations[k].prefix_len for k in idx]).float().cpu()  # [B, T]
                 for b, k in enumerate(idx):
                     out[k] = v[b, : len(responses[b])].tolist()
         return (out, None) if self.values == "state" else (None, out)

@@ -67,6 +67,8 @@ class Sample:
     """Same shape as ``old_values``; the critic's regression target."""
     ref_logprobs: torch.Tensor | None = None
     """``[L]`` log-probs under the reference model (adapters disabled), when a KL term is used."""
+    prefix_len: int = 0
+    """Leading prompt tokens shared with other rows, as sampled (``Decision.prefix_len``)."""
 
 
 def pad_stack(rows: Sequence[torch.Tensor], length: int, value: float = 0.0) -> torch.Tensor:
@@ -211,7 +213,8 @@ class BaseLearner:
     def _attach_reference_logprobs(self, samples: list[Sample]) -> None:
         for chunk in self._micro_batches(samples):
             stats = self.policy.reference_logprobs(
-                [s.prompt_ids for s in chunk], [s.response_ids for s in chunk], self.temperature
+                [s.prompt_ids for s in chunk], [s.response_ids for s in chunk], self.temperature,
+                prefix_lens=[s.prefix_len for s in chunk],
             )
             for b, s in enumerate(chunk):
                 s.ref_logprobs = stats.logprobs[b, : len(s.response_ids)].detach().float().cpu()

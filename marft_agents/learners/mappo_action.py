@@ -56,7 +56,7 @@ class ActionLevelMAPPO(BaseLearner):
             for k, d in enumerate(decisions):
                 samples.append(Sample(
                     agent_id=d.agent_id, adapter=d.adapter, critic=self.policy.critic_for(d.agent_id),
-                    prompt_ids=d.prompt_ids, response_ids=d.response_ids,
+                    prompt_ids=d.prompt_ids, response_ids=d.response_ids, prefix_len=d.prefix_len,
                     old_logprobs=torch.tensor(d.logprobs, dtype=torch.float32),  # [L]
                     old_values=values[e, k].clone(), advantages=advantages[e, k].clone(),
                     returns=returns[e, k].clone(),
@@ -65,7 +65,8 @@ class ActionLevelMAPPO(BaseLearner):
 
     def policy_loss(self, adapter: str, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         stats = self.policy.token_logprobs(
-            adapter, [s.prompt_ids for s in samples], [s.response_ids for s in samples], self.temperature
+            adapter, [s.prompt_ids for s in samples], [s.response_ids for s in samples], self.temperature,
+            prefix_lens=[s.prefix_len for s in samples],
         )
         length = stats.logprobs.shape[1]
         mask = response_mask(samples, length).to(stats.logprobs.device)  # [B, T]
@@ -80,7 +81,8 @@ class ActionLevelMAPPO(BaseLearner):
 
     def critic_loss(self, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         # All samples of a micro-batch share one critic adapter: any of their agent ids selects it.
-        values = self.policy.state_values([s.prompt_ids for s in samples], samples[0].agent_id).float()  # [B]
+        values = self.policy.state_values([s.prompt_ids for s in samples], samples[0].agent_id,
+                                          prefix_lens=[s.prefix_len for s in samples]).float()  # [B]
         old = torch.stack([s.old_values for s in samples]).to(values.device)  # [B]
         returns = torch.stack([s.returns for s in samples]).to(values.device)  # [B]
         loss, stats = pm.value_loss(values, old, returns, None, self.ppo.value_clip, self.ppo.huber_delta)

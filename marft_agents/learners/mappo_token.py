@@ -59,7 +59,7 @@ class TokenLevelMAPPO(BaseLearner):
             for d, (advantages, returns) in zip(decisions, per_utterance):
                 samples.append(Sample(
                     agent_id=d.agent_id, adapter=d.adapter, critic=self.policy.critic_for(d.agent_id),
-                    prompt_ids=d.prompt_ids, response_ids=d.response_ids,
+                    prompt_ids=d.prompt_ids, response_ids=d.response_ids, prefix_len=d.prefix_len,
                     old_logprobs=torch.tensor(d.logprobs, dtype=torch.float32),  # [L]
                     old_values=torch.tensor(d.token_values, dtype=torch.float32),  # [L]
                     advantages=advantages, returns=returns,  # [L] each
@@ -68,7 +68,8 @@ class TokenLevelMAPPO(BaseLearner):
 
     def policy_loss(self, adapter: str, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         stats = self.policy.token_logprobs(
-            adapter, [s.prompt_ids for s in samples], [s.response_ids for s in samples], self.temperature
+            adapter, [s.prompt_ids for s in samples], [s.response_ids for s in samples], self.temperature,
+            prefix_lens=[s.prefix_len for s in samples],
         )
         logprobs = stats.logprobs.float()  # [B, T]
         length = logprobs.shape[1]
@@ -80,7 +81,8 @@ class TokenLevelMAPPO(BaseLearner):
 
     def critic_loss(self, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         values = self.policy.token_values(
-            [s.prompt_ids for s in samples], [s.response_ids for s in samples], samples[0].agent_id
+            [s.prompt_ids for s in samples], [s.response_ids for s in samples], samples[0].agent_id,
+            prefix_lens=[s.prefix_len for s in samples],
         ).float()  # [B, T]
         length = values.shape[1]
         mask = response_mask(samples, length).to(values.device)  # [B, T]
