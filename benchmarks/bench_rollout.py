@@ -16,6 +16,11 @@ of the collector's. Both sides thus run the same number of decoding steps on the
 shapes, seconds apart under the same machine load, and both are credited with the same tokens
 (the response tokens of the collector's rollout): the ratio is a ratio of times for equal work.
 
+Shared prefixes (``sampling.share_prefix``, on by default, ``--no-share-prefix`` turns it off):
+the collector computes each agent's system turn once per batch and reuses its KV cache for every
+row, which ``generate`` cannot do; with it on, the collector does less prefill work than the
+reference for the same output, so a ratio above 1 is a real saving, not an equal-work figure.
+
 ``--stop none`` (default) makes every utterance run to ``--new-tokens`` (``stop_token_ids=()``),
 so the work is identical token for token. ``--stop eos`` is the training setting: the policy then
 drops finished rows from its batch, which ``generate`` (here forced to the same number of

@@ -90,12 +90,13 @@ class Trainer:
 
         self.cfg = cfg.validate()
         trains = cfg.algorithm != "eval_only"
-        if trains and cfg.model.dtype != "float32" and not cfg.sampling.recompute_logprobs:
+        if (trains and cfg.model.dtype != "float32" and not cfg.ppo.recompute_old_logprobs
+                and not cfg.sampling.recompute_logprobs):
             # Measured with SmolLM2 in bfloat16: cached-decoding log-probs differ from the training
             # forward pass by up to 0.32 per token (sequence log-ratios up to 0.41), far beyond
             # the clip range, so PPO ratios would not start at 1.
-            log.warning("model.dtype is %s but sampling.recompute_logprobs is false: PPO ratios will "
-                        "start away from 1; set sampling.recompute_logprobs: true", cfg.model.dtype)
+            log.warning("model.dtype is %s but ppo.recompute_old_logprobs is false: PPO ratios will "
+                        "start away from 1; set ppo.recompute_old_logprobs: true", cfg.model.dtype)
         seed_everything(cfg.seed)
         self.envs = [marft_envs.make(cfg.env.id, **cfg.env.kwargs) for _ in range(cfg.env.num_envs)]
         self.agent_ids = list(self.envs[0].possible_agents)

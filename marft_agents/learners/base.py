@@ -25,8 +25,10 @@ What this class guarantees:
   backward pass because of a KL value.
 * Dropout-free forward passes: the model stays in eval mode, because PPO ratios must compare the
   same function that sampled the actions. (In half precision, set
-  ``sampling.recompute_logprobs``: cached decoding and a full forward pass disagree there by far
-  more than the clip range; the trainer warns when it is off.)
+  ``ppo.recompute_old_logprobs``: cached decoding and a full forward pass disagree there by far
+  more than the clip range, and so do two full passes that pad a row differently; the learner
+  then scores the old log-probs on its own micro-batches. The trainer warns when neither it nor
+  ``sampling.recompute_logprobs`` is on.)
 """
 
 from __future__ import annotations
@@ -161,7 +163,10 @@ class BaseLearner:
                     sums[key] += value
                     counts[key] += 1
             epoch_kl, epoch_n = 0.0, 0
-            for batch in self._minibatches(policy_samples):
+            policy_batches = self._minibatches(policy_samples)
+            if epoch == 0 and self.ppo.recompute_old_logprobs:
+                self._rescore_old_logprobs(policy_batches)
+            for batch in policy_batches:
                 adapters = sorted({s.adapter for s in batch})
                 stats = self._step(adapters, batch, critic=False)
                 for key, value in stats.items():
@@ -218,6 +223,19 @@ class BaseLearner:
             )
             for b, s in enumerate(chunk):
                 s.ref_logprobs = stats.logprobs[b, : len(s.response_ids)].detach().float().cpu()
+
+    @torch.no_grad()
+    def _rescore_old_logprobs(self, batches: list[list[Sample]]) -> None:
+        """Old log-probs from the learner's own forward pass, micro-batch by micro-batch exactly
+        as ``_step`` will run them (``ppo.recompute_old_logprobs``)."""
+        for batch in batches:
+            for micro in self._micro_batches(batch, by="adapter"):
+                stats = self.policy.token_logprobs(
+                    micro[0].adapter, [s.prompt_ids for s in micro], [s.response_ids for s in micro],
+                    self.temperature, with_entropy=False, prefix_lens=[s.prefix_len for s in micro],
+                )
+                for b, s in enumerate(micro):
+                    s.old_logprobs = stats.logprobs[b, : len(s.response_ids)].float().cpu()
 
     def _minibatches(self, samples: list[Sample]) -> list[list[Sample]]:
         if not samples:

@@ -107,4 +107,5 @@ def test_every_shipped_config_loads_and_validates(path):
     cfg = C.load_config(path)
     assert cfg.env.id in marft_envs.list_envs()
     if cfg.model.dtype != "float32" and cfg.algorithm != "eval_only":
-        assert cfg.sampling.recompute_logprobs  # see Trainer: PPO ratios must start at 1
+        # see Trainer: PPO ratios must start at 1
+        assert cfg.ppo.recompute_old_logprobs or cfg.sampling.recompute_logprobs
