@@ -216,6 +216,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--learners", default="AT", help="which to run: A (MARFT-A), T (MARFT-T) or AT")
     ap.add_argument("--no-share-prefix", action="store_true",
                     help="sampling.share_prefix=False: every row runs its whole prompt (both sides)")
+    ap.add_argument("--recompute-old-logprobs", action="store_true",
+                    help="ppo.recompute_old_logprobs (the shipped bf16 training configs): the update adds a "
+                         "no-grad pass over its micro-batches, replayed as a bare no-grad forward")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads; 0 = auto: torch's default, or 1 when the machine is already busy")
@@ -237,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         "sampling": {"max_new_tokens": args.new_tokens, "temperature": 1.0,
                      "share_prefix": not args.no_share_prefix},
         "schedule": {"minibatch_size": args.minibatch, "micro_batch_size": args.micro_batch or None},
+        "ppo": {"recompute_old_logprobs": args.recompute_old_logprobs},
     })
     envs = [marft_envs.make(ENV_ID, **env_kwargs) for _ in range(args.batch)]
     agents = list(envs[0].possible_agents)

@@ -76,11 +76,12 @@ class PPOConfig:
     """Before the first epoch, replace every policy sample's "old" log-probs with a no-grad pass
     of the learner itself over exactly the micro-batches its policy steps will use (same rows,
     order and padding). In bfloat16 a row's log-probs move with its batch's padding nearly as
-    much as cached decoding differs from a full pass (~0.02 nats per token, ~0.2 per 32-token
-    utterance on CPU), which alone clips many sequence-level ratios; with this on, the first
+    much as cached decoding differs from a full pass (measured on CPU with prompts of varied
+    length: ~0.02 nats per token, ~0.16-0.2 per 32-token utterance); with this on, the first
     minibatch starts at ratio exactly 1 and later ones measure only the policy's change. Costs
-    one forward pass (no backward) over the policy samples; makes ``sampling.recompute_logprobs``
-    unnecessary. No effect on later epochs' layouts (their minibatches are reshuffled)."""
+    one forward pass (no backward) over the policy samples, in the update instead of the
+    rollout; makes ``sampling.recompute_logprobs`` unnecessary. Later epochs reshuffle their
+    minibatches, so their layouts differ from this pass's."""
     clip_eps: float = 0.2
     """PPO ratio clip range (lower side, and upper side unless ``clip_eps_high`` is set)."""
     clip_eps_high: float | None = None
