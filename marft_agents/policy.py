@@ -12,7 +12,7 @@ gradient checkpointing: its backward re-runs forward passes with whatever adapte
 
 Log-probs are defined once, by ``generation.scaled_logprobs`` (``log_softmax(logits.float() /
 temperature)``), and used both while sampling (``generate``) and in the training forward pass
-(``token_logprobs``), so PPO ratios start at 1 up to float rounding.
+(``token_logprobs``, in ``scoring``), so PPO ratios start at 1 up to float rounding.
 
 Every method that runs prompts takes optional per-row ``prefix_lens`` (see
 ``generation``'s "shared prefixes"): rows declaring the same prefix share one forward pass of it.
@@ -24,7 +24,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 from peft import get_peft_model
@@ -41,33 +40,15 @@ from marft_agents.critic import CriticConfig, ValueHead
 from marft_agents.generation import (
     GenRequest,
     Generation,
-    PackedBatch,
     SamplingConfig,
-    after_prefix,
     effective_prefix_len,
-    left_pad,
-    pack,
-    prefix_cache,
     sample_batch,
-    scaled_logprobs,
 )
 from marft_agents.models import prepare_tokenizer
+from marft_agents.scoring import ScoringMixin, TokenStats
 
 __all__ = ["CriticConfig", "GenRequest", "Generation", "LoraSpec", "MultiAgentPolicy",
            "SamplingConfig", "TokenStats"]
-
-
-@dataclass
-class TokenStats:
-    """Per-token statistics of responses under one adapter (or the reference model)."""
-
-    logprobs: torch.Tensor
-    """``[B, T]`` float32 log-prob of each response token (0 where ``mask`` is False)."""
-    entropy: torch.Tensor | None
-    """``[B, T]`` float32 entropy of the scaled next-token distribution (0 where ``mask`` is
-    False); None when the caller asked for ``with_entropy=False``."""
-    mask: torch.Tensor
-    """``[B, T]`` bool, True on real response tokens (responses are left-aligned)."""
 
 
 def _contiguous_input(module: nn.Module, args: tuple) -> tuple:
@@ -77,21 +58,7 @@ def _contiguous_input(module: nn.Module, args: tuple) -> tuple:
     return args
 
 
-def _merge_rows(parts: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
-    """Per-group results ``[b_g]`` or ``[b_g, T_g]`` -> ``[B]`` or ``[B, max T_g]`` in the
-    original row order (right-padded with 0 / False); keeps the autograd graph."""
-    if len(parts) == 1:
-        return parts[0][1]
-    tensors = [t for _, t in parts]
-    if tensors[0].dim() > 1:
-        width = max(t.shape[1] for t in tensors)
-        tensors = [torch.cat([t, t.new_zeros(t.shape[0], width - t.shape[1])], dim=1)
-                   for t in tensors]
-    order = torch.tensor([row for rows, _ in parts for row in rows], device=tensors[0].device)
-    return torch.cat(tensors)[torch.argsort(order)]
-
-
-class MultiAgentPolicy(nn.Module):
+class MultiAgentPolicy(ScoringMixin, nn.Module):
     """N agents' LoRA adapters + critic adapter(s) and value head(s) on one frozen base."""
 
     def __init__(
@@ -349,135 +316,6 @@ class MultiAgentPolicy(nn.Module):
                 req = requests[i]
                 results[i] = Generation(req.agent_id, list(req.prompt_ids), s.response_ids,
                                         text, s.logprobs, s.finished, prefix_len)
-
-    # ------------------------------------------------------------------ training forward passes
-
-    def _pack(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
-              prefix_len: int = 0) -> PackedBatch:
-        return pack(prompt_ids, response_ids, self.tokenizer.pad_token_id, self.device, prefix_len)
-
-    def _prefix_groups(self, prompt_ids: Sequence[Sequence[int]],
-                       prefix_lens: Sequence[int] | None,
-                       response_ids: Sequence[Sequence[int]] | None = None,
-                       ) -> list[tuple[int, list[int]]]:
-        """Rows grouped by the prefix they declare: ``[(prefix length, row indices)]``, rows in
-        order within a group (a single group holds rows ``0..B-1``)."""
-        if response_ids is not None and len(response_ids) != len(prompt_ids):
-            raise ValueError(f"got {len(prompt_ids)} prompts but {len(response_ids)} responses; "
-                             f"they must pair up one to one")
-        if prefix_lens is None:
-            return [(0, list(range(len(prompt_ids))))]
-        if len(prefix_lens) != len(prompt_ids):
-            raise ValueError(f"got {len(prefix_lens)} prefix_lens for {len(prompt_ids)} prompts; "
-                             f"pass one per row (0 = no shared prefix) or None")
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for row, (prompt, declared) in enumerate(zip(prompt_ids, prefix_lens)):
-            groups.setdefault(tuple(prompt[:effective_prefix_len(prompt, declared)]), []).append(row)
-        return [(len(prefix), rows) for prefix, rows in groups.items()]
-
-    def _prefix_cache(self, forward, prefix: Sequence[int], rows: int) -> object | None:
-        """The shared prefix's KV cache for ``rows`` rows, or None when there is no prefix."""
-        return prefix_cache(forward, prefix, rows, self.device) if len(prefix) else None
-
-    def _stats(self, batch: PackedBatch, temperature: float, with_entropy: bool) -> TokenStats:
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        width = batch.response_ids.shape[1]
-        cache = self._prefix_cache(self.lm, batch.prefix_ids, batch.input_ids.shape[0])
-        out = self.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                      position_ids=batch.position_ids, past_key_values=cache,
-                      use_cache=cache is not None, logits_to_keep=width + 1)
-        # logits of columns P-1 .. P+T-1; the last one predicts past the end: drop it
-        logp_all = scaled_logprobs(out.logits[:, :width], temperature)  # [B, T, V]
-        mask = batch.response_mask  # [B, T]
-        logp = logp_all.gather(-1, batch.response_ids[..., None]).squeeze(-1)  # [B, T]
-        logp = logp.masked_fill(~mask, 0.0)
-        entropy = None
-        if with_entropy:
-            entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(~mask, 0.0)  # [B, T]
-        return TokenStats(logp, entropy, mask)
-
-    def _grouped_stats(self, prompt_ids: Sequence[Sequence[int]],
-                       response_ids: Sequence[Sequence[int]], prefix_lens: Sequence[int] | None,
-                       temperature: float, with_entropy: bool) -> TokenStats:
-        parts = [(rows, self._stats(self._pack([prompt_ids[r] for r in rows],
-                                               [response_ids[r] for r in rows], prefix_len),
-                                    temperature, with_entropy))
-                 for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens, response_ids)]
-        if len(parts) == 1:
-            return parts[0][1]
-        entropy = None
-        if with_entropy:
-            entropy = _merge_rows([(rows, st.entropy) for rows, st in parts])
-        return TokenStats(_merge_rows([(rows, st.logprobs) for rows, st in parts]), entropy,
-                          _merge_rows([(rows, st.mask) for rows, st in parts]))
-
-    def token_logprobs(self, adapter: str, prompt_ids: Sequence[Sequence[int]],
-                       response_ids: Sequence[Sequence[int]], temperature: float = 1.0,
-                       with_entropy: bool = True,
-                       prefix_lens: Sequence[int] | None = None) -> TokenStats:
-        """Log-probs (and entropies) of the response tokens under ``adapter``, with grad when
-        grad mode is on. Uses the module's mode: call ``.eval()`` for dropout-free numbers.
-        ``prefix_lens``: each row's shared prefix, as it was sampled (None = no sharing)."""
-        with self._using(adapter):
-            return self._grouped_stats(prompt_ids, response_ids, prefix_lens, temperature,
-                                       with_entropy)
-
-    def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]],
-                           response_ids: Sequence[Sequence[int]], temperature: float = 1.0,
-                           with_entropy: bool = False,
-                           prefix_lens: Sequence[int] | None = None) -> TokenStats:
-        """``token_logprobs`` of the base model (all adapters disabled), without grad."""
-        with torch.no_grad(), self._using(None):
-            return self._grouped_stats(prompt_ids, response_ids, prefix_lens, temperature,
-                                       with_entropy)
-
-    def _hidden(self, critic: str, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
-                prefix: Sequence[int] = ()) -> torch.Tensor:
-        """Final hidden states ``[B, L, H]`` (after the last norm) under a critic adapter, for
-        the ``L`` per-row columns (``mask`` also covers the shared ``prefix``, if any)."""
-        with self._using(critic):
-            decoder = self.lm.get_decoder()
-            cache = self._prefix_cache(decoder, prefix, ids.shape[0])
-            return decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
-                           past_key_values=cache, use_cache=cache is not None).last_hidden_state
-
-    def token_values(self, prompt_ids: Sequence[Sequence[int]],
-                     response_ids: Sequence[Sequence[int]], agent_id: str | None = None,
-                     include_final: bool = False,
-                     prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
-        """Critic value of the state before each response token: ``[B, T]`` float32 (0 past a
-        row's end). ``include_final`` adds the state after the whole response: ``[B, T+1]``,
-        row b's final value in column ``len(response_b)``."""
-        critic = self.critic_for(agent_id)
-        parts = []
-        for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens, response_ids):
-            batch = self._pack([prompt_ids[r] for r in rows], [response_ids[r] for r in rows],
-                               prefix_len)
-            hidden = self._hidden(critic, batch.input_ids, batch.attention_mask,
-                                  batch.position_ids, batch.prefix_ids)  # [b, P+T, H]
-            width = batch.response_ids.shape[1] + int(include_final)
-            start = batch.prompt_width - 1
-            values = self.value_heads[critic](hidden[:, start:start + width])  # [b, width]
-            valid = batch.response_mask  # [b, T]
-            if include_final:  # column len_b (state after the last token) is valid too
-                valid = torch.cat([valid.new_ones(valid.shape[0], 1), valid], dim=1)
-            parts.append((rows, values.masked_fill(~valid, 0.0)))
-        return _merge_rows(parts)
-
-    def state_values(self, prompt_ids: Sequence[Sequence[int]], agent_id: str | None = None,
-                     prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
-        """Critic value at the last prompt token: ``[B]`` float32."""
-        critic = self.critic_for(agent_id)
-        parts = []
-        for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens):
-            prefix = list(prompt_ids[rows[0]][:prefix_len])
-            ids, mask = left_pad([prompt_ids[r][prefix_len:] for r in rows],
-                                 self.tokenizer.pad_token_id, self.device)  # [b, P]
-            mask, pos = after_prefix(mask, prefix_len)  # [b, s + P], [b, P]
-            hidden = self._hidden(critic, ids, mask, pos, prefix)  # [b, P, H]
-            parts.append((rows, self.value_heads[critic](hidden[:, -1])))  # [b]
-        return _merge_rows(parts)
 
     # ------------------------------------------------------------------ state
 
