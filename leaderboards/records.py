@@ -39,6 +39,12 @@ class Record:
     """``{"accuracy", "stderr", "n", "greedy"}`` after training."""
     eval_before: dict[str, Any] | None = None
     """The same evaluation of the untrained model, when measured."""
+    eval_best: dict[str, Any] | None = None
+    """``{"update", "accuracy", "stderr"}``: the best evaluation during training (its adapters are
+    the run's ``best/``). Chosen on the evaluation problems, so it is optimistic when those are
+    the test split; ``eval_after`` is the result."""
+    eval_curve: list[dict[str, Any]] = field(default_factory=list)
+    """Every evaluation of the run, ``{"update", "accuracy", "stderr"}``, update 0 = untrained."""
     budget: dict[str, Any] = field(default_factory=dict)
     """Updates, episodes, wall-clock seconds, tokens."""
     config: dict[str, Any] = field(default_factory=dict)

@@ -13,6 +13,10 @@ Everything is written into a temporary sibling folder, flushed, then renamed int
 ``os.replace`` (a single rename on POSIX); a crash leaves at most a ``.tmp-*`` folder, which
 ``latest_checkpoint`` ignores and the next save cleans up. Only the last ``keep_last``
 checkpoints are kept.
+
+``<output_dir>/best/`` (``adapters.pt`` and ``meta.json``: update, accuracy, stderr) holds the
+adapters of the best evaluation of the run, written the same atomic way by
+:func:`save_best_adapters`; pruning never touches it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import torch
 import yaml
 
 CHECKPOINT_DIR = "checkpoints"
+BEST_DIR = "best"
+"""``<output_dir>/best/``: adapters of the best evaluation so far (``eval.keep_best``)."""
 _NAME = re.compile(r"^update_(\d{6,})$")
 
 
@@ -81,6 +87,20 @@ def _write_file(path: Path, writer) -> None:
         os.fsync(handle.fileno())
 
 
+def _move_into_place(tmp: Path, target: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``target``, replacing an older ``target``."""
+    if target.exists():
+        # Re-saving the same update (e.g. after a resume) or a new best: move the old one aside
+        # first, because os.replace cannot replace a non-empty folder.
+        old = target.parent / f".tmp-old-{target.name}"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
 def save_checkpoint(
     output_dir: str | os.PathLike,
     update: int,
@@ -113,21 +133,30 @@ def save_checkpoint(
             _write_file(tmp / "config.yaml", lambda f: f.write(text.encode("utf-8")))
         meta = {"update": update, "counters": state.get("counters", {})}
         _write_file(tmp / "meta.json", lambda f: f.write(json.dumps(meta, indent=2, default=str).encode()))
-        if target.exists():
-            # Re-saving the same update (e.g. after a resume): move the old one aside first,
-            # because os.replace cannot replace a non-empty folder.
-            old = root / f".tmp-old-{target.name}"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        _move_into_place(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     for old in list_checkpoints(output_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def save_best_adapters(output_dir: str | os.PathLike, adapters: dict[str, Any], meta: dict[str, Any]) -> Path:
+    """Write ``<output_dir>/best/`` atomically: ``adapters.pt`` plus ``meta.json`` (``meta``)."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / BEST_DIR
+    for stale in out.glob(f".tmp-*{BEST_DIR}*"):  # leftovers of a crashed save
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{BEST_DIR}-", dir=out))
+    try:
+        _write_file(tmp / "adapters.pt", lambda f: torch.save(adapters, f))
+        _write_file(tmp / "meta.json", lambda f: f.write(json.dumps(meta, indent=2, default=str).encode()))
+        _move_into_place(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

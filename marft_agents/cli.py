@@ -45,6 +45,7 @@ def _describe(result) -> str:
 def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from marft_agents.checkpoint import BEST_DIR
     from marft_agents.config import load_config
     from marft_agents.metrics import MetricsLogger, read_metrics
     from marft_agents.plotting import plot_learning_curve
@@ -68,6 +69,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                                       "n": int(first["eval/n"]), "mean_reward": first.get("eval/mean_reward")}
     if args.eval_before and trainer.counters["update"] == 0 and "eval_before" not in summary:
         result = trainer.evaluate()
+        trainer.keep_if_best(result)  # if training never beats the base model, best/ is the base
         summary["eval_before"] = _eval_dict(result)
         logger.log(0, {"eval/accuracy": result.accuracy, "eval/stderr": result.stderr, "eval/n": result.n,
                        "eval/mean_reward": result.mean_reward})
@@ -86,6 +88,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if final is not None:
         summary["eval_after"] = _eval_dict(final)
         print(f"eval after {trainer.counters['update']} updates: {_describe(final)}")
+    if trainer.best_eval is not None:
+        summary["eval_best"] = trainer.best_eval
+        print(f"best evaluation: accuracy {trainer.best_eval['accuracy']:.3f} after update "
+              f"{trainer.best_eval['update']} (adapters in {out / BEST_DIR})")
     summary.update({"counters": trainer.counters, "config": str(args.config),
                     "wall_clock_s_this_call": round(time.perf_counter() - started, 1),
                     "last_checkpoint": str(trainer.last_checkpoint) if trainer.last_checkpoint else None})
@@ -100,7 +106,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from marft_agents.checkpoint import latest_checkpoint, load_adapters
+    from marft_agents.checkpoint import BEST_DIR, latest_checkpoint, load_adapters
     from marft_agents.config import load_config
     from marft_agents.evaluation import evaluate
     from marft_agents.models import load_model_and_tokenizer
@@ -119,6 +125,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         checkpoint = latest_checkpoint(cfg.output_dir)
         if checkpoint is None:
             raise SystemExit(f"no checkpoint in {cfg.output_dir}; pass --checkpoint PATH or --checkpoint none")
+    elif checkpoint == "best":
+        checkpoint = Path(cfg.output_dir) / BEST_DIR
+        if not (checkpoint / "adapters.pt").is_file():
+            raise SystemExit(f"no {checkpoint}/adapters.pt: the run kept no best adapters (eval.keep_best "
+                             "off, or no evaluation ran); pass --checkpoint latest or a folder")
     if checkpoint not in (None, "none"):
         policy.load_adapter_state_dict(load_adapters(checkpoint))
         print(f"loaded adapters from {checkpoint}")
@@ -161,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=cmd_train)
     ev = sub.add_parser("eval", help="accuracy +- standard error on a fixed problem set")
     ev.add_argument("--config", required=True)
-    ev.add_argument("--checkpoint", default="latest", help="checkpoint folder, 'latest' (in output_dir) or 'none'")
+    ev.add_argument("--checkpoint", default="latest", help="checkpoint folder, 'latest' or 'best' (in output_dir) or 'none'")
     ev.add_argument("--n", type=int, help="number of problems (default: eval.n_problems)")
     ev.add_argument("--seed", type=int, help="problem-set seed (default: eval.seed)")
     ev.add_argument("--sampled", action="store_true", help="also evaluate with sampling")

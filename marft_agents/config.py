@@ -155,6 +155,10 @@ class EvalConfig:
     """Overrides of ``env.kwargs`` for evaluation (e.g. ``{split: test}``)."""
     num_envs: int = 8
     """Env instances advanced in lock-step during evaluation."""
+    keep_best: bool = True
+    """After each evaluation during training that beats every earlier one, save the adapters to
+    ``<output_dir>/best/`` (``marft eval --checkpoint best``). The evaluation problems choose it:
+    when they are the test split, the best accuracy is selected on test, so report the final one."""
 
 
 @dataclass

@@ -8,6 +8,8 @@ lead's CLI logs them). One update:
    ``env.num_envs`` env instances (generation batched across envs per adapter);
 2. the learner (``cfg.algorithm``) runs its PPO epochs on them;
 3. every ``eval.interval`` updates (and at the end) the policy is scored on a fixed problem set;
+   an evaluation that beats every earlier one saves its adapters to ``<output_dir>/best/``
+   (``eval.keep_best``);
 4. every ``schedule.checkpoint_interval`` updates (and after the last) a checkpoint is written.
 
 Metric keys include ``losses/policy_loss``, ``losses/value_loss``, ``losses/entropy``,
@@ -40,6 +42,7 @@ from marft_agents.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     restore_rng_state,
+    save_best_adapters,
     save_checkpoint,
 )
 from marft_agents.config import TrainConfig, config_to_dict
@@ -63,6 +66,8 @@ class TrainResult:
     last_checkpoint: Path | None = None
     final_eval: EvalResult | None = None
     """Evaluation after the last update (``eval.at_end``)."""
+    best_eval: dict[str, float] | None = None
+    """``{"update", "accuracy", "stderr"}`` of the best evaluation during training (None if none ran)."""
     counters: dict[str, int] = field(default_factory=dict)
     """``update`` (updates done), ``episodes``, ``decisions``, ``tokens``."""
     policy: Any = None
@@ -111,6 +116,8 @@ class Trainer:
         self.output_dir = Path(cfg.output_dir)
         self.last_checkpoint: Path | None = None
         self.final_eval: EvalResult | None = None
+        # The best evaluation during training, kept across resumes (its adapters are in best/).
+        self.best_eval: dict[str, float] | None = None
 
     # -- checkpoints ---------------------------------------------------------------------------
     def save(self) -> Path:
@@ -120,6 +127,7 @@ class Trainer:
             "collector": self.collector.state_dict(),
             "rng": capture_rng_state(),
             "agent_ids": self.agent_ids,
+            "best_eval": self.best_eval,
         }
         self.last_checkpoint = save_checkpoint(
             self.output_dir, self.counters["update"], self.policy.adapter_state_dict(), state,
@@ -143,6 +151,7 @@ class Trainer:
         self.collector.load_state_dict(state["collector"])
         self.counters = dict(state["counters"])
         restore_rng_state(state["rng"])
+        self.best_eval = state.get("best_eval")
         self.last_checkpoint = path
         log.info("resumed from %s after %d updates", path, self.counters["update"])
         return True
@@ -164,6 +173,15 @@ class Trainer:
         return evaluate(self.policy, self.cfg.env.id, {**self.cfg.env.kwargs, **e.env_kwargs},
                         n_problems=e.n_problems, greedy=e.greedy, seed=e.seed,
                         sampling=self.cfg.sampling, num_envs=e.num_envs)
+
+    def keep_if_best(self, result: EvalResult) -> None:
+        """Save the adapters to ``best/`` when ``result`` beats every evaluation so far."""
+        # Strictly better only: on a tie the earlier (less trained, closer to the base) adapters stay.
+        if not self.cfg.eval.keep_best or (self.best_eval and result.accuracy <= self.best_eval["accuracy"]):
+            return
+        self.best_eval = {"update": self.counters["update"], "accuracy": result.accuracy, "stderr": result.stderr}
+        save_best_adapters(self.output_dir, self.policy.adapter_state_dict(),
+                           {**self.best_eval, "n": result.n, "distinct": result.distinct})
 
     def run(self) -> Iterator[dict[str, float]]:
         """Run the remaining updates, yielding each update's metrics."""
@@ -198,6 +216,7 @@ class Trainer:
                 self.final_eval = result if last else None
                 metrics.update({"eval/accuracy": result.accuracy, "eval/stderr": result.stderr,
                                 "eval/n": float(result.n), "eval/mean_reward": result.mean_reward})
+                self.keep_if_best(result)
             if last or (s.checkpoint_interval and done % s.checkpoint_interval == 0):
                 self.save()
             yield metrics
@@ -243,4 +262,5 @@ def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] 
         for callback in callbacks:
             callback(trainer.counters["update"] - 1, metrics)
     return TrainResult(history=history, output_dir=trainer.output_dir, last_checkpoint=trainer.last_checkpoint,
-                       final_eval=trainer.final_eval, counters=dict(trainer.counters), policy=trainer.policy)
+                       final_eval=trainer.final_eval, best_eval=trainer.best_eval,
+                       counters=dict(trainer.counters), policy=trainer.policy)

@@ -22,3 +22,15 @@ def test_incomplete_record_is_rejected_with_its_path(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps({"name": "bad"}))
     with pytest.raises(ValueError, match="bad.json"):
         load_records(tmp_path)
+
+
+def test_peak_column_reads_the_curve_and_ignores_the_untrained_point(tmp_path):
+    curve = [{"update": 0, "accuracy": 0.9, "stderr": 0.1}, {"update": 10, "accuracy": 0.5, "stderr": 0.1},
+             {"update": 20, "accuracy": 0.7, "stderr": 0.1}, {"update": 30, "accuracy": 0.7, "stderr": 0.1}]
+    write_record(Record(name="run", env_id="e", env_kwargs={}, algorithm="mappo_action", model="m",
+                        eval_after={"accuracy": 0.6, "stderr": 0.05, "n": 100}, eval_curve=curve), tmp_path)
+    write_record(Record(name="old", env_id="e", env_kwargs={}, algorithm="mappo_action", model="m",
+                        eval_after={"accuracy": 0.1, "stderr": 0.05, "n": 100}), tmp_path)
+    table = build(tmp_path)
+    assert "| 70.0 (update 20) |" in table  # the first of the tied peaks
+    assert "| 10.0 +- 5.0 (n=100) | - |" in table  # records without a curve show no peak

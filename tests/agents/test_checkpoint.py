@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -69,3 +70,15 @@ def test_load_rejects_non_checkpoint(tmp_path):
         ck.load_checkpoint(tmp_path)
     with pytest.raises(FileNotFoundError, match="no checkpoint found"):
         ck.load_adapters(tmp_path)
+
+
+def test_best_adapters_replace_atomically_and_survive_pruning(tmp_path):
+    ck.save_best_adapters(tmp_path, {"w": torch.ones(2)}, {"update": 1, "accuracy": 0.3})
+    (tmp_path / ".tmp-best-crashed").mkdir()  # a crashed save of a later best
+    ck.save_best_adapters(tmp_path, {"w": torch.full((2,), 4.0)}, {"update": 4, "accuracy": 0.5})
+    assert torch.equal(ck.load_adapters(tmp_path / ck.BEST_DIR)["w"], torch.full((2,), 4.0))
+    assert json.loads((tmp_path / ck.BEST_DIR / "meta.json").read_text()) == {"update": 4, "accuracy": 0.5}
+    assert not list(tmp_path.glob(".tmp-*"))
+    for update in (5, 6, 7):  # keep_last pruning only touches checkpoints/
+        _save(tmp_path, update, keep=1)
+    assert (tmp_path / ck.BEST_DIR / "adapters.pt").is_file()

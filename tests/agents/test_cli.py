@@ -67,3 +67,22 @@ def test_set_override_needs_key_value():
 def test_envs_lists_registered_ids(capsys):
     assert main(["envs"]) == 0
     assert "marft/Arithmetic-v0" in capsys.readouterr().out.split()
+
+
+def test_best_adapters_start_from_the_baseline_and_eval_loads_them(tmp_path, tiny_loader, capsys):
+    path, _ = _write_config(tmp_path, **{"eval.interval": 1})
+    assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # A random tiny model never beats its untrained self, so best/ holds the untrained adapters.
+    assert summary["eval_best"]["update"] == 0
+    assert summary["eval_best"]["accuracy"] == summary["eval_before"]["accuracy"]
+    capsys.readouterr()
+    assert main(["eval", "--config", str(path), "--checkpoint", "best"]) == 0
+    assert f"loaded adapters from {tmp_path / 'run' / 'best'}" in capsys.readouterr().out
+
+
+def test_eval_of_missing_best_says_why(tmp_path, tiny_loader):
+    path, _ = _write_config(tmp_path, **{"eval.keep_best": False})
+    assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard"]) == 0
+    with pytest.raises(SystemExit, match="kept no best adapters"):
+        main(["eval", "--config", str(path), "--checkpoint", "best"])

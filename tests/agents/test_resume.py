@@ -57,3 +57,41 @@ def test_time_budget_stops_early_and_saves(tmp_path):
     # Resuming a run whose budget is spent runs no further update.
     again = train(cfg, resume=True, model_and_tokenizer=_tiny())
     assert again.history == [] and again.counters["update"] == result.counters["update"]
+
+
+def _scripted_evaluations(monkeypatch, accuracies):
+    """Trainer.evaluate returns ``accuracies[update]`` (a tiny random model always scores 0)."""
+    from marft_agents.evaluation import EvalResult
+    from marft_agents.trainer import Trainer
+
+    monkeypatch.setattr(Trainer, "evaluate", lambda self: EvalResult(
+        accuracy=accuracies[self.counters["update"]], stderr=0.1, n=10, distinct=10))
+
+
+def test_best_evaluation_keeps_its_adapters_across_a_resume(tmp_path, monkeypatch):
+    from marft_agents.checkpoint import BEST_DIR, load_adapters, load_checkpoint
+
+    _scripted_evaluations(monkeypatch, {1: 0.2, 2: 0.5, 3: 0.5, 4: 0.4})
+    cfg = small_config(tmp_path, **{"schedule.num_updates": 4, "eval.interval": 1})
+    first = iter_train(cfg, model_and_tokenizer=_tiny())
+    for _ in range(2):
+        next(first)
+    first.close()  # "crash" after update 2, the best so far
+    resumed = train(cfg, resume=True, model_and_tokenizer=_tiny())
+
+    # Update 3 ties and update 4 is worse: the best stays update 2, whose checkpoint it matches.
+    assert resumed.best_eval == {"update": 2, "accuracy": 0.5, "stderr": 0.1}
+    best = load_adapters(tmp_path / "run" / BEST_DIR)
+    at_two = load_checkpoint(tmp_path / "run" / "checkpoints" / "update_000002")["adapters"]
+    final = resumed.policy.adapter_state_dict()
+    assert all(torch.equal(best[k], at_two[k]) for k in at_two)
+    assert any(not torch.equal(best[k], final[k]) for k in final)  # training went on after it
+
+
+def test_keep_best_off_writes_no_best_folder(tmp_path, monkeypatch):
+    from marft_agents.checkpoint import BEST_DIR
+
+    _scripted_evaluations(monkeypatch, {1: 0.2, 2: 0.5})
+    cfg = small_config(tmp_path, **{"eval.interval": 1, "eval.keep_best": False})
+    assert train(cfg, model_and_tokenizer=_tiny()).best_eval is None
+    assert not (tmp_path / "run" / BEST_DIR).exists()
