@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from leaderboards.build import build
-from leaderboards.records import RECORDS_DIR, Record, write_record
+from leaderboards.records import RECORDS_DIR, Record, git_commit, write_record
 from marft_agents.cli import main as marft_main
 from marft_agents.config import config_to_dict, load_config
 from marft_agents.metrics import read_metrics
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     train_args = ["train", "--config", str(args.config), "--quiet"] + [f"--set={s}" for s in args.set]
     if args.resume:
         train_args.append("--resume")
+    commit = git_commit()  # the code that trains, even if HEAD moves during a long run
     code = marft_main(train_args)
     if code:
         return code
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         budget={"updates": summary["counters"]["update"], "episodes": summary["counters"]["episodes"],
                 "tokens": summary["counters"]["tokens"], "wall_clock_s": round(wall, 1)},
         config=config_to_dict(cfg),
+        commit=commit,
     )
     path = write_record(record, args.records)
     (args.records.parent / "README.md").write_text(build(args.records), encoding="utf-8")

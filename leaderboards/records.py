@@ -52,15 +52,22 @@ class Record:
     machine: dict[str, Any] = field(default_factory=dict)
     """Filled in automatically: platform, CPU count, torch device."""
     commit: str = ""
-    """Git commit of the code that produced it (filled in automatically)."""
+    """Git commit of the code that trained it (``baselines/run.py`` takes it when training starts;
+    ``-dirty``: with uncommitted changes)."""
     date: str = ""
     """UTC timestamp (filled in automatically)."""
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
+    """Short HEAD commit, with ``-dirty`` when tracked files have uncommitted changes ("" outside git)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent,
+                              timeout=10).stdout.strip()
+
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=10).stdout.strip()
+        commit = git("rev-parse", "--short", "HEAD")
+        return commit + ("-dirty" if commit and git("status", "--porcelain", "--untracked-files=no") else "")
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -69,7 +76,7 @@ def write_record(record: Record, records_dir: Path = RECORDS_DIR) -> Path:
     """Write ``<name>.json`` atomically (temp file + rename), filling machine/commit/date."""
     record.machine = record.machine or {"platform": platform.platform(), "cpus": os.cpu_count(),
                                         "python": platform.python_version()}
-    record.commit = record.commit or _git_commit()
+    record.commit = record.commit or git_commit()
     record.date = record.date or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     records_dir.mkdir(parents=True, exist_ok=True)
     path = records_dir / f"{record.name}.json"

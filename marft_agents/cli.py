@@ -143,6 +143,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
                           sampling=cfg.sampling, num_envs=cfg.eval.num_envs)
         name = "greedy" if greedy else "sampled"
         report[name] = _eval_dict(result)
+        if args.transcripts:
+            path = Path(args.transcripts)
+            path = path if len(modes) == 1 else path.with_name(f"{path.stem}.{name}{path.suffix}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps(task) + "\n" for task in result.per_task), encoding="utf-8")
+            print(f"{name:>7}: transcripts of every problem in {path}")
         print(f"{name:>7}: {_describe(result)}, mean reward {result.mean_reward:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
@@ -178,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--sampled", action="store_true", help="also evaluate with sampling")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--json", help="write the report to this file")
+    ev.add_argument("--transcripts", metavar="PATH.jsonl",
+                    help="write one JSON line per problem (solved, reward, what each agent said); "
+                         "with --sampled, PATH.greedy.jsonl and PATH.sampled.jsonl")
     ev.set_defaults(func=cmd_eval)
     envs = sub.add_parser("envs", help="list registered environments")
     envs.set_defaults(func=cmd_envs)

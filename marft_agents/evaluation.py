@@ -43,7 +43,8 @@ class EvalResult:
     mean_reward: float = 0.0
     """Mean team return per episode."""
     per_task: list[dict[str, Any]] = field(default_factory=list)
-    """Per problem: ``task_index``, ``task_id``, ``solved``, ``reward``, ``rounds``."""
+    """Per problem: ``task_index``, ``task_id``, ``solved``, ``reward``, ``rounds`` and
+    ``transcript`` (``[{"agent", "round", "text"}]`` in the order the agents spoke)."""
 
 
 def problem_indices(num_tasks: int, n_problems: int, seed: int) -> list[int]:
@@ -110,8 +111,9 @@ def evaluate(
         random.setstate(py_state)
         np.random.set_state(np_state)
     per_task = [
-        {"task_index": i, "task_id": ep.task_id, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds}
-        for i, ep in zip(indices, rollout.episodes)
+        {"task_index": i, "task_id": ep.task_id, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds,
+         "transcript": [{"agent": d.agent_id, "round": d.round, "text": d.text} for d in decisions]}
+        for i, ep, decisions in zip(indices, rollout.episodes, rollout.episode_decisions())
     ]
     prompts = [tasks[i].prompt for i in indices]
     n = len(per_task)

@@ -13,6 +13,10 @@ from marft_agents.config import config_to_dict
 
 
 def test_record_holds_the_run_s_curve_best_and_budget(tmp_path, monkeypatch):
+    import baselines.run
+
+    commits = iter(["abc1234", "moved-on"])  # HEAD when training starts, then a later one
+    monkeypatch.setattr(baselines.run, "git_commit", lambda: next(commits))
     monkeypatch.setattr(models, "load_model_and_tokenizer",
                         lambda cfg: models.tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
     cfg = small_config(tmp_path, **{"eval.interval": 1, "eval.at_end": True, "schedule.num_updates": 2})
@@ -29,4 +33,5 @@ def test_record_holds_the_run_s_curve_best_and_budget(tmp_path, monkeypatch):
     assert record["eval_curve"][-1]["accuracy"] == record["eval_after"]["accuracy"]
     assert record["eval_best"]["update"] == 0  # a random tiny model never beats its baseline
     assert record["budget"]["updates"] == 2 and record["config"]["algorithm"] == "mappo_action"
+    assert record["commit"] == "abc1234"
     assert "| tiny_baseline |" in (records.parent / "README.md").read_text()

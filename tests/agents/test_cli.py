@@ -77,8 +77,14 @@ def test_best_adapters_start_from_the_baseline_and_eval_loads_them(tmp_path, tin
     assert summary["eval_best"]["update"] == 0
     assert summary["eval_best"]["accuracy"] == summary["eval_before"]["accuracy"]
     capsys.readouterr()
-    assert main(["eval", "--config", str(path), "--checkpoint", "best"]) == 0
+    transcripts = tmp_path / "eval" / "best.jsonl"
+    assert main(["eval", "--config", str(path), "--checkpoint", "best", "--transcripts", str(transcripts)]) == 0
     assert f"loaded adapters from {tmp_path / 'run' / 'best'}" in capsys.readouterr().out
+    lines = [json.loads(line) for line in transcripts.read_text().splitlines()]
+    assert len(lines) == 2  # eval.n_problems
+    for task in lines:
+        assert {"task_index", "solved", "reward", "transcript"} <= set(task)
+        assert task["transcript"] and all({"agent", "round", "text"} <= set(t) for t in task["transcript"])
 
 
 def test_eval_of_missing_best_says_why(tmp_path, tiny_loader):
