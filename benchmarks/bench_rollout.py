@@ -45,10 +45,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,8 +57,8 @@ import torch  # noqa: E402
 from transformers import GenerationConfig  # noqa: E402
 
 import marft_envs  # noqa: E402
+from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads  # noqa: E402
 from marft_agents.generation import left_pad  # noqa: E402
-from marft_agents.models import ModelConfig, load_model_and_tokenizer, tiny_model_and_tokenizer  # noqa: E402
 from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy, SamplingConfig  # noqa: E402
 from marft_agents.rollout import RolloutCollector  # noqa: E402
 
@@ -68,43 +66,15 @@ ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.85
 
 
-def load_avg() -> str:
-    return "load %.2f %.2f %.2f" % os.getloadavg()
-
-
-def set_threads(requested: int) -> None:
-    """Use ``requested`` torch threads; 0 = auto.
-
-    Auto keeps torch's default (one per core) on an idle machine but drops to 1 thread when the
-    1-minute load average already reaches the core count: OpenMP threads that spin-wait for
-    siblings pre-empted by other processes make a 2-thread matmul here ~40x *slower* than a
-    1-thread one (measured 18 vs 812 small matmuls/s at load ~6 on 2 cores).
-    """
-    if requested == 0:
-        cores = os.cpu_count() or 1
-        requested = 1 if os.getloadavg()[0] >= cores else torch.get_num_threads()
-    torch.set_num_threads(requested)
-
-
 def load_models(tiny: bool, dtype: str) -> tuple[Any, Any, Any, str]:
     """(model for the policy, identical unwrapped copy for the reference, tokenizer, name)."""
-    if tiny:
-        model, tok = tiny_model_and_tokenizer(seed=0, dtype=dtype)
-        raw, _ = tiny_model_and_tokenizer(seed=0, dtype=dtype)
-        return model, raw, tok, "tiny-random-llama"
-    cfg = ModelConfig(dtype=dtype)
-    model, tok = load_model_and_tokenizer(cfg)
-    raw, _ = load_model_and_tokenizer(cfg)
-    return model, raw, tok, cfg.name_or_path
+    model, tok, name = load_model(tiny, dtype)
+    raw, _, _ = load_model(tiny, dtype)
+    return model, raw, tok, name
 
 
 Call = tuple[list[list[int]], list[list[int]]]
 """(prompt ids, response ids) of one ``policy.generate`` call."""
-
-
-def now() -> tuple[float, float]:
-    """(wall seconds, this process's CPU seconds)."""
-    return time.perf_counter(), time.process_time()
 
 
 @dataclass
@@ -180,8 +150,6 @@ def raw_generate(model: Any, tok: Any, call: Call, sampling: SamplingConfig) -> 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tiny", action="store_true", help="tiny random model instead of SmolLM2-135M")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--batch", type=int, default=8, help="env instances = episodes per collect")
     ap.add_argument("--new-tokens", type=int, default=64, help="max_new_tokens per utterance")
     ap.add_argument("--temperature", type=float, default=1.0)
@@ -201,9 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-share-prefix", action="store_true",
                     help="sampling.share_prefix=False: every row runs its whole prompt, the system "
                          "turn included (as generate does)")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch threads; 0 = auto: torch's default, or 1 when the machine is already busy")
+    add_common_args(ap)
     args = ap.parse_args(argv)
     set_threads(args.threads)
     torch.manual_seed(0)

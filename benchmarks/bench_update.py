@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import sys
 import time
@@ -50,29 +49,16 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import marft_envs  # noqa: E402
+from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads, since  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
 from marft_agents.generation import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
 from marft_agents.learners import make_learner  # noqa: E402
-from marft_agents.models import ModelConfig, load_model_and_tokenizer, tiny_model_and_tokenizer  # noqa: E402
 from marft_agents.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.rollout import Rollout, RolloutCollector  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.8
 LEARNERS = {"A": "mappo_action", "T": "mappo_token"}
-
-
-def load_avg() -> str:
-    return "load %.2f %.2f %.2f" % os.getloadavg()
-
-
-def set_threads(requested: int) -> None:
-    """``requested`` torch threads; 0 = torch's default, or 1 when the machine is already busy
-    (see ``benchmarks/bench_rollout.py``: oversubscribed OpenMP threads are ~40x slower here)."""
-    if requested == 0:
-        cores = os.cpu_count() or 1
-        requested = 1 if os.getloadavg()[0] >= cores else torch.get_num_threads()
-    torch.set_num_threads(requested)
 
 
 @dataclass
@@ -175,16 +161,6 @@ def bare_pass(policy: Any, call: Call) -> None:
     policy.set_trainable(None, critic=True)
 
 
-def now() -> tuple[float, float]:
-    """(wall seconds, this process's CPU seconds)."""
-    return time.perf_counter(), time.process_time()
-
-
-def since(start: tuple[float, float]) -> tuple[float, float]:
-    end = now()
-    return end[0] - start[0], end[1] - start[1]
-
-
 def replay(policy: Any, calls: list[Call]) -> tuple[float, float]:
     """(wall, cpu) seconds of the bare passes of ``calls``."""
     start = now()
@@ -207,8 +183,6 @@ def sub_rollout(rollout: Rollout, episodes: int) -> Rollout:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tiny", action="store_true", help="tiny random model instead of SmolLM2-135M")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--batch", type=int, default=4, help="episodes in the rollout (2 decisions each)")
     ap.add_argument("--new-tokens", type=int, default=32, help="max_new_tokens of the rollout")
     ap.add_argument("--minibatch", type=int, default=8, help="schedule.minibatch_size (decisions per step)")
@@ -219,19 +193,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--recompute-old-logprobs", action="store_true",
                     help="ppo.recompute_old_logprobs (the shipped bf16 training configs): the update adds a "
                          "no-grad pass over its micro-batches, replayed as a bare no-grad forward")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch threads; 0 = auto: torch's default, or 1 when the machine is already busy")
+    add_common_args(ap)
     args = ap.parse_args(argv)
     set_threads(args.threads)
     torch.manual_seed(0)
 
-    if args.tiny:
-        model, tok = tiny_model_and_tokenizer(seed=0, dtype=args.dtype)
-        name = "tiny-random-llama"
-    else:
-        model, tok = load_model_and_tokenizer(ModelConfig(dtype=args.dtype))
-        name = ModelConfig().name_or_path
+    model, tok, name = load_model(args.tiny, args.dtype)
     env_kwargs = {"level": 1, "profile": "dual", "horizon": 1}
     cfg = load_config({
         "algorithm": "mappo_action",

@@ -1,0 +1,60 @@
+"""Helpers the throughput benchmarks share: threads, clocks, load average, model loading."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+import torch
+
+from marft_agents.models import ModelConfig, load_model_and_tokenizer, tiny_model_and_tokenizer
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """``--tiny``, ``--dtype``, ``--repeats`` and ``--threads``, the same in every benchmark."""
+    parser.add_argument("--tiny", action="store_true", help="tiny random model instead of SmolLM2-135M")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads; 0 = auto: torch's default, or 1 when the machine is already busy")
+
+
+def load_avg() -> str:
+    return "load %.2f %.2f %.2f" % os.getloadavg()
+
+
+def set_threads(requested: int) -> None:
+    """Use ``requested`` torch threads; 0 = auto.
+
+    Auto keeps torch's default (one per core) on an idle machine but drops to 1 thread when the
+    1-minute load average already reaches the core count: OpenMP threads that spin-wait for
+    siblings pre-empted by other processes make a 2-thread matmul here ~40x *slower* than a
+    1-thread one (measured 18 vs 812 small matmuls/s at load ~6 on 2 cores).
+    """
+    if requested == 0:
+        cores = os.cpu_count() or 1
+        requested = 1 if os.getloadavg()[0] >= cores else torch.get_num_threads()
+    torch.set_num_threads(requested)
+
+
+def load_model(tiny: bool, dtype: str) -> tuple[Any, Any, str]:
+    """(model, tokenizer, name): SmolLM2-135M-Instruct, or a tiny random model with ``tiny``."""
+    if tiny:
+        model, tok = tiny_model_and_tokenizer(seed=0, dtype=dtype)
+        return model, tok, "tiny-random-llama"
+    cfg = ModelConfig(dtype=dtype)
+    model, tok = load_model_and_tokenizer(cfg)
+    return model, tok, cfg.name_or_path
+
+
+def now() -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds)."""
+    return time.perf_counter(), time.process_time()
+
+
+def since(start: tuple[float, float]) -> tuple[float, float]:
+    """(wall, cpu) seconds since ``start`` (a :func:`now`)."""
+    end = now()
+    return end[0] - start[0], end[1] - start[1]

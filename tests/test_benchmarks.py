@@ -1,0 +1,36 @@
+"""The throughput benchmarks run end to end on a tiny random model and print their ratio lines."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = ["--tiny", "--repeats", "1", "--threads", "1", "--batch", "2", "--new-tokens", "4"]
+
+
+def _run(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *TINY, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-share-prefix"]])
+def test_bench_rollout_prints_collector_against_raw_generate(extra):
+    out = _run("bench_rollout.py", *extra)
+    summary = re.search(r"collector ([\d.]+) tok/s\s+raw generate ([\d.]+) tok/s\s+ratio ([\d.]+)", out)
+    assert summary, out
+    assert all(float(x) > 0 for x in summary.groups())
+
+
+def test_bench_update_prints_both_learners_against_bare_passes():
+    out = _run("bench_update.py", "--minibatch", "2", "--recompute-old-logprobs")
+    for learner in ("MARFT-A", "MARFT-T"):
+        line = re.search(rf"{learner} \(\w+\): update ([\d.]+) tok/s\s+bare fwd\+bwd ([\d.]+) tok/s\s+ratio ([\d.]+)", out)
+        assert line, out
+        assert all(float(x) > 0 for x in line.groups())
