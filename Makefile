@@ -32,7 +32,7 @@ test-all: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: setup
-	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done
+	for script in benchmarks/[!_]*.py; do $(BIN)/python $$script || exit 1; done
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

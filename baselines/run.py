@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         eval_before=summary.get("eval_before"),
         eval_after={**summary["eval_after"], "greedy": cfg.eval.greedy},
         eval_best=summary.get("eval_best"),
-        eval_curve=[{"update": r["step"], "accuracy": r["eval/accuracy"], "stderr": r["eval/stderr"]}
+        eval_curve=[{"update": r["step"], "accuracy": r["eval/accuracy"], "stderr": r["eval/stderr"],
+                     "train_seconds": round(r.get("time/train_seconds", 0.0), 1)}
                     for r in rows if "eval/accuracy" in r],
         budget={"updates": summary["counters"]["update"], "episodes": summary["counters"]["episodes"],
                 "tokens": summary["counters"]["tokens"], "wall_clock_s": round(wall, 1)},

@@ -44,7 +44,8 @@ class Record:
     the run's ``best/``). Chosen on the evaluation problems, so it is optimistic when those are
     the test split; ``eval_after`` is the result."""
     eval_curve: list[dict[str, Any]] = field(default_factory=list)
-    """Every evaluation of the run, ``{"update", "accuracy", "stderr"}``, update 0 = untrained."""
+    """Every evaluation of the run, ``{"update", "accuracy", "stderr", "train_seconds"}``, update 0 =
+    untrained; ``train_seconds`` is the rollout + update time spent before it (the budget's clock)."""
     budget: dict[str, Any] = field(default_factory=dict)
     """Updates, episodes, wall-clock seconds, tokens."""
     config: dict[str, Any] = field(default_factory=dict)

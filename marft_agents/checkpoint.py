@@ -160,6 +160,12 @@ def save_best_adapters(output_dir: str | os.PathLike, adapters: dict[str, Any], 
     return target
 
 
+def load_best_meta(output_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """``meta.json`` of ``<output_dir>/best/`` (update, accuracy, stderr, ...), or None if absent."""
+    meta = Path(output_dir) / BEST_DIR / "meta.json"
+    return json.loads(meta.read_text()) if meta.is_file() else None
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Read a checkpoint folder: ``{"adapters", "state", "config", "path"}``."""
     path = Path(path)

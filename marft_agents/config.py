@@ -209,6 +209,9 @@ class TrainConfig:
         for name in ("checkpoint_interval",):
             if getattr(s, name) < 0:
                 raise ConfigError(f"schedule.{name} must be >= 0, got {getattr(s, name)}")
+        if self.model.threads < 0:
+            raise ConfigError(f"model.threads must be >= 0 (0 = torch's default, one per core), "
+                              f"got {self.model.threads}")
         if self.eval.interval < 0 or self.eval.n_problems < 1:
             raise ConfigError("eval.interval must be >= 0 and eval.n_problems >= 1")
         for name in ("gamma", "lam", "gamma_token", "lam_token"):

@@ -40,6 +40,7 @@ import marft_envs
 from marft_agents.checkpoint import (
     capture_rng_state,
     latest_checkpoint,
+    load_best_meta,
     load_checkpoint,
     restore_rng_state,
     save_best_adapters,
@@ -151,10 +152,23 @@ class Trainer:
         self.collector.load_state_dict(state["collector"])
         self.counters = dict(state["counters"])
         restore_rng_state(state["rng"])
-        self.best_eval = state.get("best_eval")
+        self.best_eval = self._best_on_disk(state.get("best_eval"))
         self.last_checkpoint = path
         log.info("resumed from %s after %d updates", path, self.counters["update"])
         return True
+
+    def _best_on_disk(self, restored: dict[str, float] | None) -> dict[str, float] | None:
+        """The best evaluation to beat after a resume: the checkpoint's, or best/'s if higher.
+
+        best/ is written at evaluation time, so it can be ahead of the last checkpoint (a crash
+        between an evaluation and the next checkpoint). Its adapters are real and measured;
+        comparing against the older checkpoint's figure would let a weaker evaluation of the
+        re-run updates overwrite them.
+        """
+        on_disk = load_best_meta(self.output_dir)
+        if on_disk is None or (restored is not None and restored["accuracy"] >= on_disk["accuracy"]):
+            return restored
+        return {key: on_disk[key] for key in ("update", "accuracy", "stderr")}
 
     def _warn_config_changes(self, saved: dict[str, Any] | None) -> None:
         if not saved:

@@ -34,3 +34,33 @@ def test_peak_column_reads_the_curve_and_ignores_the_untrained_point(tmp_path):
     table = build(tmp_path)
     assert "| 70.0 (update 20) |" in table  # the first of the tied peaks
     assert "| 10.0 +- 5.0 (n=100) | - |" in table  # records without a curve show no peak
+
+
+def _curve_record(tmp_path, name, env_id="e", with_seconds=True):
+    curve = [{"update": u, "accuracy": a, "stderr": 0.05, **({"train_seconds": 60.0 * u} if with_seconds else {})}
+             for u, a in ((0, 0.2), (10, 0.5), (20, 0.7))]
+    write_record(Record(name=name, env_id=env_id, env_kwargs={}, algorithm="mappo_action", model="m",
+                        eval_after={"accuracy": 0.7, "stderr": 0.05, "n": 100}, eval_curve=curve), tmp_path)
+
+
+def test_plot_converts_the_budget_clock_to_minutes_and_writes_a_png(tmp_path):
+    from leaderboards.plot import curve_points, plot_records
+
+    _curve_record(tmp_path, "a")
+    _curve_record(tmp_path, "b")
+    xs, ys, errs = curve_points(load_records(tmp_path)[0], "minutes")
+    assert xs == [0.0, 10.0, 20.0] and ys == [0.2, 0.5, 0.7] and errs == [0.05] * 3
+    assert curve_points(load_records(tmp_path)[0], "update")[0] == [0, 10, 20]
+    out = plot_records("e", tmp_path / "curves.png", tmp_path)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_errors_name_the_fix(tmp_path):
+    from leaderboards.plot import plot_records
+
+    _curve_record(tmp_path, "old", with_seconds=False)
+    with pytest.raises(ValueError, match="--x update"):
+        plot_records("e", tmp_path / "x.png", tmp_path)
+    assert plot_records("e", tmp_path / "x.png", tmp_path, x="update").is_file()
+    with pytest.raises(ValueError, match=r"no records .* for 'other'.*\['e'\]"):
+        plot_records("other", tmp_path / "y.png", tmp_path)

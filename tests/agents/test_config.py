@@ -68,6 +68,8 @@ def test_cross_field_validation():
         C.config_from_dict({"schedule": {"minibatch_size": 0}})
     with pytest.raises(C.ConfigError, match="gamma must be in"):
         C.config_from_dict({"ppo": {"gamma": 1.5}})
+    with pytest.raises(C.ConfigError, match="model.threads must be >= 0"):
+        C.config_from_dict({"model": {"threads": -1}})
     with pytest.raises(C.ConfigError, match="does not exist"):
         C.load_config("/nonexistent/run.yaml")
 

@@ -87,6 +87,23 @@ def test_load_local_folder_with_dtype(tmp_path):
                                model.lm_head.weight.to(torch.bfloat16).float())
 
 
+def test_threads_set_when_the_model_loads(tmp_path):
+    model, tok = tiny_model_and_tokenizer()
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        load_model_and_tokenizer(ModelConfig(str(tmp_path / "m"), threads=2))
+        assert torch.get_num_threads() == 2
+        load_model_and_tokenizer(ModelConfig(str(tmp_path / "m")))  # 0 leaves the setting alone
+        assert torch.get_num_threads() == 2
+        with pytest.raises(ValueError, match="model.threads must be >= 0"):
+            load_model_and_tokenizer(ModelConfig(str(tmp_path / "m"), threads=-1))
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.slow
 def test_default_alias_converts_once_then_reuses_the_cache(tmp_path):
     try:

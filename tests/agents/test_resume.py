@@ -88,6 +88,26 @@ def test_best_evaluation_keeps_its_adapters_across_a_resume(tmp_path, monkeypatc
     assert any(not torch.equal(best[k], final[k]) for k in final)  # training went on after it
 
 
+def test_best_written_after_the_last_checkpoint_is_not_overwritten_by_a_weaker_rerun(tmp_path, monkeypatch):
+    from marft_agents.checkpoint import load_best_meta
+
+    accuracies = {1: 0.2, 2: 0.3, 3: 0.9, 4: 0.1}
+    _scripted_evaluations(monkeypatch, accuracies)
+    cfg = small_config(tmp_path, **{"schedule.num_updates": 4, "eval.interval": 1,
+                                    "schedule.checkpoint_interval": 2})
+    first = iter_train(cfg, model_and_tokenizer=_tiny())
+    for _ in range(3):
+        next(first)
+    first.close()  # "crash" after update 3's evaluation (the best) but before its checkpoint
+    assert load_best_meta(cfg.output_dir)["update"] == 3
+    # The re-run update 3 evaluates lower (bf16 runs need not repeat exactly); it beats the
+    # checkpoint's best (0.3 at update 2) but not the adapters already in best/.
+    accuracies[3] = 0.6
+    resumed = train(cfg, resume=True, model_and_tokenizer=_tiny())
+    assert resumed.best_eval == {"update": 3, "accuracy": 0.9, "stderr": 0.1}
+    assert load_best_meta(cfg.output_dir)["accuracy"] == 0.9
+
+
 def test_keep_best_off_writes_no_best_folder(tmp_path, monkeypatch):
     from marft_agents.checkpoint import BEST_DIR
 
