@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 from pathlib import Path
+from typing import Any
 
 from leaderboards.records import RECORDS_DIR, load_records
 
@@ -34,6 +36,62 @@ def _peak(record: dict) -> str:
     return f"{100 * best['accuracy']:.1f} (update {best['update']})"
 
 
+# Config keys that do not change what is trained: a record set differing only in these is one
+# setup run with several seeds.
+NOT_THE_SETUP = {"seed", "output_dir"}
+
+
+def _flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"schedule.actor_lr": 5e-4, ...}``; dict-valued fields such as ``env.kwargs`` stay whole."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and key != "kwargs" and key != "env_kwargs":
+            flat.update(_flat_config(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def same_setup(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """True when two records ran the same env, algorithm, model and config up to the seed.
+
+    Only keys both configs have are compared: a field added to the config dataclasses later
+    (records made before it lack it) takes its default, which the older code also behaved as.
+    """
+    identity = lambda r: (r["env_id"], r["algorithm"], r["model"], r.get("env_kwargs"))  # noqa: E731
+    if identity(a) != identity(b):
+        return False
+    fa, fb = _flat_config(a.get("config", {})), _flat_config(b.get("config", {}))
+    return bool(fa) and bool(fb) and all(fa[k] == fb[k] for k in (fa.keys() & fb.keys()) - NOT_THE_SETUP)
+
+
+def seed_groups(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Records grouped by :func:`same_setup` (groups of one included), in name order."""
+    groups: list[list[dict[str, Any]]] = []
+    for record in sorted(records, key=lambda r: r["name"]):
+        home = next((g for g in groups if same_setup(g[0], record)), None)
+        if home is None:
+            groups.append([record])
+        else:
+            home.append(record)
+    return groups
+
+
+def _seed_table(records: list[dict[str, Any]]) -> list[str]:
+    """Rows for setups run with more than one seed: the mean and range of "after" over seeds."""
+    groups = [g for g in seed_groups(records) if len(g) > 1]
+    if not groups:
+        return []
+    lines = ["Setups run with several seeds (records that differ only in `seed`):", "",
+             "| runs | algorithm | seeds | after: mean over seeds | after per seed |", "|---|---|---|---|---|"]
+    for group in sorted(groups, key=lambda g: -statistics.mean(r["eval_after"]["accuracy"] for r in g)):
+        after = [100 * r["eval_after"]["accuracy"] for r in group]
+        seeds = ", ".join(str(r.get("config", {}).get("seed", "?")) for r in group)
+        lines.append(f"| {', '.join(r['name'] for r in group)} | {group[0]['algorithm']} | {seeds} "
+                     f"| {statistics.mean(after):.1f} | {' / '.join(f'{a:.1f}' for a in after)} |")
+    return lines + [""]
+
+
 def build(records_dir: Path = RECORDS_DIR) -> str:
     records = load_records(records_dir)
     lines = [HEADER]
@@ -50,6 +108,7 @@ def build(records_dir: Path = RECORDS_DIR) -> str:
             lines.append(f"| {r['name']} | {r['algorithm']} | {kwargs} | {r['model']} | {_fmt(r.get('eval_before'))} "
                          f"| {_fmt(r['eval_after'])} | {_peak(r)} | {budget_txt} | {r.get('commit', '')} | {r.get('date', '')[:10]} |")
         lines.append("")
+        lines += _seed_table(rows)
     if not records:
         lines.append("No records yet: run `python -m baselines.run <config>`.\n")
     return "\n".join(lines)

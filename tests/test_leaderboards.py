@@ -64,3 +64,29 @@ def test_plot_errors_name_the_fix(tmp_path):
     assert plot_records("e", tmp_path / "x.png", tmp_path, x="update").is_file()
     with pytest.raises(ValueError, match=r"no records .* for 'other'.*\['e'\]"):
         plot_records("other", tmp_path / "y.png", tmp_path)
+
+
+def _seeded(tmp_path, name, seed, accuracy, lr=5e-4, extra_eval=None):
+    config = {"seed": seed, "output_dir": f"runs/{name}", "schedule": {"actor_lr": lr},
+              "eval": {"n_problems": 200, **(extra_eval or {})}}
+    write_record(Record(name=name, env_id="e", env_kwargs={"level": 1}, algorithm="mappo_action", model="m",
+                        eval_after={"accuracy": accuracy, "stderr": 0.05, "n": 200}, config=config), tmp_path)
+
+
+def test_records_differing_only_in_seed_are_summarised_together(tmp_path):
+    from leaderboards.build import seed_groups
+
+    _seeded(tmp_path, "a", 0, 0.90)
+    _seeded(tmp_path, "a_seed1", 1, 0.80, extra_eval={"keep_best": True})  # a field added later
+    _seeded(tmp_path, "a_lr", 0, 0.50, lr=2.5e-4)  # another setup
+    groups = seed_groups(load_records(tmp_path))
+    assert sorted(sorted(r["name"] for r in g) for g in groups) == [["a", "a_seed1"], ["a_lr"]]
+    table = build(tmp_path)
+    assert "| a, a_seed1 | mappo_action | 0, 1 | 85.0 | 90.0 / 80.0 |" in table
+    assert "| a_lr, " not in table  # a setup with one seed gets no summary row
+
+
+def test_no_seed_summary_without_repeated_setups(tmp_path):
+    _seeded(tmp_path, "a", 0, 0.90)
+    _seeded(tmp_path, "b", 0, 0.50, lr=1e-4)
+    assert "several seeds" not in build(tmp_path)
