@@ -35,10 +35,11 @@ def plot_records(env_id: str, out_path: Path, records_dir: Path = RECORDS_DIR, x
     matplotlib.use("Agg")  # headless
     import matplotlib.pyplot as plt
 
-    records = [r for r in load_records(records_dir) if r["env_id"] == env_id and r.get("eval_curve")
-               and (names is None or r["name"] in names)]
+    every = load_records(records_dir)
+    records = [r for r in every
+               if r["env_id"] == env_id and r.get("eval_curve") and (names is None or r["name"] in names)]
     if not records:
-        known = sorted({r["env_id"] for r in load_records(records_dir)})
+        known = sorted({r["env_id"] for r in every})
         raise ValueError(f"no records with an eval curve for {env_id!r} in {records_dir} "
                          f"(envs with records: {known}); run `python -m baselines.run <config>` first")
     fig, ax = plt.subplots(figsize=(7, 4.2))

@@ -27,6 +27,7 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,26 @@ def _write_file(path: Path, writer) -> None:
         os.fsync(handle.fileno())
 
 
+def _json_writer(data: dict[str, Any]) -> Callable[[Any], Any]:
+    return lambda f: f.write(json.dumps(data, indent=2, default=str).encode())
+
+
+def _write_folder(target: Path, files: dict[str, Callable[[Any], Any]]) -> None:
+    """Create folder ``target`` with ``{file name: writer(binary handle)}``, all or nothing.
+
+    The files go into a ``.tmp-<name>-*`` sibling that is renamed into place once complete; a
+    crash leaves only that sibling behind (the callers sweep such leftovers before saving).
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    try:
+        for name, writer in files.items():
+            _write_file(tmp / name, writer)
+        _move_into_place(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _move_into_place(tmp: Path, target: Path) -> None:
     """Rename the finished folder ``tmp`` to ``target``, replacing an older ``target``."""
     if target.exists():
@@ -124,19 +145,12 @@ def save_checkpoint(
     for stale in root.glob(".tmp-*"):  # leftovers of a crashed save
         shutil.rmtree(stale, ignore_errors=True)
     target = root / f"update_{update:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=root))
-    try:
-        _write_file(tmp / "adapters.pt", lambda f: torch.save(adapters, f))
-        _write_file(tmp / "state.pt", lambda f: torch.save(state, f))
-        if config is not None:
-            text = yaml.safe_dump(config, sort_keys=False)
-            _write_file(tmp / "config.yaml", lambda f: f.write(text.encode("utf-8")))
-        meta = {"update": update, "counters": state.get("counters", {})}
-        _write_file(tmp / "meta.json", lambda f: f.write(json.dumps(meta, indent=2, default=str).encode()))
-        _move_into_place(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    files = {"adapters.pt": lambda f: torch.save(adapters, f), "state.pt": lambda f: torch.save(state, f)}
+    if config is not None:
+        text = yaml.safe_dump(config, sort_keys=False)
+        files["config.yaml"] = lambda f: f.write(text.encode("utf-8"))
+    files["meta.json"] = _json_writer({"update": update, "counters": state.get("counters", {})})
+    _write_folder(target, files)
     for old in list_checkpoints(output_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return target
@@ -149,14 +163,7 @@ def save_best_adapters(output_dir: str | os.PathLike, adapters: dict[str, Any], 
     target = out / BEST_DIR
     for stale in out.glob(f".tmp-*{BEST_DIR}*"):  # leftovers of a crashed save
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{BEST_DIR}-", dir=out))
-    try:
-        _write_file(tmp / "adapters.pt", lambda f: torch.save(adapters, f))
-        _write_file(tmp / "meta.json", lambda f: f.write(json.dumps(meta, indent=2, default=str).encode()))
-        _move_into_place(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    _write_folder(target, {"adapters.pt": lambda f: torch.save(adapters, f), "meta.json": _json_writer(meta)})
     return target
 
 

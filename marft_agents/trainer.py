@@ -117,7 +117,7 @@ class Trainer:
         self.output_dir = Path(cfg.output_dir)
         self.last_checkpoint: Path | None = None
         self.final_eval: EvalResult | None = None
-        # The best evaluation during training, kept across resumes (its adapters are in best/).
+        # The best evaluation during training; best/meta.json holds it, so a resume reads it back.
         self.best_eval: dict[str, float] | None = None
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -128,7 +128,6 @@ class Trainer:
             "collector": self.collector.state_dict(),
             "rng": capture_rng_state(),
             "agent_ids": self.agent_ids,
-            "best_eval": self.best_eval,
         }
         self.last_checkpoint = save_checkpoint(
             self.output_dir, self.counters["update"], self.policy.adapter_state_dict(), state,
@@ -152,23 +151,21 @@ class Trainer:
         self.collector.load_state_dict(state["collector"])
         self.counters = dict(state["counters"])
         restore_rng_state(state["rng"])
-        self.best_eval = self._best_on_disk(state.get("best_eval"))
+        self.best_eval = self._best_on_disk()
         self.last_checkpoint = path
         log.info("resumed from %s after %d updates", path, self.counters["update"])
         return True
 
-    def _best_on_disk(self, restored: dict[str, float] | None) -> dict[str, float] | None:
-        """The best evaluation to beat after a resume: the checkpoint's, or best/'s if higher.
+    def _best_on_disk(self) -> dict[str, float] | None:
+        """The best evaluation to beat after a resume, read from best/meta.json (None if absent).
 
-        best/ is written at evaluation time, so it can be ahead of the last checkpoint (a crash
-        between an evaluation and the next checkpoint). Its adapters are real and measured;
-        comparing against the older checkpoint's figure would let a weaker evaluation of the
-        re-run updates overwrite them.
+        Read from best/ rather than the checkpoint: best/ is written at evaluation time, so it can
+        be ahead of the last checkpoint (a crash between an evaluation and the next checkpoint).
+        Its adapters are real and measured; comparing against an older figure would let a weaker
+        evaluation of the re-run updates overwrite them.
         """
         on_disk = load_best_meta(self.output_dir)
-        if on_disk is None or (restored is not None and restored["accuracy"] >= on_disk["accuracy"]):
-            return restored
-        return {key: on_disk[key] for key in ("update", "accuracy", "stderr")}
+        return None if on_disk is None else {key: on_disk[key] for key in ("update", "accuracy", "stderr")}
 
     def _warn_config_changes(self, saved: dict[str, Any] | None) -> None:
         if not saved:
