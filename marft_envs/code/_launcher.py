@@ -25,8 +25,11 @@ Why this shape:
   ``preexec_fn`` of the (multi-threaded) host, where fork-then-Python is not safe.
 
 Isolation steps, each best effort; the ones that worked are reported (``isolation``):
-``userns`` (only when not root), ``mntns`` + ``ro-root`` (whole file system read-only, fresh
-size-capped tmpfs on /tmp, /var/tmp, /dev/shm and the work dir), ``pidns`` (+ ``proc``: a
+``userns`` (only when not root), ``mntns``, ``fsroot`` (a private root file system that holds
+only the interpreter, its standard library, its shared libraries, /dev nodes, /proc and
+size-capped tmpfs on /tmp and /dev/shm: see ``_fsroot.py``) entered by ``pivot`` (or
+``chroot``), ``ro-root`` (the root file system is read-only; without ``fsroot`` that root is
+the host's whole file system, with fresh tmpfs on /tmp, /var/tmp, /dev/shm), ``pidns`` (+ ``proc``: a
 fresh /proc that shows only the sandbox), ``netns`` (only a downed loopback: no network at
 all), ``uid`` (root only: the program runs under a fresh random uid, so RLIMIT_NPROC counts
 only its own processes and it cannot touch the host's files or signal its processes),
@@ -39,6 +42,11 @@ import os
 import resource
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script dir out
+import _fsroot  # noqa: E402  (stdlib only, like this file)
+
+del sys.path[0]
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -47,19 +55,13 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 0x4000, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 SIGKILL = 9  # not `import signal`: it imports enum, a large part of the start-up time
-SYS_MOUNT_SETATTR = 442  # same number on x86_64 and aarch64 (new syscalls share numbers)
-AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # Where the interpreter's own prefix is re-exposed when a fresh uid could not reach it (e.g.
 # Python installed under /root, mode 700): a read-only bind mount inside the private /tmp.
 PY_ALIAS = "/tmp/.marft-python"
 
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+_mount = _fsroot.mount
 
 
 class _CapHeader(ctypes.Structure):
@@ -73,11 +75,6 @@ class _CapData(ctypes.Structure):
 
 def _ok(ret: int) -> bool:
     return ret == 0
-
-
-def _mount(src: str, target: str, fstype, flags: int, data) -> bool:
-    return _ok(_libc.mount(src.encode(), target.encode(), fstype and fstype.encode(), flags,
-                           data and data.encode()))
 
 
 def _write_file(path: str, text: str) -> bool:
@@ -137,10 +134,10 @@ def _setup_namespaces(cfg: dict, iso: list) -> bool:
         iso.append("netns")
     iso.append("mntns")
     if _mount("none", "/", None, MS_REC | MS_PRIVATE, None):
-        attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-        if _ok(_libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/",
-                             ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr),
-                             ctypes.c_size_t(ctypes.sizeof(attr)))):
+        if cfg["fs_isolation"] and _fsroot.build_root(cfg, iso):
+            return True
+        # Fallback (the private root could not be built): the host's file system, read-only.
+        if _fsroot.set_readonly_recursive("/"):
             iso.append("ro-root")
         size = f"size={int(cfg['limits']['disk_mb'])}m"
         private = [d for d in ("/tmp", "/var/tmp", "/dev/shm")
@@ -230,6 +227,7 @@ def _exec_program(cfg: dict) -> None:
                 m.__path__[:] = alias(m.__path__)
         sys.path_importer_cache.clear()
     sys.path[0:0] = [cfg["workdir"]]
+    sys.path.extend(cfg.get("site_dirs") or ())  # exposed only when the caller asked for them
     # -S skips site.py, which is where exit()/quit() come from; model code often calls them.
     builtins.exit = builtins.quit = sys.exit
     mod = types.ModuleType("__main__")
@@ -264,8 +262,13 @@ def _init(cfg: dict, iso: list, report_fd: int, in_pidns: bool, stdin_path: str)
     is_user = False
     try:
         _libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)  # launcher killed -> we die too
-        if in_pidns and _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None):
-            iso.append("proc")
+        prefix = cfg.get("root_prefix", "")
+        if in_pidns and _mount("proc", prefix + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                               None):
+            iso.append("proc")  # mounted before pivot_root: a user namespace needs the old /proc
+        if prefix and not _fsroot.enter_root(prefix, iso):
+            _report(report_fd, {"sandbox_error": "cannot enter the sandbox's root file system"})
+            os._exit(125)
         user = os.fork()
         if user == 0:
             try:
@@ -301,26 +304,40 @@ def main() -> None:
     iso: list = []
     try:
         in_pidns = _setup_namespaces(cfg, iso) if cfg["isolate"] else False
+        prefix = cfg.get("root_prefix", "")
+        stdlib = prefix + os.path.dirname(os.__file__) if prefix else sys.base_prefix
         if (cfg["uid"] is not None and "pyalias" not in iso
-                and not _others_can_read(sys.base_prefix)):
+                and not _others_can_read(stdlib)):
             cfg["uid"] = None  # the program could not import the stdlib under a fresh uid
             iso.append("no-uid:stdlib-unreadable")
-        if cfg["require_isolation"] and not (in_pidns and ("netns" in iso or cfg["network"])):
-            raise RuntimeError(f"isolation required but the kernel granted only {iso}")
-        work = cfg["workdir"]
+        if cfg["require_isolation"] and not (in_pidns and ("netns" in iso or cfg["network"])
+                                             and ("fsroot" in iso or not cfg["fs_isolation"])):
+            why = f" ({cfg['fsroot_error']})" if cfg.get("fsroot_error") else ""
+            raise RuntimeError(f"isolation required but the kernel granted only {iso}{why}")
+        work = prefix + cfg["workdir"]  # written now, before init enters the new root
         os.makedirs(work, exist_ok=True)
         with open(os.path.join(work, "main.py"), "w", encoding="utf-8") as f:
             f.write(cfg["source"])
-        stdin_path = os.path.join(work, ".stdin")
-        with open(stdin_path, "w", encoding="utf-8") as f:
+        for name, content in (cfg.get("files") or {}).items():
+            path = os.path.join(work, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb" if isinstance(content, bytes) else "w") as f:
+                f.write(content)
+        stdin_path = os.path.join(cfg["workdir"], ".stdin")  # as the program's process sees it
+        with open(prefix + stdin_path, "w", encoding="utf-8") as f:
             f.write(cfg["stdin"])
         if cfg["uid"] is not None and os.geteuid() == 0 and "userns" not in iso:
-            os.chown(work, cfg["uid"], cfg["uid"])
             os.chmod(work, 0o700)
-            os.chown(os.path.join(work, "main.py"), cfg["uid"], cfg["uid"])
+            for dirpath, dirnames, filenames in os.walk(work):
+                for name in [*dirnames, *filenames]:
+                    if name != ".stdin":
+                        os.chown(os.path.join(dirpath, name), cfg["uid"], cfg["uid"])
+            os.chown(work, cfg["uid"], cfg["uid"])
     except Exception as e:
         _report(report_fd, {"sandbox_error": f"setup: {type(e).__name__}: {e}"})
         os._exit(125)
+    if cfg.get("fsroot_error"):
+        _report(report_fd, {"fsroot_error": cfg["fsroot_error"]})
     pid = os.fork()
     if pid == 0:
         _init(cfg, iso, report_fd, in_pidns, stdin_path)

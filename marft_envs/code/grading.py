@@ -174,6 +174,9 @@ class GradeResult:
             "tests_total": self.total, "pass_fraction": self.fraction,
             "all_passed": self.all_passed, "detail": self.detail,
             "failed_tests": [i for i, c in enumerate(self.cases) if not c.passed],
+            # Which isolation steps the sandbox got (``fsroot``: the program saw only its
+            # interpreter and work dir; ``no-fsroot``: the weaker fallback; [] when nothing ran).
+            "isolation": list(self.sandbox.isolation) if self.sandbox is not None else [],
         }  # no timings here: infos must be reproducible under a seed (PettingZoo's seed_test)
 
 

@@ -81,14 +81,30 @@ class SandboxLimits:
     isolate: bool = True
     """False skips all namespaces (rlimits, uid switch and group kill remain); for debugging."""
     require_isolation: bool = False
-    """True: refuse to run (status ``sandbox_error``) when the network/PID namespaces could not
-    be created, instead of the documented weaker fallback."""
+    """True: refuse to run (status ``sandbox_error``) when the network/PID namespaces or (with
+    ``fs_isolation``) the private root file system could not be created, instead of the
+    documented weaker fallback."""
+    fs_isolation: bool = True
+    """True: the program sees a private root file system holding only the interpreter, its
+    standard library and shared libraries, /dev nodes, its /proc and its tmpfs (``_fsroot.py``).
+    False: the host's whole file system, read-only (the older, weaker view)."""
+    site_packages: bool = False
+    """True exposes the interpreter's site-packages (read-only) and puts them on ``sys.path``;
+    for graders whose tests import installed packages (numpy, ...)."""
+    read_only_paths: tuple[str, ...] = ()
+    """Further host files/dirs exposed read-only at the same absolute path. A data file that
+    belongs to one problem is better given in its work dir (``run_program(files=...)``)."""
 
     def __post_init__(self) -> None:
         for name in ("wall_s", "cpu_s", "memory_mb", "file_mb", "disk_mb", "processes",
                      "open_files", "stdout_bytes", "stderr_bytes"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
+        if isinstance(self.read_only_paths, str) or not all(
+                isinstance(p, str) and os.path.isabs(p) for p in self.read_only_paths):
+            raise ValueError("SandboxLimits.read_only_paths must be a sequence of absolute paths, "
+                             f"got {self.read_only_paths!r}")
+        object.__setattr__(self, "read_only_paths", tuple(self.read_only_paths))
 
 
 @dataclass
@@ -114,7 +130,8 @@ class SandboxResult:
     uid: int | None = None
     """The fresh uid the program ran under (root only), for stray-process checks."""
     detail: str = ""
-    """Human-readable reason for a non-ok status (e.g. 'wall-clock limit 2.0 s')."""
+    """Human-readable reason for a non-ok status (e.g. 'wall-clock limit 2.0 s'), and why the
+    private root file system was not available when it was not (``no-fsroot`` in isolation)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -184,19 +201,35 @@ def _classify(returncode: int | None, stderr: str, lim: SandboxLimits,
     return "crash", f"exit code {returncode}"
 
 
+def _check_files(files: dict[str, str | bytes] | None) -> dict[str, str | bytes]:
+    for name, content in (files or {}).items():
+        parts = name.split("/") if isinstance(name, str) else [""]
+        if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) \
+                or name in ("main.py", ".stdin") or not isinstance(content, (str, bytes)):
+            raise ValueError(f"run_program(files=...): {name!r} must be a relative path inside "
+                             "the work dir (no '..', not main.py/.stdin) mapped to str or bytes")
+    return dict(files or {})
+
+
 def run_program(source: str, stdin: str = "", limits: SandboxLimits | None = None,
-                env: dict[str, str] | None = None, python: str | None = None) -> SandboxResult:
+                env: dict[str, str] | None = None, python: str | None = None,
+                files: dict[str, str | bytes] | None = None) -> SandboxResult:
     """Run ``source`` as a Python program in the sandbox and return what happened.
 
     ``env`` adds variables to the minimal environment; ``python`` is the interpreter (default:
-    the one running the host). Never raises for anything the program does.
+    the one running the host); ``files`` (relative path -> content) are written into the
+    program's work dir beside ``main.py`` (data a problem needs: the program sees nothing of
+    the host's file system outside its interpreter). Never raises for anything the program does.
     """
     lim = limits or SandboxLimits()
+    files = _check_files(files)
     t0 = time.monotonic()
     workdir = tempfile.mkdtemp(prefix="marft-sbx-")
     uid = (1 << 20) + secrets.randbelow(1 << 30) if os.geteuid() == 0 else None
     cfg = {"source": source, "stdin": stdin, "workdir": workdir, "uid": uid,
-           "network": lim.network, "isolate": lim.isolate,
+           "network": lim.network, "isolate": lim.isolate, "files": files,
+           "fs_isolation": lim.fs_isolation, "site_packages": lim.site_packages,
+           "read_only_paths": list(lim.read_only_paths),
            "require_isolation": lim.require_isolation, "env": _minimal_env(workdir, env),
            "limits": {k: getattr(lim, k) for k in ("cpu_s", "memory_mb", "file_mb", "disk_mb",
                                                     "processes", "open_files")}}
@@ -321,6 +354,9 @@ def _result(out: bytes, err: bytes, report: dict, why: str, lim: SandboxLimits,
         return SandboxResult("crash", None, stdout, stderr, wall,
                              detail="program ended without a status report", **common)
     status, detail = _classify(rc, stderr, lim, report.get("cpu_s"))
+    if report.get("fsroot_error"):
+        detail = "; ".join(filter(None, [detail, "no private root file system (the host's is "
+                                         f"visible read-only): {report['fsroot_error']}"]))
     return SandboxResult(status, rc, stdout, stderr, wall, detail=detail, **common)
 
 

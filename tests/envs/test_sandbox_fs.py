@@ -1,0 +1,175 @@
+"""File-system isolation: a sandboxed program sees no file it was not given.
+
+The attack (issue 17): a StdioCode problem file sits in a world-readable folder outside the
+sandbox's work dir, as a user's data set beside their checkout would; the reply walks the file
+system, finds the line with its task id and prints the expected output. With the private root
+file system it finds nothing (reward 0); with the older read-only view of the host
+(``fs_isolation=False``, the control) the same reply gets reward 1, which shows that the test
+can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from marft_envs.code._launcher import _others_can_read
+from marft_envs.code.sandbox import SandboxLimits, isolation_available, run_program
+from marft_envs.envs.stdio_code import StdioCodeEnv
+
+REPO = Path(__file__).resolve().parents[2]
+TASK_ID = "leak-probe-7f3a"
+
+# The hostile reply: search the whole file system for JSON Lines files naming its task id.
+ATTACK = f'''
+import json, os, sys
+data = sys.stdin.read()
+skip = {{"/proc", "/sys", "/dev", "/usr", "/lib", "/lib64", "/bin", "/sbin", "/boot", "/etc"}}
+found = []
+for dirpath, dirnames, filenames in os.walk("/"):
+    dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in skip
+                   and d not in (".git", ".venv", "site-packages", "node_modules", "__pycache__")]
+    for name in filenames:
+        if not name.endswith(".jsonl"):
+            continue
+        path = os.path.join(dirpath, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            if {TASK_ID!r} in line:
+                found.append(path)
+                for case in json.loads(line)["tests"]:
+                    if case["input"] == data:
+                        sys.stderr.write("LEAKED from " + path + "\\n")
+                        print(case["output"], end="")
+                        sys.exit(0)
+sys.stderr.write("searched, found %r\\n" % found)
+print("no idea")
+'''
+
+
+@pytest.fixture()
+def leaked_problem_file():
+    """A world-readable problem file beside the tests, outside any sandbox work dir (not under
+    /tmp, which the sandbox replaces anyway)."""
+    folder = Path(tempfile.mkdtemp(prefix=".marft-leak-", dir=REPO / "tests" / "envs"))
+    try:
+        os.chmod(folder, 0o755)
+        secret = secrets.token_hex(8)
+        record = {"task_id": TASK_ID, "prompt": "Print the secret word for the input.",
+                  "tests": [{"input": "a\n", "output": f"{secret}-a\n"},
+                            {"input": "b\n", "output": f"{secret}-b\n"}]}
+        path = folder / "problems.jsonl"
+        path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+        os.chmod(path, 0o644)
+        if not (_others_can_read(str(folder)) and path.stat().st_mode & stat.S_IROTH):
+            pytest.skip(f"{folder} is not readable by other users here (the checkout sits in a "
+                        "private folder), so the attack would be stopped by permissions alone")
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _play_attack(path: Path, limits: SandboxLimits):
+    env = StdioCodeEnv(path=path, horizon=1, limits=limits)
+    env.reset(seed=0)
+    reward, info = None, None
+    for agent in env.agent_iter():
+        obs, reward, term, trunc, info = env.last()
+        env.step(None if term or trunc else f"```python\n{ATTACK}\n```")
+    return reward, info["last_outcome"]["info"]
+
+
+def test_attack_reading_the_problem_file_gets_nothing(leaked_problem_file) -> None:
+    if "fsroot" not in isolation_available():
+        pytest.skip("the kernel refused the private root file system here (see docs: fallback)")
+    limits = SandboxLimits(wall_s=30, cpu_s=10)
+    reward, info = _play_attack(leaked_problem_file, limits)
+    assert reward == 0.0 and info["status"] == "failed", info
+    assert "fsroot" in info["isolation"]
+    # From inside, the file is absent (not merely unreadable), and so is the checkout.
+    probe = run_program(
+        "import os\n"
+        f"for p in [{str(leaked_problem_file)!r}, {str(leaked_problem_file.parent)!r}, "
+        f"{str(REPO)!r}, {str(REPO / 'marft_envs')!r}]:\n"
+        "    print(p, os.path.exists(p))\n", limits=limits)
+    assert probe.status == "ok", probe
+    assert probe.stdout.splitlines() == [f"{p} False" for p in (
+        leaked_problem_file, leaked_problem_file.parent, REPO, REPO / "marft_envs")]
+    attack = run_program(ATTACK, stdin="a\n", limits=limits)
+    assert "LEAKED" not in attack.stderr and "searched, found []" in attack.stderr, attack
+
+
+def test_control_without_fs_isolation_the_attack_succeeds(leaked_problem_file) -> None:
+    """The same reply against the older read-only view of the host: it finds the file. (This is
+    what the test above guards against; if this control stops leaking, the attack test proves
+    nothing.)"""
+    reward, info = _play_attack(leaked_problem_file,
+                                SandboxLimits(wall_s=60, cpu_s=30, fs_isolation=False))
+    assert reward == 1.0 and info["status"] == "passed", info
+
+
+LIST_READABLE = r'''
+import os, sys
+mounts = []
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    mounts.append((f[4], f[5].split(",")[0]))
+print("MOUNTS", sorted(mounts))
+readable = []
+for dirpath, dirnames, filenames in os.walk("/"):
+    if dirpath == "/proc":
+        dirnames[:] = []
+        continue
+    for name in filenames:
+        p = os.path.join(dirpath, name)
+        if os.access(p, os.R_OK):
+            readable.append(os.path.realpath(p))  # symlinks: where they lead
+print("N", len(readable))
+for p in readable:
+    print("R", p)
+print("TOP", sorted(os.listdir("/")))
+'''
+
+
+def _allowed_prefixes() -> list[str]:
+    """What the program may see: its stdlib, the libraries' dirs, its dev/tmp and ld.so.cache."""
+    import sysconfig
+
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    return [os.path.dirname(stdlib), "/dev/", "/tmp/", "/etc/ld.so.cache",
+            os.path.realpath(sys.executable), "/usr/lib/", "/lib/", "/usr/lib64/", "/lib64/"]
+
+
+def test_list_of_readable_paths_from_inside() -> None:
+    if "fsroot" not in isolation_available():
+        pytest.skip("the kernel refused the private root file system here")
+    res = run_program(LIST_READABLE, limits=SandboxLimits(wall_s=60, cpu_s=30,
+                                                          stdout_bytes=16 << 20))
+    assert res.status == "ok", res
+    lines = res.stdout.splitlines()
+    readable = [ln[2:] for ln in lines if ln.startswith("R ")]
+    mounts = eval(next(ln for ln in lines if ln.startswith("MOUNTS "))[len("MOUNTS "):])  # noqa: S307
+    top = eval(next(ln for ln in lines if ln.startswith("TOP "))[len("TOP "):])  # noqa: S307
+    print("\n".join(f"mount {m} ({mode})" for m, mode in mounts))
+    print(f"{len(readable)} readable files; top level: {top}")
+    allowed = _allowed_prefixes()
+    stray = [p for p in readable if not any(p == a or p.startswith(a.rstrip("/") + "/")
+                                            or p.startswith(a) for a in allowed)]
+    assert stray == [], stray[:20]
+    assert readable and any(p.endswith("/os.py") for p in readable)  # the stdlib is there
+    for absent in ("/home", "/srv", "/mnt", "/opt", "/var", str(REPO)):
+        assert not any(p == absent or p.startswith(absent + "/") for p in readable), absent
+    assert not any("site-packages" in p for p in readable)
+    assert "/" in dict(mounts) and dict(mounts)["/"] == "ro"
