@@ -9,6 +9,9 @@ be made here, e.g. for missing data, is listed as skipped with the reason):
 * ``steps/s answers``: same, with answer-like actions for final-answer envs (half
   ``\\boxed{<reference>}``, half a wrong answer - the reference number + 1, or
   ``<reference> + 1`` for non-numeric references - in a short sentence);
+* ``steps/s hostile``: same, for final-answer envs, with pathological answers that stall a
+  symbolic checker (``\\boxed{9^{9^{9^{9^{9}}}}}``, factorials of huge numbers, sums with huge
+  bounds: ``HOSTILE_ANSWERS``), cycled so that no two consecutive steps repeat one;
 * ``reference steps/s``: the same random actions through the same env whose ``grade_round`` is
   replaced by a constant outcome - the base AEC machinery alone, measured in the same run;
   ``ratio`` = ``steps/s random`` / reference (1.0 means grading costs nothing);
@@ -36,6 +39,12 @@ from marft_envs.tasks.arithmetic import format_answer  # noqa: E402
 from marft_envs.tasks.math_grading import normalize_answer, parse_number  # noqa: E402
 
 POOL = 64
+HOSTILE_ANSWERS = (
+    r"9^{9^{9^{9^{9}}}}", r"10^{10^{10^{10}}}", r"2^{2^{2^{2^{2^{2}}}}}", r"(10^{100})!",
+    r"\frac{9^{9^{9^{9}}}}{7}", r"9^{9^{9}} - 9^{9^{9}} + 1", r"x^{99999999999} + 1",
+    r"\sum_{n=1}^{10^{12}} n^{2}", r"e^{e^{e^{e^{100}}}}", r"123456789!",
+)
+"""Answers that cost a symbolic checker seconds (or unbounded time) per comparison."""
 
 
 def random_actions(env, seed: int = 0) -> list[str]:
@@ -50,6 +59,12 @@ def answer_action(env, rng: np.random.Generator) -> str:
     wrong = format_answer(number + 1) if number is not None else f"{reference} + 1"
     guess = reference if rng.random() < 0.5 else wrong
     return f"Adding it all up, the result is $\\boxed{{{guess}}}$."
+
+
+def hostile_actions():
+    """An endless stream of pathological final answers, each in a short sentence."""
+    for i in itertools.count():
+        yield f"So the answer is $\\boxed{{{HOSTILE_ANSWERS[i % len(HOSTILE_ANSWERS)]}}}$."
 
 
 def steps_per_second(env, next_action, seconds: float) -> float:
@@ -97,6 +112,8 @@ def bench(env_id: str, seconds: float) -> list[str]:
     steps_random = steps_per_second(env, lambda e: next(cycle), seconds)
     steps_reference = steps_per_second(reference, lambda e: next(cycle), seconds)
     steps_answers = steps_per_second(env, lambda e: answer_action(e, rng), seconds) if answers else None
+    hostile = hostile_actions()
+    steps_hostile = steps_per_second(env, lambda e: next(hostile), seconds) if answers else None
     grades_random = grades_per_second(env, random_outputs, seconds)
     grades_answers = grades_per_second(env, answer_outputs, seconds) if answers else None
     env.close()
@@ -105,7 +122,10 @@ def bench(env_id: str, seconds: float) -> list[str]:
     def fmt(x):
         return "-" if x is None else f"{x:,.0f}"
 
-    return [env_id, fmt(steps_random), fmt(steps_answers), fmt(steps_reference),
+    def fmt_slow(x):  # the hostile stream may be well under 1 step/s
+        return "-" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:.3g}")
+
+    return [env_id, fmt(steps_random), fmt(steps_answers), fmt_slow(steps_hostile), fmt(steps_reference),
             f"{steps_random / steps_reference:.2f}", fmt(grades_random), fmt(grades_answers)]
 
 
@@ -114,7 +134,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=1.5, help="time per measurement")
     parser.add_argument("--env", action="append", help="env id (repeatable; default: all registered)")
     args = parser.parse_args()
-    header = ["env", "steps/s random", "steps/s answers", "reference steps/s", "ratio",
+    header = ["env", "steps/s random", "steps/s answers", "steps/s hostile", "reference steps/s", "ratio",
               "grades/s random", "grades/s answers"]
     rows, skipped = [], []
     for env_id in args.env or marft_envs.list_envs():

@@ -24,8 +24,10 @@ c. otherwise HF ``math-verify`` (``parse`` + ``verify``) under a hard timeout, i
    timeout or a parse failure counts as incorrect and says so in ``reason``.
 
 Hostile input never crashes grading: lone surrogates become U+FFFD, only the last
-``MAX_SCAN_CHARS`` characters of a huge output are searched (every scan is linear), and answers
-longer than ``MAX_SYMBOLIC_CHARS`` skip the symbolic check. Non-``str`` input is a programming
+``MAX_SCAN_CHARS`` characters of a huge output are searched (every scan is linear), answers
+longer than ``MAX_SYMBOLIC_CHARS`` skip the symbolic check, and so do answers that would stall
+it (power towers, huge exponents and factorials: :mod:`marft_envs.tasks.symbolic_guard`), so
+a stream of such answers grades in microseconds per step instead of a timeout each. Non-``str`` input is a programming
 error and raises ``TypeError``.
 """
 
@@ -38,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
+from marft_envs.tasks.symbolic_guard import symbolic_risk
 from marft_envs.tasks.verify_backend import MODES, bounded_equivalent
 
 MAX_SCAN_CHARS = 200_000
@@ -348,6 +351,9 @@ class MathGrader:
                     False, "differs from the reference (numeric, base subscript)")
         if len(answer) > MAX_SYMBOLIC_CHARS or len(reference) > MAX_SYMBOLIC_CHARS:
             return False, f"answer or reference longer than {MAX_SYMBOLIC_CHARS} characters; no symbolic check"
+        risk = symbolic_risk(answer)  # microseconds, where math-verify would run into its timeout
+        if risk is not None:
+            return False, f"answer not checked symbolically: {risk} (counted as incorrect)"
         key = (reference, answer)
         with self._cache_lock:  # graders may be shared by threads
             equal = self._cache.get(key)

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from marft_envs.tasks import _mv_worker, verify_backend
+from marft_envs.tasks import _mv_worker, math_grading, verify_backend
 from marft_envs.tasks.math_grading import (
     GradeResult,
     MathGrader,
@@ -21,6 +21,12 @@ from marft_envs.tasks.math_grading import (
 )
 
 PATHOLOGICAL = "\\boxed{9^{9^{9^{9}}}}"  # sympy keeps evaluating this far past any timeout
+
+
+@pytest.fixture()
+def no_guard(monkeypatch):
+    """Let PATHOLOGICAL reach math-verify (the cheap guard would refuse it), to test the timeouts."""
+    monkeypatch.setattr(math_grading, "symbolic_risk", lambda answer: None)
 
 
 # -- extraction steps, one by one --------------------------------------------------------------
@@ -171,7 +177,7 @@ def test_bad_grader_settings():
 
 
 # -- time bounds ---------------------------------------------------------------------------------
-def test_pathological_answer_is_cut_off_by_the_worker_guard():
+def test_pathological_answer_is_cut_off_by_the_worker_guard(no_guard):
     MathGrader(mode="process").grade("\\boxed{1}", "x^2")  # a live worker before the timed part
     start = time.perf_counter()
     result = MathGrader(timeout_s=0.5, mode="process").grade(PATHOLOGICAL, "5")
@@ -179,7 +185,7 @@ def test_pathological_answer_is_cut_off_by_the_worker_guard():
     assert time.perf_counter() - start < 3.0  # unbounded, this runs for minutes
 
 
-def test_stuck_worker_is_killed_and_replaced(monkeypatch):
+def test_stuck_worker_is_killed_and_replaced(monkeypatch, no_guard):
     # Disable the child's own guard so only the parent's hard kill can end the call, as for a
     # C-level loop that signals cannot interrupt.
     monkeypatch.setattr(verify_backend, "SOFT_FRACTION", 50.0)
@@ -191,7 +197,7 @@ def test_stuck_worker_is_killed_and_replaced(monkeypatch):
     assert MathGrader().grade("\\boxed{x^2+2x+1}", "(x+1)^2").correct  # a fresh worker answers
 
 
-def test_grading_from_a_thread_is_bounded():
+def test_grading_from_a_thread_is_bounded(no_guard):
     results = []
 
     def work():
@@ -205,7 +211,7 @@ def test_grading_from_a_thread_is_bounded():
     assert results[0].correct and "timed out" in results[1].reason
 
 
-def test_inline_guard_in_the_main_thread():
+def test_inline_guard_in_the_main_thread(no_guard):
     if not _mv_worker.can_guard_inline():
         pytest.skip("another interval timer is armed (e.g. pytest-timeout's signal method)")
     assert MathGrader(mode="inline").grade("\\boxed{x^2+2x+1}", "(x+1)^2").correct
