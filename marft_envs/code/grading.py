@@ -73,6 +73,9 @@ class CodeProblem:
     reference: str = ""
     """Reference solution, in the same form as a reply's code (used by the gold check)."""
     metadata: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    """Data files the program may read (name -> content), written into its work dir: the
+    sandbox shows it nothing else of the host's file system."""
 
     def assemble(self, code: str) -> str:
         """The full program for the reply's ``code``."""
@@ -259,10 +262,13 @@ def _decode_event(text: str) -> dict[str, Any]:
 
 
 def run_function_tests(program: str, tests: FunctionTests,
-                       cfg: GradingConfig = GradingConfig()) -> GradeResult:
-    """Run all cases of ``tests`` against ``program`` in one sandboxed process."""
+                       cfg: GradingConfig = GradingConfig(),
+                       files: dict[str, str] | None = None) -> GradeResult:
+    """Run all cases of ``tests`` against ``program`` in one sandboxed process (``files``: data
+    files put in its work dir)."""
     nonce = "@@marft-" + secrets.token_hex(12) + "@@"
-    res = run_program(function_test_program(program, tests, cfg.per_case_s, nonce), limits=cfg.limits)
+    res = run_program(function_test_program(program, tests, cfg.per_case_s, nonce), limits=cfg.limits,
+                      files=files)
     n = len(tests.cases)
     cases = [CaseResult(False, "not_run", res.status if res.status != "ok" else "") for _ in range(n)]
     load_error = None
@@ -313,15 +319,17 @@ def outputs_match(got: str, expected: str, float_tol: float = 1e-6) -> bool:
 
 
 def run_stdio_tests(program: str, tests: StdioTests,
-                    cfg: GradingConfig = GradingConfig()) -> GradeResult:
-    """Run ``program`` once per case (concurrently) and compare stdout with the expected output."""
+                    cfg: GradingConfig = GradingConfig(),
+                    files: dict[str, str] | None = None) -> GradeResult:
+    """Run ``program`` once per case (concurrently) and compare stdout with the expected output
+    (``files``: data files put in each run's work dir)."""
     n = len(tests.cases)
     cases: list[CaseResult] = [CaseResult(False, "not_run") for _ in range(n)]
     results: list[SandboxResult | None] = [None] * n
 
     def one(i: int) -> None:
         stdin, expected = tests.cases[i]
-        res = run_program(program, stdin=stdin, limits=cfg.limits)
+        res = run_program(program, stdin=stdin, limits=cfg.limits, files=files)
         results[i] = res
         if res.status != "ok":
             tail = res.stderr.strip().splitlines()[-1][:200] if res.stderr.strip() else res.detail
@@ -361,8 +369,8 @@ def grade_program(problem: CodeProblem, program: str,
         return GradeResult("syntax_error", 0, n, [CaseResult(False, "syntax_error") for _ in range(n)],
                            format="syntax_error", detail=err, program=program)
     if isinstance(problem.tests, FunctionTests):
-        return run_function_tests(program, problem.tests, cfg)
-    return run_stdio_tests(program, problem.tests, cfg)
+        return run_function_tests(program, problem.tests, cfg, problem.files)
+    return run_stdio_tests(program, problem.tests, cfg, problem.files)
 
 
 def find_code(problem: CodeProblem, reply: str, allow_raw: bool = True) -> tuple[str, bool]:

@@ -173,3 +173,32 @@ def test_list_of_readable_paths_from_inside() -> None:
         assert not any(p == absent or p.startswith(absent + "/") for p in readable), absent
     assert not any("site-packages" in p for p in readable)
     assert "/" in dict(mounts) and dict(mounts)["/"] == "ro"
+
+
+def test_declared_paths_site_packages_and_files(tmp_path_factory) -> None:
+    if "fsroot" not in isolation_available():
+        pytest.skip("the kernel refused the private root file system here")
+    shared = Path(tempfile.mkdtemp(prefix=".marft-leak-", dir=REPO / "tests" / "envs"))
+    try:
+        os.chmod(shared, 0o755)
+        (shared / "table.csv").write_text("x,1\n")
+        os.chmod(shared / "table.csv", 0o644)
+        code = (f"print(open({str(shared / 'table.csv')!r}).read().strip())\n"
+                "print(open('data/in.txt').read())\n"
+                "try:\n"
+                f"    open({str(shared / 'new.txt')!r}, 'w')\n"
+                "except OSError as e:\n    print('denied', e.errno)\n"
+                "import importlib.util\nprint(importlib.util.find_spec('numpy') is not None)\n")
+        res = run_program(code, limits=SandboxLimits(read_only_paths=(str(shared),)),
+                          files={"data/in.txt": "hello"})
+        assert res.status == "ok", res
+        assert res.stdout.splitlines() == ["x,1", "hello", "denied 30", "False"]
+        res = run_program("import numpy\nprint(numpy.arange(3).sum())",
+                          limits=SandboxLimits(site_packages=True, wall_s=30))
+        assert res.status == "ok" and res.stdout == "3\n", res
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    with pytest.raises(ValueError, match="relative path"):
+        run_program("", files={"../escape.txt": "x"})
+    with pytest.raises(ValueError, match="absolute paths"):
+        SandboxLimits(read_only_paths=("relative/dir",))
