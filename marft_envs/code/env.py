@@ -23,7 +23,9 @@ Infos (``last_outcome["info"]``)
     ``status`` (passed / failed / no_code / syntax_error / timeout / crash / memory /
     output_limit / file_limit / sandbox_error), ``format`` (ok / no_code_block / no_code /
     syntax_error), ``tests_passed``, ``tests_total``, ``pass_fraction``, ``all_passed``,
-    ``failed_tests`` (indices), ``detail``, ``graded_agent``, ``code_from``.
+    ``failed_tests`` (indices), ``detail``, ``isolation`` (the sandbox's isolation steps:
+    ``fsroot`` means the program saw no host file; see :mod:`marft_envs.code.sandbox`),
+    ``graded_agent``, ``code_from``.
     Nothing timing-dependent, so a seeded episode replays identically.
 """
 

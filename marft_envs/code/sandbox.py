@@ -16,17 +16,23 @@ host side guarantees on top of it:
   (RLIMIT_NOFILE) and process-count (RLIMIT_NPROC) limits, and a wall-clock deadline after
   which the whole process group is SIGKILLed; stdout/stderr are read at most up to a cap,
   after which the program is killed (a 1 GB print costs ~the cap, not 1 GB);
-- no network: a new network namespace with only a downed loopback.
+- no network: a new network namespace with only a downed loopback;
+- no host files: a private root file system that holds only the interpreter, its standard
+  library and shared libraries, a few /dev nodes, the sandbox's own /proc and tmpfs /tmp (work
+  dir /tmp/work) and /dev/shm (``_fsroot.py``; ``files=`` puts data in the work dir,
+  ``SandboxLimits.site_packages`` / ``read_only_paths`` expose more).
 
 How much isolation the kernel allows is detected per run and reported in
 ``SandboxResult.isolation``. As root (this project's CI and most containers) everything above
 applies and the program runs under a fresh random uid: RLIMIT_NPROC does not apply to root,
 so without the uid switch a fork bomb would only be stopped by the deadline. Not root: an
 unprivileged user namespace gives the same namespaces (the program keeps the invoking user's
-uid outside, the file system is read-only except the sandbox's tmpfs). Where namespaces are
-refused (some container runtimes) the fallback is rlimits + process-group kill + (as root) the
-uid switch and a kill of every process of that uid; the network is then NOT isolated — pass
-``SandboxLimits(require_isolation=True)`` to get ``status="sandbox_error"`` instead of running.
+uid outside and sees the same private root). Where the private root cannot be built the
+program sees the host's file system read-only (``no-fsroot``; ``detail`` says why). Where
+namespaces are refused (some container runtimes) the fallback is rlimits + process-group kill +
+(as root) the uid switch and a kill of every process of that uid; the network and the file
+system are then NOT isolated — pass ``SandboxLimits(require_isolation=True)`` to get
+``status="sandbox_error"`` instead of running.
 """
 
 from __future__ import annotations
@@ -224,6 +230,10 @@ def run_program(source: str, stdin: str = "", limits: SandboxLimits | None = Non
     lim = limits or SandboxLimits()
     files = _check_files(files)
     t0 = time.monotonic()
+    missing = [p for p in lim.read_only_paths if not os.path.exists(p)]
+    if missing:  # a typo must not silently fall back to the weaker file-system view
+        return SandboxResult("sandbox_error", None, "", "", 0.0,
+                             detail=f"SandboxLimits.read_only_paths do not exist: {missing}")
     workdir = tempfile.mkdtemp(prefix="marft-sbx-")
     uid = (1 << 20) + secrets.randbelow(1 << 30) if os.geteuid() == 0 else None
     cfg = {"source": source, "stdin": stdin, "workdir": workdir, "uid": uid,

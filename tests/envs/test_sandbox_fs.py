@@ -198,6 +198,8 @@ def test_declared_paths_site_packages_and_files(tmp_path_factory) -> None:
         assert res.status == "ok" and res.stdout == "3\n", res
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+    res = run_program("print(1)", limits=SandboxLimits(read_only_paths=("/no/such/dir",)))
+    assert res.status == "sandbox_error" and "/no/such/dir" in res.detail
     with pytest.raises(ValueError, match="relative path"):
         run_program("", files={"../escape.txt": "x"})
     with pytest.raises(ValueError, match="absolute paths"):
