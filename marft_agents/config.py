@@ -82,7 +82,9 @@ class PPOConfig:
     clip_eps: float = 0.2
     """PPO ratio clip range (lower side, and upper side unless ``clip_eps_high`` is set)."""
     clip_eps_high: float | None = None
-    """Upper clip range (asymmetric clipping); None = ``clip_eps``."""
+    """Upper clip range; None = ``clip_eps``. A larger upper than lower range ("clip higher",
+    DAPO, Yu et al., 2025) lets unlikely tokens with positive advantage grow faster, against
+    entropy collapse."""
     value_clip: float | None = 0.2
     """Value clipping around the collection-time values; None disables it."""
     huber_delta: float | None = 10.0
@@ -165,7 +167,8 @@ class TrainConfig:
     algorithm: str = "mappo_action"
     """The learner, by registered name (``marft_agents.list_learners()``): shipped are
     ``mappo_action`` (MARFT-A), ``mappo_token`` (MARFT-T), single-agent PPO ``ppo`` / ``ppo_token``
-    (one-role profiles only) and ``eval_only`` (no training); plugins add theirs by entry point
+    (one-role profiles only), ``grpo`` (critic-free, group-relative; ``learners/grpo.py``) and
+    ``eval_only`` (no training); plugins add theirs by entry point
     (``marft_agents/ADDING_A_LEARNER.md``)."""
     learner: Any = None
     """Options of the chosen learner, a mapping checked against its ``options_class`` (e.g.

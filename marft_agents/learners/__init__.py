@@ -1,5 +1,6 @@
 """Learners: MARFT-A (action-level MAPPO), MARFT-T (token-level MAPPO), single-agent PPO (the
-n = 1 case of either), the evaluation-only baseline, and any learner registered by name.
+n = 1 case of either), the evaluation-only baseline, GRPO with its multi-agent groupings, and any
+learner registered by name.
 
 ``make_learner(name, policy, cfg, agent_ids)`` builds the learner registered as ``name``
 (``learners/registry.py``); the interface every learner implements is
@@ -14,6 +15,7 @@ from typing import Any
 from marft_agents.learners.base import BaseLearner, Sample
 from marft_agents.learners.credit import CREDIT_STRATEGIES, assign_credit
 from marft_agents.learners.eval_only import EvalOnly
+from marft_agents.learners.grpo import GRPO, GRPOOptions
 from marft_agents.learners.mappo_action import ActionLevelMAPPO
 from marft_agents.learners.mappo_token import TokenLevelMAPPO
 from marft_agents.learners.protocol import VALUE_MODES, Learner
@@ -43,6 +45,6 @@ def make_learner(name: str, policy: Any, cfg: Any, agent_ids: Sequence[str]) -> 
 
 
 __all__ = ["ActionLevelMAPPO", "BUILTIN_LEARNERS", "BaseLearner", "CREDIT_STRATEGIES", "ENTRY_POINT_GROUP",
-           "EvalOnly", "Learner", "Sample", "SingleAgentPPO", "SingleAgentTokenPPO", "TokenLevelMAPPO",
+           "EvalOnly", "GRPO", "GRPOOptions", "Learner", "Sample", "SingleAgentPPO", "SingleAgentTokenPPO", "TokenLevelMAPPO",
            "UnknownLearnerError", "VALUE_MODES", "assign_credit", "get_learner", "list_learners",
            "make_learner", "register_learner"]

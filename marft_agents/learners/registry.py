@@ -33,6 +33,7 @@ BUILTIN_LEARNERS: dict[str, str] = {
     "ppo": "marft_agents.learners.single_agent:SingleAgentPPO",
     "ppo_token": "marft_agents.learners.single_agent:SingleAgentTokenPPO",
     "eval_only": "marft_agents.learners.eval_only:EvalOnly",
+    "grpo": "marft_agents.learners.grpo:GRPO",
 }
 """The shipped learners (``module:Class``; imported on first use)."""
 
