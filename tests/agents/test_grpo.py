@@ -89,3 +89,24 @@ def test_options_are_validated_like_the_rest_of_the_config(tmp_path):
         _grpo_config(tmp_path, learner={"grouping": "role"})
     with pytest.raises(ConfigError, match="group_size must be >= 2"):
         _grpo_config(tmp_path, learner={"group_size": 1})
+
+
+def test_grouped_grpo_run_resumes_exactly(tmp_path):
+    from marft_agents.models import tiny_model_and_tokenizer
+    from marft_agents.trainer import iter_train
+
+    def tiny_model():
+        return tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+
+    overrides = {"schedule.num_updates": 3, "schedule.minibatch_size": 4, "env.kwargs": {"horizon": 2},
+                 "learner": {"group_size": 2, "grouping": "agent_turn"}}
+    full = train(_grpo_config(tmp_path / "full", **overrides), model_and_tokenizer=tiny_model())
+    cut = _grpo_config(tmp_path / "cut", **overrides)
+    first = iter_train(cut, model_and_tokenizer=tiny_model())
+    next(first)  # one update (checkpointed), then the "crash"
+    first.close()
+    resumed = train(cut, resume=True, model_and_tokenizer=tiny_model())
+    a, b = full.policy.adapter_state_dict(), resumed.policy.adapter_state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for key in ("rollout/reward_mean", "losses/policy_loss", "grpo/zero_advantage_share"):
+        assert resumed.history[-1][key] == full.history[-1][key]
