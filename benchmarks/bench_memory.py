@@ -8,7 +8,12 @@ size in both runs). The parent prints each child's peak RSS
 (``ru_maxrss``) and the N-agent / 1-agent ratio: with one shared base it should stay close to
 1 (target <= 1.15x), where N full model copies would cost ~N x.
 
+``--critic-free`` compares instead, with the same N agents (default 2 in that mode), a learner
+with a critic (MARFT-A: critic adapter + value head, one state value per decision in the training
+pass) against a critic-free one (GRPO: ``critic=None``, no value pass), and prints both peaks.
+
 Usage: ``python benchmarks/bench_memory.py [--agents 4] [--batch 8] [--new-tokens 32]``
+       ``python benchmarks/bench_memory.py --critic-free [--agents 2]``
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ def child(args: argparse.Namespace) -> None:
 
     from marft_agents.generation import GenRequest, SamplingConfig
     from marft_agents.models import ModelConfig, load_model_and_tokenizer
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.policy import CriticConfig, MultiAgentPolicy
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -39,7 +44,7 @@ def child(args: argparse.Namespace) -> None:
     model, tok = load_model_and_tokenizer(ModelConfig(args.model, dtype=args.dtype))
     mark("model loaded")
     agents = [f"agent_{i}" for i in range(args.n)]
-    policy = MultiAgentPolicy(model, tok, agents)
+    policy = MultiAgentPolicy(model, tok, agents, critic=None if args.values == "none" else CriticConfig())
     mark("policy built")
     prompts = [policy.chat_prompt_ids("You are a careful mathematician.",
                                       f"Compute {3 + i} + {11 + 2 * i}.")
@@ -56,8 +61,11 @@ def child(args: argparse.Namespace) -> None:
             part = mine[start:start + args.micro_batch]
             prompts_, responses = [g.prompt_ids for g in part], [g.response_ids for g in part]
             stats = policy.token_logprobs(policy.adapter_for(agent), prompts_, responses)
-            values = policy.token_values(prompts_, responses)
-            loss = -stats.logprobs.sum() - 0.01 * stats.entropy.sum() + values.pow(2).sum()
+            loss = -stats.logprobs.sum() - 0.01 * stats.entropy.sum()
+            if args.values == "token":
+                loss = loss + policy.token_values(prompts_, responses).pow(2).sum()
+            elif args.values == "state":
+                loss = loss + policy.state_values(prompts_).pow(2).sum()
             loss.backward()
     mark("after forward/backward")
     n_adapter = sum(p.numel() for n in policy.adapter_names for p in policy.adapter_parameters(n))
@@ -65,8 +73,8 @@ def child(args: argparse.Namespace) -> None:
                       "tokens": sum(len(g.response_ids) for g in gens)}))
 
 
-def run_child(n: int, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--n", str(n),
+def run_child(n: int, args: argparse.Namespace, values: str = "token") -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--n", str(n), "--values", values,
            "--model", args.model, "--dtype", args.dtype, "--batch", str(args.batch),
            "--new-tokens", str(args.new_tokens), "--threads", str(args.threads),
            "--micro-batch", str(args.micro_batch)]
@@ -78,20 +86,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--agents", type=int, default=4, help="N of the N-agent run")
+    parser.add_argument("--agents", type=int, default=None, help="N of the N-agent run (default 4; 2 with --critic-free)")
+    parser.add_argument("--critic-free", action="store_true",
+                        help="compare MARFT-A (critic, state values) with GRPO (no critic) at N agents")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--micro-batch", type=int, default=2, help="rows per training pass")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--values", default="token", choices=("token", "state", "none"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
         return
+    if args.agents is None:
+        args.agents = 2 if args.critic_free else 4
     print(f"model={args.model} dtype={args.dtype} batch={args.batch} "
           f"new_tokens={args.new_tokens} micro_batch={args.micro_batch} "
           f"(each run in a fresh process)")
+    if args.critic_free:
+        critic_free(args)
+        return
     results = {n: run_child(n, args) for n in (1, args.agents)}
     for n, res in results.items():
         stages = ", ".join(f"{k} {v:.0f}" for k, v in res["rss_mib"].items())
@@ -100,6 +116,17 @@ def main() -> None:
     one = results[1]["rss_mib"]["after forward/backward"]
     many = results[args.agents]["rss_mib"]["after forward/backward"]
     print(f"ratio {args.agents} agents / 1 agent: {many / one:.3f}x   target <= 1.15x")
+
+
+def critic_free(args: argparse.Namespace) -> None:
+    """MARFT-A's policy (critic adapter + value head + state-value pass) vs GRPO's (none)."""
+    runs = {"MARFT-A (critic)": run_child(args.agents, args, "state"),
+            "GRPO (no critic)": run_child(args.agents, args, "none")}
+    for name, res in runs.items():
+        print(f"{name}, {args.agents} agents: peak RSS {res['rss_mib']['after forward/backward']:.0f} MiB; "
+              f"adapter+critic params {res['adapter_params']:,}")
+    a, g = (r["rss_mib"]["after forward/backward"] for r in runs.values())
+    print(f"GRPO / MARFT-A peak RSS: {g / a:.3f}x ({a - g:.0f} MiB less)")
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from marft_agents.config import load_config
     from marft_agents.evaluation import evaluate
     from marft_agents.models import load_model_and_tokenizer
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.trainer import build_policy
 
     import marft_envs
 
@@ -118,8 +118,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
     agent_ids = list(marft_envs.make(cfg.env.id, **env_kwargs).possible_agents)
     model, tokenizer = load_model_and_tokenizer(cfg.model)
-    policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
-                              critic=cfg.critic)
+    policy = build_policy(cfg, model, tokenizer, agent_ids)
     checkpoint = args.checkpoint
     if checkpoint == "latest":
         checkpoint = latest_checkpoint(cfg.output_dir)

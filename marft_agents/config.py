@@ -40,9 +40,6 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid; the message says where and how to fix it."""
 
 
-ALGORITHMS = ("mappo_action", "mappo_token", "ppo", "ppo_token", "eval_only")
-
-
 @dataclass
 class EnvConfig:
     """Which environment to train on and how many copies run side by side."""
@@ -85,7 +82,9 @@ class PPOConfig:
     clip_eps: float = 0.2
     """PPO ratio clip range (lower side, and upper side unless ``clip_eps_high`` is set)."""
     clip_eps_high: float | None = None
-    """Upper clip range (asymmetric clipping); None = ``clip_eps``."""
+    """Upper clip range; None = ``clip_eps``. A larger upper than lower range ("clip higher",
+    DAPO, Yu et al., 2025) lets unlikely tokens with positive advantage grow faster, against
+    entropy collapse."""
     value_clip: float | None = 0.2
     """Value clipping around the collection-time values; None disables it."""
     huber_delta: float | None = 10.0
@@ -165,18 +164,26 @@ class EvalConfig:
 class TrainConfig:
     """Everything a training run needs; ``load_config`` builds it from YAML."""
 
-    algorithm: Literal["mappo_action", "mappo_token", "ppo", "ppo_token", "eval_only"] = "mappo_action"
-    """Learner: action-level MAPPO (MARFT-A), token-level MAPPO (MARFT-T), single-agent PPO
-    (``ppo`` action level / ``ppo_token``, one-role profiles only) or the no-training baseline."""
+    algorithm: str = "mappo_action"
+    """The learner, by registered name (``marft_agents.list_learners()``): shipped are
+    ``mappo_action`` (MARFT-A), ``mappo_token`` (MARFT-T), single-agent PPO ``ppo`` / ``ppo_token``
+    (one-role profiles only), ``grpo`` (critic-free, group-relative; ``learners/grpo.py``) and
+    ``eval_only`` (no training); plugins add theirs by entry point
+    (``marft_agents/ADDING_A_LEARNER.md``)."""
+    learner: Any = None
+    """Options of the chosen learner, a mapping checked against its ``options_class`` (e.g.
+    ``learner: {group_size: 4}``); after loading, an instance of that class (None when the
+    learner declares no options). PPO-family settings stay in ``ppo``."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The base model."""
     lora: LoraSpec = field(default_factory=LoraSpec)
     """LoRA adapters of the agents."""
-    critic: CriticConfig = field(default_factory=CriticConfig)
+    critic: CriticConfig | None = field(default_factory=CriticConfig)
     """The critic: its own adapter and value head on the shared base (centralised, or one per
-    agent with ``centralised: false``)."""
+    agent with ``centralised: false``). Built only for learners that use values (``value_mode``);
+    ``null`` is accepted only by those that do not."""
     shared_adapter: bool = False
     """One policy adapter for all agents instead of one per agent."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -194,6 +201,7 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Cross-field checks; returns self."""
+        self._check_learner()
         s, p = self.schedule, self.ppo
         positive = {"schedule.num_updates": s.num_updates, "schedule.episodes_per_update": s.episodes_per_update,
                     "schedule.ppo_epochs": s.ppo_epochs, "schedule.minibatch_size": s.minibatch_size,
@@ -230,6 +238,30 @@ class TrainConfig:
             raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
                               f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
         return self
+
+
+    def _check_learner(self) -> None:
+        """``algorithm`` names a registered learner; ``learner`` becomes its options object."""
+        from marft_agents.learners.registry import UnknownLearnerError, get_learner
+
+        try:
+            cls = get_learner(self.algorithm)
+        except (UnknownLearnerError, ImportError, TypeError) as err:
+            raise ConfigError(f"algorithm: {err}") from None
+        options_class = getattr(cls, "options_class", None)
+        if options_class is None:
+            if self.learner not in (None, {}):
+                raise ConfigError(f"learner: algorithm {self.algorithm!r} declares no learner options, "
+                                  f"got {self.learner!r}; remove the learner section (PPO settings go in ppo)")
+            self.learner = None
+        elif not isinstance(self.learner, options_class):
+            if dataclasses.is_dataclass(self.learner):
+                raise ConfigError(f"learner: algorithm {self.algorithm!r} takes {options_class.__name__} "
+                                  f"options, got a {type(self.learner).__name__}")
+            self.learner = build_dataclass(options_class, self.learner, "learner")
+        if self.critic is None and cls.value_mode is not None:
+            raise ConfigError(f"critic: algorithm {self.algorithm!r} needs a critic (value_mode "
+                              f"{cls.value_mode!r}); remove 'critic: null'")
 
 
 # -- loading ---------------------------------------------------------------------------------------

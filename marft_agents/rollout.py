@@ -21,6 +21,13 @@ Task order: when the env exposes its task source (``env.unwrapped.tasks``, as ev
 task once per epoch) and resets with ``options={"task_index": i}``; otherwise every episode is
 reset with its own derived seed. Either way the order depends only on the collector's seed and
 its state (``state_dict``), which checkpoints save, so a resumed run sees the same tasks.
+
+Grouped sampling (``group_size = k > 1``, asked for by a learner's ``samples_per_task``): each
+plan drawn from the task order is played k times, with the *same* reset seed and options (so the
+same task, and for envs without a task source the same seeded start), and independent policy
+samples. The k episodes form one group: ``EpisodeRecord.group`` and ``Decision.group`` hold its
+index within the rollout, and ``Rollout.groups()`` lists the episodes of each. With k = 1 every
+episode is its own group and the task order is exactly the ungrouped one.
 """
 
 from __future__ import annotations
@@ -78,6 +85,8 @@ class Decision:
     prefix_len: int = 0
     """Leading prompt tokens computed once for the whole batch (the agent's system turn; 0 =
     none): the learner must score the decision with the same split (``Generation.prefix_len``)."""
+    group: int = 0
+    """Task group of its episode within the rollout (``EpisodeRecord.group``)."""
 
 
 @dataclass
@@ -94,6 +103,9 @@ class EpisodeRecord:
     """Per agent, the sum of the rewards the env gave it (PettingZoo return)."""
     solved: bool = False
     rounds: int = 0
+    group: int = 0
+    """Index of its task group within the rollout: the episodes of one group played the same
+    task (same reset seed and options) with independent samples (see the module docstring)."""
 
 
 @dataclass
@@ -106,6 +118,13 @@ class Rollout:
     def episode_decisions(self) -> list[list[Decision]]:
         """Decisions grouped by episode, each list in the order the decisions were taken."""
         return [[self.decisions[i] for i in ep.decisions] for ep in self.episodes]
+
+    def groups(self) -> dict[int, list[int]]:
+        """Episode indices of every task group, by group index (in episode order)."""
+        out: dict[int, list[int]] = {}
+        for e, episode in enumerate(self.episodes):
+            out.setdefault(episode.group, []).append(e)
+        return out
 
     @property
     def num_tokens(self) -> int:
@@ -133,11 +152,17 @@ class RolloutCollector:
         sampling: the ``SamplingConfig`` used for generation.
         values: ``"state"`` (record V(prompt)), ``"token"`` (record per-token values) or None.
         seed: seeds the task order.
+        group_size: episodes per task group (see the module docstring); ``collect`` then needs a
+            multiple of it.
     """
 
-    def __init__(self, envs: Sequence[Any], policy: Any, sampling: Any, values: str | None = "state", seed: int = 0):
+    def __init__(self, envs: Sequence[Any], policy: Any, sampling: Any, values: str | None = "state", seed: int = 0,
+                 group_size: int = 1):
         if not envs:
             raise ValueError("RolloutCollector needs at least one env instance")
+        if not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
+        self.group_size = group_size
         if values not in ("state", "token", None):
             raise ValueError(f"values must be 'state', 'token' or None, got {values!r}")
         self.slots = [_Slot(env, i) for i, env in enumerate(envs)]
@@ -181,12 +206,16 @@ class RolloutCollector:
 
     # -- collection ----------------------------------------------------------------------------
     def collect(self, num_episodes: int, plans: Sequence[tuple[int | None, dict[str, Any]]] | None = None) -> Rollout:
-        """Play ``num_episodes`` episodes (or exactly the given ``(seed, options)`` ``plans``)."""
+        """Play ``num_episodes`` episodes in groups of ``group_size`` (or exactly the given
+        ``(seed, options)`` ``plans``, each its own group)."""
         if plans is None:
-            if num_episodes < 1:
-                raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
-            plans = [self._next_plan() for _ in range(num_episodes)]
-        queue = list(plans)[::-1]  # pop() from the end = first plan first
+            k = self.group_size
+            if num_episodes < 1 or num_episodes % k:
+                raise ValueError(f"num_episodes must be a positive multiple of group_size {k}, got {num_episodes}")
+            planned = [(plan, g) for g in range(num_episodes // k) for plan in [self._next_plan()] * k]
+        else:
+            planned = [(plan, i) for i, plan in enumerate(plans)]
+        queue = planned[::-1]  # pop() from the end = first plan first
         rollout = Rollout()
         for slot in self.slots:
             self._start_next(slot, queue, rollout)
@@ -207,14 +236,14 @@ class RolloutCollector:
         if not queue:
             slot.active = False
             return
-        seed, options = queue.pop()
+        (seed, options), group = queue.pop()
         slot.env.reset(seed=seed, options=dict(options))
         slot.episode = len(rollout.episodes)
         slot.round_decisions = []
         slot.active = True
         task = getattr(getattr(slot.env, "unwrapped", slot.env), "task", None)
         rollout.episodes.append(EpisodeRecord(slot.index, getattr(task, "task_id", ""),
-                                              agent_returns={a: 0.0 for a in self.agent_ids}))
+                                              agent_returns={a: 0.0 for a in self.agent_ids}, group=group))
 
     def _advance(self, slot: _Slot) -> tuple[str, dict, dict] | None:
         """Step dead agents until someone must act; None once the episode is over."""
@@ -259,7 +288,7 @@ class RolloutCollector:
                 value=None if state_values is None else state_values[k],
                 token_values=None if token_values is None else token_values[k],
                 adjacency=(info.get("dependency") or {}).get("adjacency"), task_id=str(info.get("task_id", "")),
-                prefix_len=gen.prefix_len,
+                prefix_len=gen.prefix_len, group=rollout.episodes[slot.episode].group,
             )
             self._step(slot, decision, rollout)
 

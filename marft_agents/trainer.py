@@ -46,9 +46,9 @@ from marft_agents.checkpoint import (
     save_best_adapters,
     save_checkpoint,
 )
-from marft_agents.config import TrainConfig, config_to_dict
+from marft_agents.config import ConfigError, TrainConfig, config_to_dict
 from marft_agents.evaluation import EvalResult, evaluate
-from marft_agents.learners import make_learner
+from marft_agents.learners import get_learner, make_learner
 from marft_agents.rollout import RolloutCollector, rollout_metrics
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,16 @@ class TrainResult:
     """The trained ``MultiAgentPolicy`` (evaluate it or save its adapters)."""
 
 
+def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequence[str]) -> Any:
+    """The run's ``MultiAgentPolicy``: with a critic only if the learner uses values (training
+    and ``marft eval`` build the same adapters, so checkpoints load strictly)."""
+    from marft_agents.policy import MultiAgentPolicy
+
+    needs_critic = get_learner(cfg.algorithm).value_mode is not None
+    return MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
+                            critic=cfg.critic if needs_critic else None)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -92,7 +102,6 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, model_and_tokenizer: tuple[Any, Any] | None = None):
         from marft_agents.models import load_model_and_tokenizer
-        from marft_agents.policy import MultiAgentPolicy
 
         self.cfg = cfg.validate()
         trains = cfg.algorithm != "eval_only"
@@ -107,11 +116,16 @@ class Trainer:
         self.envs = [marft_envs.make(cfg.env.id, **cfg.env.kwargs) for _ in range(cfg.env.num_envs)]
         self.agent_ids = list(self.envs[0].possible_agents)
         model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model)
-        self.policy = MultiAgentPolicy(model, tokenizer, self.agent_ids, lora=cfg.lora,
-                                       shared_adapter=cfg.shared_adapter, critic=cfg.critic)
+        self.policy = build_policy(cfg, model, tokenizer, self.agent_ids)
         self.learner = make_learner(cfg.algorithm, self.policy, cfg, self.agent_ids)
-        self.collector = RolloutCollector(self.envs, self.policy, cfg.sampling,
-                                          values=self.learner.value_mode, seed=cfg.seed)
+        group_size = int(getattr(self.learner, "samples_per_task", 1))
+        if group_size < 1 or cfg.schedule.episodes_per_update % group_size:
+            raise ConfigError(
+                f"schedule.episodes_per_update ({cfg.schedule.episodes_per_update}) must be a multiple of "
+                f"the learner's samples per task ({group_size}, algorithm {cfg.algorithm!r}): each update "
+                "collects whole groups of episodes of one task")
+        self.collector = RolloutCollector(self.envs, self.policy, cfg.sampling, values=self.learner.value_mode,
+                                          seed=cfg.seed, group_size=group_size)
         # train_seconds: rollout + update time so far (evaluation excluded), for time budgets.
         self.counters = {"update": 0, "episodes": 0, "decisions": 0, "tokens": 0, "train_seconds": 0.0}
         self.output_dir = Path(cfg.output_dir)

@@ -1,5 +1,10 @@
 """Learners: MARFT-A (action-level MAPPO), MARFT-T (token-level MAPPO), single-agent PPO (the
-n = 1 case of either) and the evaluation-only baseline. ``make_learner(name, ...)`` builds one.
+n = 1 case of either), the evaluation-only baseline, GRPO with its multi-agent groupings, and any
+learner registered by name.
+
+``make_learner(name, policy, cfg, agent_ids)`` builds the learner registered as ``name``
+(``learners/registry.py``); the interface every learner implements is
+``learners/protocol.py`` (guide: ``marft_agents/ADDING_A_LEARNER.md``).
 """
 
 from __future__ import annotations
@@ -10,32 +15,36 @@ from typing import Any
 from marft_agents.learners.base import BaseLearner, Sample
 from marft_agents.learners.credit import CREDIT_STRATEGIES, assign_credit
 from marft_agents.learners.eval_only import EvalOnly
+from marft_agents.learners.grpo import GRPO, GRPOOptions
 from marft_agents.learners.mappo_action import ActionLevelMAPPO
 from marft_agents.learners.mappo_token import TokenLevelMAPPO
-
-LEARNERS: dict[str, type] = {
-    "mappo_action": ActionLevelMAPPO,
-    "mappo_token": TokenLevelMAPPO,
-    # Single-agent PPO: the same learners, restricted to envs with exactly one agent.
-    "ppo": ActionLevelMAPPO,
-    "ppo_token": TokenLevelMAPPO,
-    "eval_only": EvalOnly,
-}
-SINGLE_AGENT = ("ppo", "ppo_token")
+from marft_agents.learners.protocol import VALUE_MODES, Learner
+from marft_agents.learners.registry import (
+    BUILTIN_LEARNERS,
+    ENTRY_POINT_GROUP,
+    UnknownLearnerError,
+    get_learner,
+    list_learners,
+    register_learner,
+)
+from marft_agents.learners.single_agent import SingleAgentPPO, SingleAgentTokenPPO
 
 
 def make_learner(name: str, policy: Any, cfg: Any, agent_ids: Sequence[str]) -> Any:
-    """Build the learner called ``name`` (see ``LEARNERS``) for ``agent_ids``."""
-    if name not in LEARNERS:
-        raise ValueError(f"unknown algorithm {name!r}; expected one of {sorted(LEARNERS)}")
-    if name in SINGLE_AGENT and len(agent_ids) != 1:
+    """Build the learner registered as ``name`` for ``agent_ids`` (checks its ``max_agents``)."""
+    cls = get_learner(name)
+    limit = getattr(cls, "max_agents", None)
+    if limit is not None and len(agent_ids) > limit:
+        kind = "single-agent PPO" if limit == 1 else f"a learner for at most {limit} agents"
         raise ValueError(
-            f"algorithm {name!r} is single-agent PPO but the env has {len(agent_ids)} agents "
-            f"{list(agent_ids)}; use a one-role profile (e.g. env kwargs profile: solo) or "
-            "'mappo_action' / 'mappo_token'"
+            f"algorithm {name!r} is {kind} but the env has {len(agent_ids)} agents "
+            f"{list(agent_ids)}; use a profile with fewer roles (e.g. env kwargs profile: solo) or a "
+            "multi-agent learner such as 'mappo_action' / 'mappo_token'"
         )
-    return LEARNERS[name](policy, cfg, agent_ids)
+    return cls(policy, cfg, agent_ids)
 
 
-__all__ = ["ActionLevelMAPPO", "BaseLearner", "CREDIT_STRATEGIES", "EvalOnly", "LEARNERS", "Sample",
-           "TokenLevelMAPPO", "assign_credit", "make_learner"]
+__all__ = ["ActionLevelMAPPO", "BUILTIN_LEARNERS", "BaseLearner", "CREDIT_STRATEGIES", "ENTRY_POINT_GROUP",
+           "EvalOnly", "GRPO", "GRPOOptions", "Learner", "Sample", "SingleAgentPPO", "SingleAgentTokenPPO", "TokenLevelMAPPO",
+           "UnknownLearnerError", "VALUE_MODES", "assign_credit", "get_learner", "list_learners",
+           "make_learner", "register_learner"]

@@ -107,7 +107,8 @@ class BaseLearner:
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         for name in sorted({policy.adapter_for(a) for a in self.agent_ids}):
             self.optimizers[name] = self._make_optimizer(name, self.schedule.actor_lr)
-        for name in sorted({policy.critic_for(a) for a in self.agent_ids}):
+        critics = {policy.critic_for(a) for a in self.agent_ids} if self.value_mode is not None else set()
+        for name in sorted(critics):  # a learner without values has no critic to train
             self.optimizers[name] = self._make_optimizer(name, self.schedule.critic_lr)
 
     def _make_optimizer(self, adapter: str, lr: float) -> torch.optim.Optimizer:
@@ -143,7 +144,8 @@ class BaseLearner:
         """One PPO update on ``rollout``; returns flat metrics."""
         trainable = self.trainable_agents(update)
         train_policy = update >= self.ppo.critic_warmup_updates
-        self.policy.set_trainable(set(trainable) if train_policy else set(), critic=True)
+        has_critic = self.value_mode is not None
+        self.policy.set_trainable(set(trainable) if train_policy else set(), critic=has_critic)
         samples = self.build_samples(rollout)
         metrics: dict[str, float] = {"losses/explained_variance": self.explained_variance(samples)}
         policy_samples = [s for s in samples if s.agent_id in trainable] if train_policy else []
@@ -157,7 +159,7 @@ class BaseLearner:
         epochs_run, early_stopped = 0, 0.0
         for epoch in range(self.schedule.ppo_epochs):
             epochs_run += 1
-            for batch in self._minibatches(samples):
+            for batch in self._minibatches(samples) if has_critic else []:
                 stats = self._step(sorted({s.critic for s in batch}), batch, critic=True)
                 for key, value in stats.items():
                     sums[key] += value

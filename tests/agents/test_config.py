@@ -54,7 +54,7 @@ def test_unknown_key_names_it_and_lists_valid_keys():
     ({"ppo": {"target_kl": "x"}}, "ppo.target_kl must be float or null"),
     ({"env": {"kwargs": [1, 2]}}, "env.kwargs must be dict"),
     ({"env": "marft/MATH-v0"}, "env must be a mapping of EnvConfig fields"),
-    ({"algorithm": "dqn"}, "algorithm must be one of"),
+    ({"algorithm": "dqn"}, "unknown algorithm .dqn.; known learners: eval_only, grpo, mappo_action.*entry-point group"),
 ])
 def test_wrong_type_says_expected_type(data, expected):
     with pytest.raises(C.ConfigError, match=expected):

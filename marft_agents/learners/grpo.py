@@ -1,0 +1,150 @@
+"""GRPO and its multi-agent groupings: critic-free, group-relative policy optimisation.
+
+Registered as ``algorithm: grpo``; options in the ``learner:`` section (:class:`GRPOOptions`).
+
+1. Sampling. The learner asks for ``group_size`` episodes of every task (``samples_per_task``):
+   same task, independent samples (``rollout.py``, grouped sampling).
+2. Advantages. Every decision gets one scalar advantage from ``marft_agents.group_math``: its
+   unit's score (team return, per agent, or per agent and turn: ``grouping``) against the other
+   units with the same key, normalised as ``normalisation`` says. No critic is built, no value is
+   computed, and advantages are not re-whitened across the batch.
+3. Loss. Per-token clipped ratio against the sampling-time log-probs, broadcasting the
+   decision's advantage over its tokens, aggregated per token or per sequence, plus an optional
+   KL(pi || reference) penalty with the right gradient (``group_math.kl_k2``) and the usual
+   entropy bonus. The loss itself is :meth:`GRPO.group_loss` (one method, pure maths in
+   ``group_math.group_policy_loss``).
+
+From the ``ppo:`` section GRPO uses ``clip_eps`` / ``clip_eps_high`` (asymmetric, DAPO-style
+"clip higher"), ``entropy_coef``, ``max_grad_norm``, ``target_kl``, ``recompute_old_logprobs``
+and ``agent_iteration_interval`` (agent-by-agent rotation); from ``schedule``: ``ppo_epochs``,
+``minibatch_size``, ``micro_batch_size``, ``actor_lr``. Per-agent adapters and a shared adapter
+both work (a shared adapter trains on every agent's decisions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from marft_agents import group_math as gm
+from marft_agents.learners.base import BaseLearner, Sample, pad_stack, response_mask
+from marft_agents.rollout import Rollout
+
+
+@dataclass
+class GRPOOptions:
+    """Options of ``algorithm: grpo`` (the config's ``learner:`` section)."""
+
+    group_size: int = 4
+    """Episodes per task (k >= 2): each task drawn is played k times and the k episodes are
+    compared with each other. ``schedule.episodes_per_update`` must be a multiple of it (e.g.
+    8 tasks x 4 = 32)."""
+    grouping: Literal["team", "agent", "agent_turn"] = "team"
+    """What is compared with what (``group_math``). ``team``: an episode's team return against
+    the other episodes of its group, the same advantage for every agent's decisions; this is the
+    joint-reward grouping of MAGRPO (multi-agent GRPO for LLM collaboration).
+    ``agent``: each agent's score normalised only among that agent's samples of the group, the
+    per-agent normalisation Dr. MAS argues for, since agents with different reward scales would
+    otherwise distort each other's advantages. ``agent_turn``: groups of one agent's utterances
+    at one round of one task, as in AT-GRPO (agent- and turn-wise grouping), because a role's
+    turn-2 prompt (with feedback) is not comparable with its turn-1 prompt or another role's."""
+    normalisation: Literal["mean", "mean_std", "leave_one_out"] = "mean_std"
+    """``mean_std``: subtract the group mean, divide by the group std (GRPO, Shao et al., 2024,
+    DeepSeekMath). ``mean``: subtract the mean only; Dr. GRPO (Liu et al., 2025, "Understanding
+    R1-Zero-like training") shows the std division over-weights groups that are almost all right
+    or all wrong, i.e. biases updates by question difficulty. ``leave_one_out``: subtract the mean
+    of the other k - 1 samples, an unbiased baseline (RLOO, Ahmadian et al., 2024)."""
+    aggregation: Literal["token", "sequence"] = "token"
+    """``token``: average the per-token loss over every token of the batch, so long answers count
+    per token (DAPO's token-level loss, Yu et al., 2025). ``sequence``: average within each
+    utterance first, then over utterances (the original GRPO objective), which lets each
+    utterance weigh the same whatever its length."""
+    agent_rewards: bool = False
+    """Add each agent's env-reported per-agent rewards (``infos["agent_reward"]``, e.g. a format
+    reward) to its score; used by the ``agent`` and ``agent_turn`` groupings only (the ``team``
+    score is the team return)."""
+    kl_coef: float = 0.0
+    """Weight of a per-token KL(policy || reference) penalty (reference = base model, adapters
+    off), in the k2 form ``0.5 * (log pi - log ref)**2`` whose expected gradient is that of
+    KL(pi || ref), the direction GRPO's objective penalises (Shao et al., 2024); its k3 estimate
+    used directly as a loss would follow KL(ref || pi) instead. 0 = none (no reference pass).
+    Use this, not ``ppo.kl_coef``."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 (a group of one has nothing to compare with), "
+                             f"got {self.group_size}")
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+
+
+class GRPO(BaseLearner):
+    """Group-relative policy optimisation for agent teams (see the module docstring)."""
+
+    value_mode = None
+    options_class = GRPOOptions
+
+    def __init__(self, policy, cfg, agent_ids):
+        opts: GRPOOptions = cfg.learner
+        if cfg.ppo.kl_coef > 0:
+            raise ValueError("algorithm grpo: set the KL weight with learner.kl_coef (its KL term has the "
+                             "gradient of KL(pi || ref)), not ppo.kl_coef")
+        if cfg.ppo.critic_warmup_updates > 0:
+            raise ValueError("algorithm grpo has no critic to warm up; set ppo.critic_warmup_updates: 0")
+        super().__init__(policy, cfg, agent_ids)
+        self.options = opts
+        self.samples_per_task = opts.group_size
+        self.unit = "token" if opts.aggregation == "token" else "decision"
+        # The base loop reads these from self.ppo: the KL weight decides whether reference
+        # log-probs are attached, and advantages are normalised within groups, never re-whitened.
+        self.ppo = dataclasses.replace(cfg.ppo, kl_coef=opts.kl_coef, normalize_advantages=False)
+
+    def build_samples(self, rollout: Rollout) -> list[Sample]:
+        o = self.options
+        advantages = gm.decision_advantages(rollout, o.grouping, o.normalisation, o.agent_rewards)  # [N]
+        self._last_zero_share = float((advantages == 0).float().mean()) if advantages.numel() else float("nan")
+        zero = torch.zeros(())
+        return [Sample(agent_id=d.agent_id, adapter=d.adapter, critic="", prompt_ids=d.prompt_ids,
+                       response_ids=d.response_ids, prefix_len=d.prefix_len,
+                       old_logprobs=torch.tensor(d.logprobs, dtype=torch.float32),  # [L]
+                       old_values=zero, advantages=advantages[i].clone(), returns=zero)
+                for i, d in enumerate(rollout.decisions) if d.response_ids]
+
+    def explained_variance(self, samples: list[Sample]) -> float:
+        return float("nan")  # no critic
+
+    def update(self, rollout: Rollout, update: int) -> dict[str, float]:
+        metrics = super().update(rollout, update)
+        metrics["grpo/zero_advantage_share"] = self._last_zero_share
+        metrics["grpo/groups"] = float(len(rollout.groups()))
+        return metrics
+
+    def policy_loss(self, adapter: str, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        stats = self.policy.token_logprobs(
+            adapter, [s.prompt_ids for s in samples], [s.response_ids for s in samples], self.temperature,
+            prefix_lens=[s.prefix_len for s in samples],
+        )
+        return self.group_loss(stats.logprobs.float(), stats.entropy, samples)
+
+    def group_loss(self, logprobs: torch.Tensor, entropy: torch.Tensor | None,
+                   samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The GRPO loss of one micro-batch from its ``[B, T]`` token log-probs (and entropies)."""
+        length = logprobs.shape[1]
+        device = logprobs.device
+        mask = response_mask(samples, length).to(device)  # [B, T]
+        old = pad_stack([s.old_logprobs for s in samples], length).to(device)  # [B, T]
+        advantages = torch.stack([s.advantages for s in samples]).to(device)  # [B]
+        ref = None
+        if self.options.kl_coef > 0:
+            ref = pad_stack([s.ref_logprobs for s in samples], length).to(device)  # [B, T]
+        loss, out = gm.group_policy_loss(logprobs, old, advantages, mask, self.ppo.clip_eps, self.ppo.clip_eps_high,
+                                         self.options.aggregation, ref, self.options.kl_coef)
+        out["losses/policy_loss"] = loss.detach()
+        if entropy is not None:
+            mean_entropy = gm.pm.masked_mean(entropy.float(), mask)
+            loss = loss - self.ppo.entropy_coef * mean_entropy
+            out["losses/entropy"] = mean_entropy.detach()
+        return loss, out

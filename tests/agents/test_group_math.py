@@ -1,0 +1,123 @@
+"""Group-relative advantages and the GRPO loss by hand (no model)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from marft_agents import group_math as gm
+from marft_agents import ppo_math as pm
+from marft_agents.rollout import Decision, EpisodeRecord, Rollout
+
+S3 = 1 / math.sqrt(3)  # std of [1, 1, 0] (unbiased) is sqrt(1/3)
+
+
+def _rollout():
+    """Group 0: ep0 two rounds (team 0 then 1), ep1 solved in round 0 (team 1), ep2 two rounds of
+    0. Group 1: two one-round episodes with team 1 each (all equal). Agents r (reasoner) and a
+    (actor, graded); a's per-agent reward: ep0 (1, 0), ep1 (1,), ep2 (0, 0), group 1: 1."""
+    decisions, episodes = [], []
+    plan = [(0, [0.0, 1.0], [1.0, 0.0]), (0, [1.0], [1.0]), (0, [0.0, 0.0], [0.0, 0.0]),
+            (1, [1.0], [1.0]), (1, [1.0], [1.0])]
+    for e, (group, team, own) in enumerate(plan):
+        ids = []
+        for rnd, (reward, mine) in enumerate(zip(team, own)):
+            last = rnd == len(team) - 1
+            for agent in ("r", "a"):
+                closes = agent == "a"
+                ids.append(len(decisions))
+                decisions.append(Decision(
+                    env_index=0, episode=e, step=len(ids) - 1, round=rnd, agent_id=agent, adapter=f"policy_{agent}",
+                    observation="", prompt_ids=[1], response_ids=[2], text="x", logprobs=[-1.0],
+                    team_reward=reward if closes else 0.0, agent_reward=mine if agent == "a" else 0.0,
+                    closes_round=closes, done=closes and last, group=group))
+        episodes.append(EpisodeRecord(0, f"t{group}", decisions=ids, team_return=sum(team), group=group))
+    return Rollout(decisions=decisions, episodes=episodes)
+
+
+def _per_decision(rollout, advantages):
+    """{(episode, agent, round): advantage} for readable assertions."""
+    return {(d.episode, d.agent_id, d.round): round(float(a), 5) for d, a in zip(rollout.decisions, advantages)}
+
+
+@pytest.mark.parametrize("normalisation, group0", [
+    ("mean", [1 / 3, 1 / 3, -2 / 3]),
+    ("mean_std", [(1 / 3) / S3, (1 / 3) / S3, (-2 / 3) / S3]),
+    ("leave_one_out", [0.5, 0.5, -1.0]),
+])
+def test_team_grouping_shares_the_episode_advantage_with_every_agent(normalisation, group0):
+    rollout = _rollout()
+    adv = _per_decision(rollout, gm.decision_advantages(rollout, "team", normalisation, eps=0.0))
+    for e, expected in enumerate(group0):
+        mine = [v for (ep, _, _), v in adv.items() if ep == e]
+        assert mine == pytest.approx([expected] * len(mine), abs=1e-5)
+    assert all(v == 0.0 for (ep, _, _), v in adv.items() if ep >= 3)  # all-equal group: 0, no NaN
+
+
+def test_agent_grouping_normalises_each_agent_within_its_group():
+    rollout = _rollout()
+    # With per-agent rewards, a's scores are [2, 2, 0] and r's [1, 1, 0]: different scales.
+    mean = _per_decision(rollout, gm.decision_advantages(rollout, "agent", "mean", agent_rewards=True))
+    assert [mean[(e, "a", 0)] for e in range(3)] == pytest.approx([2 / 3, 2 / 3, -4 / 3], abs=1e-5)
+    assert [mean[(e, "r", 0)] for e in range(3)] == pytest.approx([1 / 3, 1 / 3, -2 / 3], abs=1e-5)
+    assert mean[(0, "a", 1)] == mean[(0, "a", 0)]  # one advantage for all of an agent's decisions
+    # ... and mean/std puts both agents on the same scale (the point of per-agent normalisation).
+    std = _per_decision(rollout, gm.decision_advantages(rollout, "agent", "mean_std", agent_rewards=True, eps=0.0))
+    assert [std[(e, "a", 0)] for e in range(3)] == pytest.approx([S3, S3, -2 * S3], abs=1e-5)
+    assert [std[(e, "r", 0)] for e in range(3)] == pytest.approx([S3, S3, -2 * S3], abs=1e-5)
+    # group 1: a's scores are [2, 2], equal -> 0
+    assert all(std[(e, agent, 0)] == 0.0 for e in (3, 4) for agent in "ra")
+
+
+@pytest.mark.parametrize("normalisation, round0, round1", [
+    ("mean", [1 / 3, 1 / 3, -2 / 3], [0.5, -0.5]),
+    ("mean_std", [(1 / 3) / S3, (1 / 3) / S3, (-2 / 3) / S3], [0.5 / math.sqrt(0.5), -0.5 / math.sqrt(0.5)]),
+    ("leave_one_out", [0.5, 0.5, -1.0], [1.0, -1.0]),
+])
+def test_agent_turn_grouping_compares_one_role_at_one_round(normalisation, round0, round1):
+    rollout = _rollout()
+    adv = _per_decision(rollout, gm.decision_advantages(rollout, "agent_turn", normalisation, eps=0.0))
+    for agent in "ra":
+        # round 0: reward-to-go = team return [1, 1, 0]; round 1: only ep0 (1) and ep2 (0) reached it
+        assert [adv[(e, agent, 0)] for e in range(3)] == pytest.approx(round0, abs=1e-5)
+        assert [adv[(0, agent, 1)], adv[(2, agent, 1)]] == pytest.approx(round1, abs=1e-5)
+    assert all(adv[(e, agent, 0)] == 0.0 for e in (3, 4) for agent in "ra")
+
+
+@pytest.mark.parametrize("normalisation", gm.NORMALISATIONS)
+def test_singletons_and_equal_scores_give_zero_never_nan(normalisation):
+    out = gm.group_relative([3.0, 5.0, 5.0, 5.0, 0.0], ["a", "b", "b", "b", "c"], normalisation)
+    assert torch.equal(out, torch.zeros(5))
+    with pytest.raises(ValueError, match="normalisation must be one of"):
+        gm.group_relative([1.0], ["a"], "z_score")
+
+
+def test_group_loss_by_hand_per_token_and_per_sequence():
+    old = torch.tensor([[-1.0, -2.0], [-1.0, 0.0]])  # [B=2, T=2]; row 1 has one token
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    adv = torch.tensor([1.0, -1.0])
+    # ratio 1 everywhere: per-token loss = -A -> tokens [-1, -1, +1]
+    token, _ = gm.group_policy_loss(old.clone(), old, adv, mask, 0.2, None, "token")
+    seq, _ = gm.group_policy_loss(old.clone(), old, adv, mask, 0.2, None, "sequence")
+    assert float(token) == pytest.approx(-1 / 3) and float(seq) == pytest.approx(0.0)
+    # ratio e^0.5 on row 0 (A = +1): the upper clip 1 + eps_high caps the gain (DAPO clip-higher)
+    new = old + torch.tensor([[0.5, 0.5], [0.0, 0.0]])
+    loss, stats = gm.group_policy_loss(new, old, adv, mask, 0.2, 0.28, "sequence")
+    assert float(loss) == pytest.approx((-1.28 + 1.0) / 2) and float(stats["losses/clipfrac"]) == pytest.approx(0.5)
+
+
+def test_k2_penalty_has_the_gradient_of_kl_pi_ref_and_k3_the_reverse():
+    """Exact expectations over a categorical policy: E_pi[grad k2] = grad KL(pi||ref) and
+    E_pi[grad k3-as-loss] = grad KL(ref||pi) (why GRPO uses k2)."""
+    theta = torch.tensor([0.3, -0.2, 0.5, 0.0], requires_grad=True)
+    ref = torch.log_softmax(torch.tensor([0.0, 0.4, -0.3, 0.1]), -1)
+    logp = torch.log_softmax(theta, -1)
+    weights = logp.exp().detach()  # E over y ~ pi, samples held fixed (no gradient through them)
+    (k2_grad,) = torch.autograd.grad((weights * gm.kl_k2(logp, ref)).sum(), theta, retain_graph=True)
+    (k3_grad,) = torch.autograd.grad((weights * pm.kl_to_reference(logp, ref)).sum(), theta, retain_graph=True)
+    (forward_kl,) = torch.autograd.grad((logp.exp() * (logp - ref)).sum(), theta, retain_graph=True)
+    (reverse_kl,) = torch.autograd.grad((ref.exp() * (ref - logp)).sum(), theta)
+    assert torch.allclose(k2_grad, forward_kl, atol=1e-6)
+    assert torch.allclose(k3_grad, reverse_kl, atol=1e-6) and not torch.allclose(k3_grad, forward_kl, atol=1e-3)
