@@ -10,6 +10,7 @@ can fail.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import secrets
@@ -98,15 +99,21 @@ def test_attack_reading_the_problem_file_gets_nothing(leaked_problem_file) -> No
     reward, info = _play_attack(leaked_problem_file, limits)
     assert reward == 0.0 and info["status"] == "failed", info
     assert "fsroot" in info["isolation"]
-    # From inside, the file is absent (not merely unreadable), and so is the checkout.
+    # From inside, the file is absent (not merely unreadable), and so is the checkout's code.
+    # The checkout folder itself may exist as a bare skeleton when the interpreter is a venv
+    # inside it (``.venv/lib`` is mounted); nothing else of it may show.
     probe = run_program(
         "import os\n"
         f"for p in [{str(leaked_problem_file)!r}, {str(leaked_problem_file.parent)!r}, "
-        f"{str(REPO)!r}, {str(REPO / 'marft_envs')!r}]:\n"
-        "    print(p, os.path.exists(p))\n", limits=limits)
+        f"{str(REPO / 'tests')!r}, {str(REPO / 'marft_envs')!r}]:\n"
+        "    print(p, os.path.exists(p))\n"
+        f"print(sorted(os.listdir({str(REPO)!r})) if os.path.isdir({str(REPO)!r}) else [])\n",
+        limits=limits)
     assert probe.status == "ok", probe
-    assert probe.stdout.splitlines() == [f"{p} False" for p in (
-        leaked_problem_file, leaked_problem_file.parent, REPO, REPO / "marft_envs")]
+    lines = probe.stdout.splitlines()
+    assert lines[:4] == [f"{p} False" for p in (
+        leaked_problem_file, leaked_problem_file.parent, REPO / "tests", REPO / "marft_envs")]
+    assert set(ast.literal_eval(lines[4])) <= {".venv"}, lines[4]
     attack = run_program(ATTACK, stdin="a\n", limits=limits)
     assert "LEAKED" not in attack.stderr and "searched, found []" in attack.stderr, attack
 
