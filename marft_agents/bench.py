@@ -27,6 +27,7 @@ import argparse
 import importlib
 import json
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,11 @@ from typing import Any
 # ``marft_agents.cli`` imports this module to build its parser, and ``marft --help`` stays fast.
 
 SCRIPTED_PREFIX = "scripted:"
+
+
+class BenchError(ValueError):
+    """Bad ``marft bench`` input (policy spec, env id, env keywords); the message says how to fix it."""
+
 ScriptedPolicy = Callable[[str, dict[str, Any], dict[str, Any]], str]
 """``fn(agent_id, observation, info) -> utterance``."""
 
@@ -51,14 +57,14 @@ def load_scripted(spec: str) -> ScriptedPolicy:
     target = spec[len(SCRIPTED_PREFIX):] if spec.startswith(SCRIPTED_PREFIX) else spec
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
-        raise ValueError(f"scripted policy {spec!r} must look like 'scripted:module:function'")
+        raise BenchError(f"scripted policy {spec!r} must look like 'scripted:module:function'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ValueError(f"scripted policy {spec!r}: cannot import {module_name!r} ({err})") from err
+        raise BenchError(f"scripted policy {spec!r}: cannot import {module_name!r} ({err})") from err
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ValueError(f"scripted policy {spec!r}: {module_name!r} has no function {attr!r}")
+        raise BenchError(f"scripted policy {spec!r}: {module_name!r} has no function {attr!r}")
     return fn
 
 
@@ -83,7 +89,7 @@ def evaluate_scripted(fn: ScriptedPolicy, env_id: str, env_kwargs: dict[str, Any
     env = _envs().make(env_id, **env_kwargs)
     tasks = getattr(env.unwrapped, "tasks", None)
     if tasks is None:
-        raise ValueError(f"env {env_id!r} exposes no task source (env.unwrapped.tasks); a fixed "
+        raise BenchError(f"env {env_id!r} exposes no task source (env.unwrapped.tasks); a fixed "
                          "problem set needs a TextTaskEnv")
     warn_if_training_tasks(env, env_id, env_kwargs)
     per_task = []
@@ -174,13 +180,16 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
     scripted = policy.startswith(SCRIPTED_PREFIX)
     if scripted:
         if env_id is None:
-            raise ValueError("a scripted policy needs --env ID (the env to play)")
+            raise BenchError("a scripted policy needs --env ID (the env to play)")
         fn, cfg = load_scripted(policy), None
         base: dict[str, Any] = {}
     else:
         cfg = load_config(policy, overrides or {})
         env_id = env_id or cfg.env.id
         base = {**cfg.env.kwargs, **cfg.eval.env_kwargs} if env_id == cfg.env.id else {}
+    if env_id not in marft_envs.list_envs():
+        raise BenchError(f"unknown environment id {env_id!r}; registered: {', '.join(marft_envs.list_envs())} "
+                         "(`marft envs --verbose` shows where each comes from)")
     kwargs = bench_env_kwargs(env_id, base, env_kwargs or {})
     n_problems = n_problems or (cfg.eval.n_problems if cfg else 100)
     seed = seed if seed is not None else (cfg.eval.seed if cfg else 1234)
@@ -222,10 +231,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import yaml
 
     env_kwargs = yaml.safe_load(args.env_kwargs) if args.env_kwargs else {}
-    if not isinstance(env_kwargs, dict):
-        raise SystemExit(f"--env-kwargs must be a YAML mapping such as '{{split: test}}', got {args.env_kwargs!r}")
-    path = run_bench(args.policy, args.env, env_kwargs, args.n, args.seed, args.name, args.records,
-                     args.checkpoint, overrides)
+    try:
+        if not isinstance(env_kwargs, dict):
+            raise BenchError(f"--env-kwargs must be a YAML mapping such as '{{split: test}}', got {args.env_kwargs!r}")
+        path = run_bench(args.policy, args.env, env_kwargs, args.n, args.seed, args.name, args.records,
+                         args.checkpoint, overrides)
+    except BenchError as err:
+        print(f"marft bench: error: {err}", file=sys.stderr)
+        return 2
     after = json.loads(path.read_text())["eval_after"]
     print(f"accuracy {after['accuracy']:.3f} +- {after['stderr']:.3f} (n={after['n']}), "
           f"mean reward {after['mean_reward']:.3f}")
