@@ -18,7 +18,8 @@ unless a split is given (the convention of ``marft_envs/ADDING_AN_ENV.md``).
 The record (:class:`leaderboards.records.Record`) is written to ``<records>/<name>.json``, the
 current folder by default - never into the installed package - and carries marft's commit and
 version beside the env's provider (``env_package``: the plugin's distribution name and version).
-``python -m leaderboards.build --records DIR`` renders a folder of records as a table.
+``python -m leaderboards.build --records DIR --out DIR/README.md`` renders a folder of records as a
+table.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The outside env package ``examples/marft-example-env``, used exactly as a user would.
 
-The package is "installed" the way pip leaves it on disk: its source folder on ``sys.path`` and a
-``marft_example_env-0.1.0.dist-info`` whose ``entry_points.txt`` is generated from its own
-``pyproject.toml``, so marft finds the env, the profile and the dependency only through entry
-points. Then: plain ``pettingzoo.make`` right after ``import marft_envs``, PettingZoo's checks,
+The package is installed with pip (offline, ``--target`` a temporary folder put on ``sys.path``),
+so its ``pyproject.toml`` is validated and built like a user's, and marft finds the env, the
+profile and the dependency only through the installed entry points. Then: plain ``pettingzoo.make`` right after ``import marft_envs``, PettingZoo's checks,
 two training updates on a tiny random model through ``marft train``, a checkpoint, a resume, and
 ``marft bench`` writing a record into the current folder.
 """
@@ -12,9 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tomllib
 import warnings
 from pathlib import Path
 
@@ -30,28 +29,27 @@ EXAMPLE = REPO / "examples" / "marft-example-env"
 ENV_ID = "example/VowelCount-v0"
 
 
-def write_dist_info(site: Path, project_dir: Path) -> dict:
-    """What ``pip install`` records: METADATA and entry_points.txt from the project's pyproject."""
-    project = tomllib.loads((project_dir / "pyproject.toml").read_text())["project"]
-    dist = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
-    lines = []
-    for group, entries in project["entry-points"].items():
-        lines.append(f"[{group}]")
-        lines += [f"{name} = {value}" for name, value in entries.items()]
-    (dist / "entry_points.txt").write_text("\n".join(lines) + "\n")
-    return project
+def pip_install(project_dir: Path, target: Path, scratch: Path) -> None:
+    """``pip install`` the project into ``target`` with no network and no build isolation.
+
+    Built from a copy, so the build's ``build/`` and ``*.egg-info`` never land in the repository.
+    """
+    source = scratch / project_dir.name
+    shutil.copytree(project_dir, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--disable-pip-version-check", "--target", str(target), str(source)],
+                   check=True, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
+    pytest.importorskip("setuptools", reason="installing the example package offline needs setuptools "
+                        "(pip install setuptools) in the test environment")
     site = tmp_path_factory.mktemp("site")
-    project = write_dist_info(site, EXAMPLE)
-    sys.path[:0] = [str(site), str(EXAMPLE)]
-    yield {"site": site, "project": project}
+    pip_install(EXAMPLE, site, tmp_path_factory.mktemp("build"))
+    sys.path.insert(0, str(site))
+    yield {"site": site}
     sys.path.remove(str(site))
-    sys.path.remove(str(EXAMPLE))
     # Forget the plugin so later tests see marft as installed without it.
     import pettingzoo.env_registry.registration as pz
 
@@ -60,7 +58,8 @@ def installed(tmp_path_factory):
     marft_envs.registry._registered.pop(ENV_ID, None)
     pz.aec_registry.pop(ENV_ID, None)
     dependency._named.pop("plan_then_solo", None)
-    sys.modules.pop("marft_example_env.vowels", None)
+    for module in [m for m in sys.modules if m.startswith("marft_example_env")]:
+        del sys.modules[module]
 
 
 def test_plain_pettingzoo_make_finds_the_plugin_right_after_import(installed):
@@ -69,7 +68,7 @@ def test_plain_pettingzoo_make_finds_the_plugin_right_after_import(installed):
             f"env = pettingzoo.make('aec', {ENV_ID!r})\n"
             "env.reset(seed=0)\n"
             "print(lazy, env.possible_agents)\n")
-    path = os.pathsep.join([str(REPO), str(installed["site"]), str(EXAMPLE)])
+    path = os.pathsep.join([str(REPO), str(installed["site"])])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": path}).stdout
     assert out.strip() == "True ['planner_0', 'solver_0']"

@@ -9,8 +9,8 @@ Named profiles also come from outside marft: ``<name>.yaml`` files in the folder
 ``$MARFT_PROFILE_PATH``, and the entry-point group ``marft_envs.profiles`` of installed packages::
 
     [project.entry-points."marft_envs.profiles"]
-    planner_solver = "mylab_envs:profiles/planner_solver.yaml"   # a file inside the package
-    tutor = "mylab_envs.teams:TUTOR"                               # a dict, Profile or path
+    planner_solver = "mylab_envs.profiles"   # the file planner_solver.yaml in that package
+    tutor = "mylab_envs.teams:TUTOR"         # a dict, a Profile or a path
 
 An env's ``default_profile`` is any of these forms (a name, a path or a mapping).
 
@@ -46,8 +46,8 @@ import yaml
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
 PROFILE_ENTRY_POINT_GROUP = "marft_envs.profiles"
-"""Entry-point group of named profiles shipped by plugin packages (name -> ``package:file.yaml``
-or ``module:attribute``)."""
+"""Entry-point group of named profiles shipped by plugin packages (name -> ``package``, holding
+``<name>.yaml``, or ``module:attribute``)."""
 PROFILE_PATH_VAR = "MARFT_PROFILE_PATH"
 """Environment variable: folders (``os.pathsep``-separated) searched for ``<name>.yaml`` profiles."""
 PROFILE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -155,29 +155,36 @@ def _read_file(path: Path, default_name: str) -> Profile:
     return profile_from_dict(data, default_name=default_name)
 
 
+def _read_resource(resource: Any, default_name: str) -> Profile:
+    """Read a profile file given as a path or an ``importlib.resources`` Traversable."""
+    with resources.as_file(resource) as path:
+        return _read_file(Path(path), default_name=default_name)
+
+
 def _load_entry_point(ep: EntryPoint) -> Profile:
-    """``package:relative/file.yaml`` (a file shipped in the package) or ``module:attribute``
-    (a mapping, a :class:`Profile` or a path)."""
-    module, _, target = ep.value.partition(":")
-    module, target = module.strip(), target.strip()
+    """Load a ``marft_envs.profiles`` entry point.
+
+    ``package`` (no attribute): the file ``<name>.yaml`` (or ``.yml`` / ``.json``) inside that
+    package, e.g. ``planner_solver = "mylab_envs.profiles"``. ``module:attribute``: a mapping, a
+    :class:`Profile`, or a path / ``importlib.resources`` file holding one.
+    """
     where = f"profile entry point {ep.name!r} = {ep.value!r}"
-    if not target:
-        raise ValueError(f"{where} must be 'package:relative/path.yaml' or 'module:attribute'")
-    if Path(target).suffix in PROFILE_SUFFIXES:
-        resource = resources.files(module).joinpath(target)
-        if not resource.is_file():
-            raise FileNotFoundError(f"{where}: {target!r} is not a file in package {module!r}")
-        with resources.as_file(resource) as path:
-            return _read_file(path, default_name=ep.name)
-    value: Any = importlib.import_module(module)
-    for part in target.split("."):
-        value = getattr(value, part)
+    if not ep.attr:
+        folder = resources.files(ep.module)
+        for suffix in PROFILE_SUFFIXES:
+            if folder.joinpath(f"{ep.name}{suffix}").is_file():
+                return _read_resource(folder.joinpath(f"{ep.name}{suffix}"), default_name=ep.name)
+        raise FileNotFoundError(f"{where}: package {ep.module!r} holds no {ep.name}.yaml/.yml/.json "
+                                "(is it included as package data?)")
+    value = ep.load()
     if isinstance(value, Profile):
         return value
     if isinstance(value, Mapping):
         return profile_from_dict(value, default_name=ep.name)
-    if isinstance(value, (str, Path)) and Path(value).is_file():
-        return _read_file(Path(value), default_name=ep.name)
+    if isinstance(value, (str, Path)) or (hasattr(value, "is_file") and hasattr(value, "read_text")):
+        if not (Path(value).is_file() if isinstance(value, (str, Path)) else value.is_file()):
+            raise FileNotFoundError(f"{where} names {str(value)!r}, which is not a file")
+        return _read_resource(Path(value) if isinstance(value, str) else value, default_name=ep.name)
     raise TypeError(f"{where} names a {type(value).__name__}; expected a mapping, a Profile or a file path")
 
 

@@ -90,25 +90,33 @@ def test_profiles_from_the_search_path(tmp_path, monkeypatch):
     assert "team" in available_profiles() and profile_source("team") == str(folder / "team.yaml")
 
 
-def test_profiles_from_entry_points_file_and_attribute(plugin_root):
+def test_profiles_from_entry_points_package_file_and_attribute(plugin_root):
     install_plugin(plugin_root, "mylab-teams", """
         [marft_envs.profiles]
-        pair = mylab_teams:teams/pair.yaml
+        pair = mylab_teams.profiles
         tutor = mylab_teams.defs:TUTOR
+        shipped_file = mylab_teams.defs:PAIR_FILE
+        missing = mylab_teams.profiles
         broken = mylab_teams.defs:NUMBER
         """, {
         "mylab_teams/__init__.py": "",
-        "mylab_teams/teams/pair.yaml": TEAM,
+        "mylab_teams/profiles/__init__.py": "",
+        "mylab_teams/profiles/pair.yaml": TEAM,
         "mylab_teams/defs.py": """
+            from importlib.resources import files
             TUTOR = {"roles": [{"name": "tutor", "system_prompt": "Teach."}]}
+            PAIR_FILE = files("mylab_teams.profiles") / "pair.yaml"
             NUMBER = 3
             """,
     })
     assert load_profile("pair").agent_ids == ("scout_0", "judge_0")
     tutor = load_profile("tutor")
     assert tutor.name == "tutor" and tutor.agent_ids == ("tutor_0",)
-    assert {"pair", "tutor"} <= set(available_profiles())
+    assert load_profile("shipped_file").agent_ids == ("scout_0", "judge_0")
+    assert {"pair", "tutor", "shipped_file"} <= set(available_profiles())
     assert "mylab-teams 1.2.3" in profile_source("pair")
+    with pytest.raises(FileNotFoundError, match="holds no missing.yaml"):
+        load_profile("missing")
     with pytest.raises(TypeError, match="expected a mapping, a Profile or a file path"):
         load_profile("broken")
 
@@ -116,7 +124,7 @@ def test_profiles_from_entry_points_file_and_attribute(plugin_root):
 def test_shipped_profile_names_win_over_plugins(plugin_root):
     install_plugin(plugin_root, "mylab-shadow", """
         [marft_envs.profiles]
-        solo = mylab_shadow:solo.yaml
+        solo = mylab_shadow
         """, {"mylab_shadow/__init__.py": "", "mylab_shadow/solo.yaml": TEAM})
     assert load_profile("solo").agent_ids == ("actor_0",)
 
