@@ -206,3 +206,14 @@ def test_dependency_entry_point_is_loaded_on_first_use(plugin_root, clean_depend
     assert "mylab_solo_after" in Dependency.registered() and "mylab_deps" not in sys.modules
     dep = Dependency.from_spec("mylab_solo_after")
     assert dep.plan(AGENTS, 0, []).active == tuple(AGENTS) and dep.plan(AGENTS, 1, []).active == ("actor_0",)
+
+
+def test_a_config_holding_a_function_is_refused_with_the_named_alternative(clean_dependencies):
+    pytest.importorskip("torch")
+    from marft_agents.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"env.kwargs.dependency is a function.*Dependency.register"):
+        load_config({"env": {"id": "marft/Arithmetic-v0", "kwargs": {"dependency": plan_first}}})
+    Dependency.register("plan_first_cfg", plan_first)
+    cfg = load_config({"env": {"id": "marft/Arithmetic-v0", "kwargs": {"dependency": "plan_first_cfg"}}})
+    assert cfg.env.kwargs["dependency"] == "plan_first_cfg"
