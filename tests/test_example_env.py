@@ -53,8 +53,9 @@ def installed(tmp_path_factory):
     # Forget the plugin so later tests see marft as installed without it.
     import pettingzoo.env_registry.registration as pz
 
-    from marft_envs.core import dependency
+    from marft_envs.core import dependency, roles
 
+    roles._entry_point_profiles.pop("planner_solver", None)
     marft_envs.registry._registered.pop(ENV_ID, None)
     pz.aec_registry.pop(ENV_ID, None)
     dependency._named.pop("plan_then_solo", None)

@@ -51,6 +51,7 @@ PROFILE_ENTRY_POINT_GROUP = "marft_envs.profiles"
 PROFILE_PATH_VAR = "MARFT_PROFILE_PATH"
 """Environment variable: folders (``os.pathsep``-separated) searched for ``<name>.yaml`` profiles."""
 PROFILE_SUFFIXES = (".yaml", ".yml", ".json")
+_entry_point_profiles: dict[str, Profile] = {}  # name -> profile loaded from an installed package
 _ROLE_NAME = re.compile(r"^[a-z][a-z0-9]*$")
 
 
@@ -251,7 +252,12 @@ def load_profile(spec: str | Path | Mapping[str, Any] | Profile) -> Profile:
         for suffix in PROFILE_SUFFIXES:
             if (folder / f"{name}{suffix}").is_file():
                 return _read_file(folder / f"{name}{suffix}", default_name=name)
+    if name in _entry_point_profiles:
+        return _entry_point_profiles[name]
     ep = _plugin_profiles().get(name)
     if ep is not None:
-        return _load_entry_point(ep)
+        # Cached: every env instance loads its profile, and scanning the installed packages'
+        # metadata costs ~10 ms (50 eval envs would spend half a second on it).
+        _entry_point_profiles[name] = _load_entry_point(ep)
+        return _entry_point_profiles[name]
     raise FileNotFoundError(_not_found_message(spec))

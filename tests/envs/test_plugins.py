@@ -32,7 +32,10 @@ def install_plugin(root, name: str, entry_points: str, files: dict[str, str]) ->
 
 @pytest.fixture
 def plugin_root(tmp_path, monkeypatch):
+    from marft_envs.core import roles
+
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(roles, "_entry_point_profiles", {})
     yield tmp_path
     for module in [m for m in sys.modules if m.startswith("mylab_")]:
         del sys.modules[module]
