@@ -153,6 +153,14 @@ def evaluate_config(cfg: Any, env_id: str, env_kwargs: dict[str, Any], n_problem
                     sampling=cfg.sampling, num_envs=cfg.eval.num_envs)
 
 
+def _updates_of(checkpoint: Path | None) -> int | None:
+    """Training updates behind the evaluated adapters: 0 untrained, None when not recorded."""
+    if checkpoint is None:
+        return 0
+    meta = checkpoint / "meta.json"
+    return json.loads(meta.read_text()).get("update") if meta.is_file() else None
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
 
@@ -174,7 +182,7 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
     """
     from leaderboards.records import Record, git_commit, write_record
     from marft_agents.config import config_to_dict, load_config
-    from marft_envs.registry import _marft_version
+    from marft_envs.registry import installed_marft_version
 
     marft_envs = _envs()
 
@@ -214,11 +222,11 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         eval_after={"accuracy": result.accuracy, "stderr": result.stderr, "n": result.n,
                     "distinct": result.distinct, "mean_reward": result.mean_reward,
                     "greedy": True if scripted else cfg.eval.greedy, "seed": seed},
-        budget={"updates": 0, "eval_seconds": round(seconds, 1)},
+        budget={"updates": _updates_of(ckpt), "eval_seconds": round(seconds, 1)},
         config={"policy": policy, **({"checkpoint": str(ckpt)} if ckpt else {}),
                 **({} if scripted else {"train_config": config_to_dict(cfg)})},
         commit=commit,
-        marft_version=_marft_version() or marft_envs.__version__,
+        marft_version=installed_marft_version() or marft_envs.__version__,
         env_package={"distribution": source.distribution, "version": source.version,
                      "entry_point": source.entry_point, "origin": source.origin},
     )
@@ -226,11 +234,11 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import yaml
+
     from marft_agents.cli import _overrides
 
     overrides = _overrides(args.set)
-    import yaml
-
     env_kwargs = yaml.safe_load(args.env_kwargs) if args.env_kwargs else {}
     try:
         if not isinstance(env_kwargs, dict):

@@ -68,7 +68,8 @@ _registered: dict[str, EnvSource] = {}
 _runtime_objects: dict[str, Any] = {}  # env id -> what marft_envs.register was given
 
 
-def _marft_version() -> str | None:
+def installed_marft_version() -> str | None:
+    """The version of the installed ``marft`` distribution (None when run from an uninstalled checkout)."""
     try:
         return metadata.version(MARFT_DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -109,7 +110,7 @@ def register(env_id: str, entry_point: Any, kwargs: dict[str, Any] | None = None
 
 
 def _register_builtins() -> None:
-    version = _marft_version()
+    version = installed_marft_version()
     for env_id, entry_point, kwargs in BUILTIN_ENVS:
         if env_id not in _registered:
             _put(env_id, entry_point, kwargs, EnvSource(entry_point, MARFT_DISTRIBUTION, version, "builtin"))

@@ -162,7 +162,7 @@ def test_trains_checkpoints_resumes_and_benches(installed, tiny_loader, tmp_path
     record = json.loads((tmp_path / "bench_example_vowelcount_v0_vowels.json").read_text())
     assert record["env_package"]["distribution"] == "marft-example-env"
     assert record["env_package"]["version"] == "0.1.0"
-    assert record["algorithm"] == "mappo_action" and record["budget"]["updates"] == 0
+    assert record["algorithm"] == "mappo_action" and record["budget"]["updates"] == 3
     assert record["eval_after"]["n"] == 3 and record["env_kwargs"]["split"] == "test"
     assert "marft_version" in record and "commit" in record
     assert record["config"]["checkpoint"].endswith("update_000003")
