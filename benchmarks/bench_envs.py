@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 
 import marft_envs  # noqa: E402
 from marft_envs.core.task import RoundOutcome  # noqa: E402
-from marft_envs.envs._answer_env import FinalAnswerEnv  # noqa: E402
+from marft_envs.envs.answer_env import FinalAnswerEnv  # noqa: E402
 from marft_envs.tasks.arithmetic import format_answer  # noqa: E402
 from marft_envs.tasks.math_grading import normalize_answer, parse_number  # noqa: E402
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from marft_envs.envs._answer_env import FinalAnswerEnv  # noqa: E402
+from marft_envs.envs.answer_env import FinalAnswerEnv  # noqa: E402
 from marft_envs.envs.gsm8k import GSM8KEnv  # noqa: E402
 from marft_envs.envs.math import MathEnv  # noqa: E402
 from marft_envs.tasks.math_data import read_records  # noqa: E402

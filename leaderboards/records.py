@@ -55,6 +55,11 @@ class Record:
     commit: str = ""
     """Git commit of the code that trained it (``baselines/run.py`` takes it when training starts;
     ``-dirty``: with uncommitted changes)."""
+    marft_version: str = ""
+    """The installed marft version (``marft bench`` fills it: outside a git checkout ``commit`` is empty)."""
+    env_package: dict[str, Any] = field(default_factory=dict)
+    """Who provides the env: ``{"distribution", "version", "entry_point", "origin"}`` (``marft bench``
+    fills it; for a plugin env this is the plugin's distribution, not marft)."""
     date: str = ""
     """UTC timestamp (filled in automatically)."""
 

@@ -1,4 +1,4 @@
-"""The ``marft`` command: ``marft train``, ``marft eval``, ``marft envs``.
+"""The ``marft`` command: ``marft train``, ``marft eval``, ``marft envs``, ``marft bench``.
 
 ``marft train --config run.yaml`` trains as configured (see ``marft_agents/config.py``), logging
 every update to ``<output_dir>/metrics.{jsonl,csv}`` and TensorBoard, with a progress bar. By
@@ -157,6 +157,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_envs(args: argparse.Namespace) -> int:
     import marft_envs
 
+    if args.verbose:
+        from marft_agents.bench import print_env_details
+
+        return print_env_details()
     for env_id in marft_envs.list_envs():
         print(env_id)
     return 0
@@ -188,7 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "with --sampled, PATH.greedy.jsonl and PATH.sampled.jsonl")
     ev.set_defaults(func=cmd_eval)
     envs = sub.add_parser("envs", help="list registered environments")
+    envs.add_argument("--verbose", action="store_true", help="also show agents, default profile and package")
     envs.set_defaults(func=cmd_envs)
+    from marft_agents.bench import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 

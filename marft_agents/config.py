@@ -237,8 +237,9 @@ class TrainConfig:
         if self.sampling.temperature <= 0:
             raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
                               f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
+        for where, kwargs in (("env.kwargs", self.env.kwargs), ("eval.env_kwargs", self.eval.env_kwargs)):
+            _require_plain_data(kwargs, where)
         return self
-
 
     def _check_learner(self) -> None:
         """``algorithm`` names a registered learner; ``learner`` becomes its options object."""
@@ -262,6 +263,23 @@ class TrainConfig:
         if self.critic is None and cls.value_mode is not None:
             raise ConfigError(f"critic: algorithm {self.algorithm!r} needs a critic (value_mode "
                               f"{cls.value_mode!r}); remove 'critic: null'")
+
+
+def _require_plain_data(value: Any, where: str) -> None:
+    """Checkpoints and records save the config as YAML: a function or object in it would crash the
+    first checkpoint after minutes of training, so it is refused up front."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _require_plain_data(item, f"{where}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _require_plain_data(item, f"{where}[{index}]")
+    elif value is not None and not isinstance(value, (str, int, float, bool)):
+        raise ConfigError(
+            f"{where} is a {type(value).__name__}, not plain data; the config is saved as YAML in checkpoints. "
+            "Name it instead: e.g. Dependency.register('my_schedule', fn) and dependency: my_schedule "
+            "(or a marft_envs.dependencies entry point); profiles by name or as a mapping"
+        )
 
 
 # -- loading ---------------------------------------------------------------------------------------

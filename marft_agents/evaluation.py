@@ -8,13 +8,20 @@ graded round as solved (``infos["last_outcome"]["solved"]``, i.e. the env termin
 
 Evaluation never disturbs a training run: all RNGs (python, numpy, torch) are restored on exit,
 so a run that evaluates every k updates stays bit-identical to one that does not.
+
+Held-out problems come from the env's ``split`` keyword (``eval.env_kwargs: {split: test}``; the
+convention is in ``marft_envs/ADDING_AN_ENV.md``). Evaluating an env that has no ``split``, or on
+its ``"train"`` split, scores the tasks training draws from: that still works, but it emits a
+:class:`TrainingTasksWarning` instead of passing silently.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import random
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +52,40 @@ class EvalResult:
     per_task: list[dict[str, Any]] = field(default_factory=list)
     """Per problem: ``task_index``, ``task_id``, ``solved``, ``reward``, ``rounds`` and
     ``transcript`` (``[{"agent", "round", "text"}]`` in the order the agents spoke)."""
+
+
+class TrainingTasksWarning(UserWarning):
+    """The evaluation plays the tasks training draws from, so it measures fit, not generalisation."""
+
+
+def split_parameter(env_cls: type) -> inspect.Parameter | None:
+    """The ``split`` keyword of an env class's constructor (searched along the MRO), or None."""
+    for klass in getattr(env_cls, "__mro__", (env_cls,)):
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        param = inspect.signature(init).parameters.get("split")
+        if param is not None:
+            return param
+    return None
+
+
+def warn_if_training_tasks(env: Any, env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Warn when evaluating ``env`` would score the training tasks (no split, or split "train")."""
+    param = split_parameter(type(getattr(env, "unwrapped", env)))
+    if param is None and "split" not in env_kwargs:
+        warnings.warn(
+            f"{env_id} has no 'split' keyword, so the evaluation problems come from the same tasks "
+            "training uses: the accuracy measures fit, not generalisation. Give the env a split "
+            "(see marft_envs/ADDING_AN_ENV.md) and evaluate with eval.env_kwargs: {split: test}",
+            TrainingTasksWarning, stacklevel=3)
+        return
+    split = env_kwargs.get("split", param.default if param is not None else None)
+    if split == "train":
+        warnings.warn(
+            f"evaluating {env_id} on its 'train' split, the tasks training uses; set "
+            "eval.env_kwargs: {split: test} (or another held-out split) for a held-out accuracy",
+            TrainingTasksWarning, stacklevel=3)
 
 
 def problem_indices(num_tasks: int, n_problems: int, seed: int) -> list[int]:
@@ -98,6 +139,7 @@ def evaluate(
     if tasks is None:
         raise ValueError(f"env {env_id!r} exposes no task source (env.unwrapped.tasks); a fixed "
                          "problem set needs a TextTaskEnv")
+    warn_if_training_tasks(envs[0], env_id, env_kwargs)
     indices = problem_indices(len(tasks), n_problems, seed)
     sampling = dataclasses.replace(sampling or SamplingConfig(), do_sample=not greedy)
     collector = RolloutCollector(envs[: len(indices)], policy, sampling, values=None, seed=seed)

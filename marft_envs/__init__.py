@@ -12,12 +12,15 @@ Quick use::
 This package never imports torch or marft_agents: an environment user needs neither.
 """
 
-from marft_envs.core.dependency import Dependency, RoundGraph, RoundRecord
-from marft_envs.core.roles import Profile, Role, available_profiles, load_profile
+from marft_envs.core.dependency import DEPENDENCY_ENTRY_POINT_GROUP, Dependency, RoundGraph, RoundRecord
+from marft_envs.core.roles import (PROFILE_ENTRY_POINT_GROUP, PROFILE_PATH_VAR, Profile, Role, available_profiles,
+                                   load_profile)
 from marft_envs.core.task import RoundOutcome, Task, TaskSource
 from marft_envs.core.template import ObservationTemplate
 from marft_envs.core.text_env import TextTaskEnv
-from marft_envs.registry import ENTRY_POINT_GROUP, list_envs, make, register
+from marft_envs.envs.answer_env import FinalAnswerEnv
+from marft_envs.registry import (ENTRY_POINT_GROUP, EnvSource, describe_env, env_class, env_source, list_envs, make,
+                                register)
 from marft_envs.tasks.paths import data_root
 
 __version__ = "0.1.0"
@@ -25,5 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Dependency", "RoundGraph", "RoundRecord", "Profile", "Role", "available_profiles",
     "load_profile", "RoundOutcome", "Task", "TaskSource", "ObservationTemplate", "TextTaskEnv",
-    "ENTRY_POINT_GROUP", "list_envs", "make", "register", "data_root", "__version__",
+    "FinalAnswerEnv", "ENTRY_POINT_GROUP", "PROFILE_ENTRY_POINT_GROUP", "PROFILE_PATH_VAR",
+    "DEPENDENCY_ENTRY_POINT_GROUP", "EnvSource", "describe_env", "env_class", "env_source", "list_envs", "make",
+    "register", "data_root", "__version__",
 ]

@@ -26,18 +26,36 @@ Built-ins (``Dependency.<name>(...)`` or a spec for ``Dependency.from_spec``):
 
 Every graph is validated: unknown names, self-loops and cycles raise ``ValueError`` naming the
 offending edge.
+
+Named dependencies: ``Dependency.register("plan_then_solo", fn)`` (or the entry-point group
+``marft_envs.dependencies``, name -> ``module:attribute``) makes a time-varying D_t usable by name
+wherever a spec is accepted: ``dependency: plan_then_solo`` or ``{named: plan_then_solo, kwargs:
+{...}}`` in YAML and profiles. A config that names its dependency stays plain data, so it is saved
+in checkpoints and leaderboard records and a resumed run rebuilds the same D_t. What may be
+registered: a D_t function ``fn(round_index, history, **kwargs)`` (as for ``from_callable``), a
+``Dependency`` subclass (built with ``**kwargs``) or a ready ``Dependency`` instance (shared by
+every env that names it, so it must keep no per-episode state).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any
 
 import numpy as np
 
 Edge = tuple[str, str]
+
+DEPENDENCY_ENTRY_POINT_GROUP = "marft_envs.dependencies"
+"""Entry-point group of named dependencies shipped by plugin packages (name -> ``module:attribute``)."""
+BUILTIN_DEPENDENCIES = ("chain", "full", "independent", "orchestrated")
+"""Names ``from_spec`` understands without a registry; they cannot be re-registered."""
+_named: dict[str, Any] = {}  # name -> function, Dependency subclass or instance
 
 
 @dataclass(frozen=True)
@@ -108,7 +126,7 @@ def build_round_graph(
 ) -> RoundGraph:
     """Validate edges and order ``active`` topologically (ties by profile order)."""
     agents = tuple(agents)
-    active_set = list(agents if active is None else active)
+    active_set = list(agents if active is None else (resolve_name(str(a), agents) for a in active))
     resolved: set[Edge] = set()
     for edge in edges:
         if len(edge) != 2:
@@ -225,6 +243,49 @@ class Dependency:
         return _Orchestrated(orchestrator, parse or parse_next_agents)
 
     @staticmethod
+    def register(name: str, dependency: Any, replace: bool = False) -> None:
+        """Make ``dependency`` usable by ``name`` in specs (YAML, profiles, ``from_spec``).
+
+        ``dependency``: a D_t function ``fn(round_index, history, **kwargs)``, a ``Dependency``
+        subclass (built with ``**kwargs``) or a ``Dependency`` instance. Registering a taken name
+        with another object raises unless ``replace=True``.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a dependency name must be a non-empty string, got {name!r}")
+        if name in BUILTIN_DEPENDENCIES:
+            raise ValueError(f"{name!r} is a built-in dependency ({', '.join(BUILTIN_DEPENDENCIES)}); "
+                             "register yours under another name")
+        if not (isinstance(dependency, Dependency) or callable(dependency)):
+            raise TypeError(f"dependency {name!r} must be a function fn(round_index, history), a Dependency "
+                            f"subclass or a Dependency instance, got {type(dependency).__name__}")
+        if name in _named and _named[name] is not dependency and not replace:
+            raise ValueError(f"dependency name {name!r} is already registered to {_named[name]!r}; "
+                             "pass replace=True to override it")
+        _named[name] = dependency
+
+    @staticmethod
+    def registered() -> list[str]:
+        """Every name ``from_spec`` accepts: built-ins, registered and entry-point dependencies."""
+        names = set(BUILTIN_DEPENDENCIES) | set(_named)
+        names.update(ep.name for ep in entry_points(group=DEPENDENCY_ENTRY_POINT_GROUP))
+        return sorted(names)
+
+    @staticmethod
+    def named(name: str, **kwargs: Any) -> Dependency:
+        """Build the dependency registered as ``name`` (run time first, then entry points)."""
+        target = _lookup(name)
+        if isinstance(target, Dependency):
+            if kwargs:
+                raise ValueError(f"dependency {name!r} is a ready instance and takes no kwargs, got {sorted(kwargs)}")
+            return target
+        if isinstance(target, type) and issubclass(target, Dependency):
+            built = target(**kwargs)
+        else:
+            built = _Callable(functools.partial(target, **kwargs) if kwargs else target)
+        built.name = name
+        return built
+
+    @staticmethod
     def from_spec(spec: Any) -> Dependency:
         """Build a dependency from a name, a ``{"dag": edges}``-style dict, a callable or itself."""
         if spec is None:
@@ -234,12 +295,12 @@ class Dependency:
         if isinstance(spec, str):
             simple = {"chain": Dependency.chain, "full": Dependency.full,
                       "independent": Dependency.independent, "orchestrated": Dependency.orchestrated}
-            if spec not in simple:
-                raise ValueError(
-                    f"unknown dependency {spec!r}; expected one of {sorted(simple)}, "
-                    "{'dag': [[parent, child], ...]}, {'orchestrated': {'orchestrator': name}} or a callable"
-                )
-            return simple[spec]()
+            return simple[spec]() if spec in simple else Dependency.named(spec)
+        if isinstance(spec, Mapping) and "named" in spec:
+            extra = set(spec) - {"named", "kwargs"}
+            if extra:
+                raise ValueError(f"a {{'named': ...}} dependency spec takes only 'named' and 'kwargs', got {sorted(extra)}")
+            return Dependency.named(spec["named"], **(spec.get("kwargs") or {}))
         if isinstance(spec, Mapping) and len(spec) == 1:
             (kind, arg), = spec.items()
             if kind == "dag":
@@ -249,9 +310,31 @@ class Dependency:
         if callable(spec):
             return Dependency.from_callable(spec)
         raise ValueError(
-            f"cannot build a dependency from {spec!r}; expected 'chain', 'full', 'independent', "
-            "'orchestrated', {'dag': [[parent, child], ...]}, {'orchestrated': {...}} or a callable"
+            f"cannot build a dependency from {spec!r}; expected a name ({', '.join(Dependency.registered())}), "
+            "{'named': name, 'kwargs': {...}}, {'dag': [[parent, child], ...]}, {'orchestrated': {...}} "
+            "or a callable"
         )
+
+
+def _lookup(name: str) -> Any:
+    """The object registered as ``name``, loading it from its entry point the first time."""
+    if name in _named:
+        return _named[name]
+    for ep in entry_points(group=DEPENDENCY_ENTRY_POINT_GROUP):
+        if ep.name != name:
+            continue
+        if name in BUILTIN_DEPENDENCIES:
+            warnings.warn(f"ignoring dependency entry point {ep.name!r} = {ep.value!r}: the name is built in",
+                          stacklevel=3)
+            continue
+        Dependency.register(name, ep.load())
+        return _named[name]
+    raise ValueError(
+        f"unknown dependency {name!r}; expected one of {Dependency.registered()}, "
+        "{'dag': [[parent, child], ...]}, {'orchestrated': {'orchestrator': name}} or a callable. "
+        "Register your own with Dependency.register(name, fn) or the "
+        f"{DEPENDENCY_ENTRY_POINT_GROUP!r} entry-point group"
+    )
 
 
 class _Static(Dependency):

@@ -5,6 +5,15 @@ A *profile* is an ordered list of roles loaded from YAML or JSON. Agent ids foll
 one ``reasoner_1``. Profiles shipped with marft live in ``marft_envs/profiles/<name>.yaml``;
 ``load_profile`` also accepts a path to a user file, a dict, or a :class:`Profile`.
 
+Named profiles also come from outside marft: ``<name>.yaml`` files in the folders of
+``$MARFT_PROFILE_PATH``, and the entry-point group ``marft_envs.profiles`` of installed packages::
+
+    [project.entry-points."marft_envs.profiles"]
+    planner_solver = "mylab_envs.profiles"   # the file planner_solver.yaml in that package
+    tutor = "mylab_envs.teams:TUTOR"         # a dict, a Profile or a path
+
+An env's ``default_profile`` is any of these forms (a name, a path or a mapping).
+
 File format::
 
     name: dual
@@ -22,16 +31,27 @@ File format::
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
+PROFILE_ENTRY_POINT_GROUP = "marft_envs.profiles"
+"""Entry-point group of named profiles shipped by plugin packages (name -> ``package``, holding
+``<name>.yaml``, or ``module:attribute``)."""
+PROFILE_PATH_VAR = "MARFT_PROFILE_PATH"
+"""Environment variable: folders (``os.pathsep``-separated) searched for ``<name>.yaml`` profiles."""
+PROFILE_SUFFIXES = (".yaml", ".yml", ".json")
+_entry_point_profiles: dict[str, Profile] = {}  # name -> profile loaded from an installed package
 _ROLE_NAME = re.compile(r"^[a-z][a-z0-9]*$")
 
 
@@ -85,9 +105,88 @@ class Profile:
         return self.roles[self.agent_ids.index(agent_id)]
 
 
+def _search_dirs() -> list[Path]:
+    """Folders named by ``$MARFT_PROFILE_PATH`` (``os.pathsep``-separated), in order."""
+    return [Path(p) for p in os.environ.get(PROFILE_PATH_VAR, "").split(os.pathsep) if p]
+
+
+def _plugin_profiles() -> dict[str, EntryPoint]:
+    """Profiles advertised in the ``marft_envs.profiles`` entry-point group (first one wins)."""
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=PROFILE_ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep)
+    return found
+
+
 def available_profiles() -> list[str]:
-    """Names of the profiles shipped in ``marft_envs/profiles``."""
-    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+    """Names ``load_profile`` accepts: shipped, on ``$MARFT_PROFILE_PATH`` and from plugins."""
+    names = {p.stem for p in PROFILE_DIR.glob("*.yaml")}
+    for folder in _search_dirs():
+        names.update(p.stem for suffix in PROFILE_SUFFIXES for p in folder.glob(f"*{suffix}"))
+    names.update(_plugin_profiles())
+    return sorted(names)
+
+
+def profile_source(name: str) -> str:
+    """Where the named profile comes from: ``"shipped"``, a file path, or ``"entry point <value>"``."""
+    if (PROFILE_DIR / f"{name}.yaml").exists():
+        return "shipped"
+    for folder in _search_dirs():
+        for suffix in PROFILE_SUFFIXES:
+            if (folder / f"{name}{suffix}").is_file():
+                return str(folder / f"{name}{suffix}")
+    ep = _plugin_profiles().get(name)
+    if ep is not None:
+        dist = getattr(ep, "dist", None)
+        return f"entry point {ep.value}" + (f" ({dist.name} {dist.version})" if dist else "")
+    raise FileNotFoundError(_not_found_message(name))
+
+
+def _not_found_message(spec: Any) -> str:
+    return (
+        f"profile {str(spec)!r} is neither an existing .yaml/.yml/.json file nor a known profile "
+        f"name ({', '.join(available_profiles())}); shipped profiles live in marft_envs/profiles, "
+        f"others come from ${PROFILE_PATH_VAR} folders or the {PROFILE_ENTRY_POINT_GROUP!r} entry points"
+    )
+
+
+def _read_file(path: Path, default_name: str) -> Profile:
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    return profile_from_dict(data, default_name=default_name)
+
+
+def _read_resource(resource: Any, default_name: str) -> Profile:
+    """Read a profile file given as a path or an ``importlib.resources`` Traversable."""
+    with resources.as_file(resource) as path:
+        return _read_file(Path(path), default_name=default_name)
+
+
+def _load_entry_point(ep: EntryPoint) -> Profile:
+    """Load a ``marft_envs.profiles`` entry point.
+
+    ``package`` (no attribute): the file ``<name>.yaml`` (or ``.yml`` / ``.json``) inside that
+    package, e.g. ``planner_solver = "mylab_envs.profiles"``. ``module:attribute``: a mapping, a
+    :class:`Profile`, or a path / ``importlib.resources`` file holding one.
+    """
+    where = f"profile entry point {ep.name!r} = {ep.value!r}"
+    if not ep.attr:
+        folder = resources.files(ep.module)
+        for suffix in PROFILE_SUFFIXES:
+            if folder.joinpath(f"{ep.name}{suffix}").is_file():
+                return _read_resource(folder.joinpath(f"{ep.name}{suffix}"), default_name=ep.name)
+        raise FileNotFoundError(f"{where}: package {ep.module!r} holds no {ep.name}.yaml/.yml/.json "
+                                "(is it included as package data?)")
+    value = ep.load()
+    if isinstance(value, Profile):
+        return value
+    if isinstance(value, Mapping):
+        return profile_from_dict(value, default_name=ep.name)
+    if isinstance(value, (str, Path)) or (hasattr(value, "is_file") and hasattr(value, "read_text")):
+        if not (Path(value).is_file() if isinstance(value, (str, Path)) else value.is_file()):
+            raise FileNotFoundError(f"{where} names {str(value)!r}, which is not a file")
+        return _read_resource(Path(value) if isinstance(value, str) else value, default_name=ep.name)
+    raise TypeError(f"{where} names a {type(value).__name__}; expected a mapping, a Profile or a file path")
 
 
 def profile_from_dict(data: Mapping[str, Any], default_name: str = "custom") -> Profile:
@@ -131,23 +230,34 @@ def profile_from_dict(data: Mapping[str, Any], default_name: str = "custom") -> 
 
 
 def load_profile(spec: str | Path | Mapping[str, Any] | Profile) -> Profile:
-    """Load a profile by shipped name (``"dual"``), file path (``.yaml``/``.yml``/``.json``), or dict."""
+    """Load a profile from a :class:`Profile`, a mapping, a file path or a name.
+
+    A name is looked up in this order: shipped profiles (``marft_envs/profiles``), folders on
+    ``$MARFT_PROFILE_PATH``, then the ``marft_envs.profiles`` entry points of installed packages.
+    """
     if isinstance(spec, Profile):
         return spec
     if isinstance(spec, Mapping):
         return profile_from_dict(spec)
     if not isinstance(spec, (str, Path)):
         raise TypeError(
-            f"profile must be a shipped name, a path, a dict or a Profile, got {type(spec).__name__}"
+            f"profile must be a name, a path, a mapping or a Profile, got {type(spec).__name__}"
         )
-    path = Path(spec)
-    if not path.suffix and (PROFILE_DIR / f"{spec}.yaml").exists():
-        path = PROFILE_DIR / f"{spec}.yaml"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"profile {str(spec)!r} is neither a shipped profile ({', '.join(available_profiles())}) "
-            "nor an existing .yaml/.json file"
-        )
-    text = path.read_text(encoding="utf-8")
-    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    return profile_from_dict(data, default_name=path.stem)
+    path, name = Path(spec), str(spec)
+    if not path.suffix and (PROFILE_DIR / f"{name}.yaml").is_file():
+        return _read_file(PROFILE_DIR / f"{name}.yaml", default_name=name)
+    if path.is_file():
+        return _read_file(path, default_name=path.stem)
+    for folder in _search_dirs():
+        for suffix in PROFILE_SUFFIXES:
+            if (folder / f"{name}{suffix}").is_file():
+                return _read_file(folder / f"{name}{suffix}", default_name=name)
+    if name in _entry_point_profiles:
+        return _entry_point_profiles[name]
+    ep = _plugin_profiles().get(name)
+    if ep is not None:
+        # Cached: every env instance loads its profile, and scanning the installed packages'
+        # metadata costs ~10 ms (50 eval envs would spend half a second on it).
+        _entry_point_profiles[name] = _load_entry_point(ep)
+        return _entry_point_profiles[name]
+    raise FileNotFoundError(_not_found_message(spec))

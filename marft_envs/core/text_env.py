@@ -47,7 +47,10 @@ class TextTaskEnv(AECEnv):
     """Base class; subclasses implement :meth:`grade_round` (and optionally the other hooks)."""
 
     metadata = {"name": "marft_text_task_v0", "render_modes": ["ansi", "human"], "is_parallelizable": True}
-    default_profile: str = "dual"
+    default_profile: str | dict | Profile = "dual"
+    """The profile used when none is passed: a name (shipped, ``$MARFT_PROFILE_PATH`` or a
+    ``marft_envs.profiles`` entry point), a file path, a mapping in the profile file format or a
+    :class:`Profile` (see :mod:`marft_envs.core.roles`)."""
 
     def __init__(
         self,

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marft_envs.envs._answer_env import FinalAnswerEnv
+from marft_envs.envs.answer_env import FinalAnswerEnv
 from marft_envs.tasks.arithmetic import ArithmeticTasks
 
 

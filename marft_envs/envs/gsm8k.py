@@ -32,7 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from marft_envs.envs._answer_env import FinalAnswerEnv
+from marft_envs.envs.answer_env import FinalAnswerEnv
 from marft_envs.tasks.math_data import GSM8KTasks
 
 

@@ -18,7 +18,7 @@ Rewards
     is", else the last number) is equivalent to the reference (normalised text, exact numbers,
     then math-verify under a hard timeout), else 0.0 plus feedback and another round, up to
     ``horizon`` (default 3). Per-agent format reward and grading details in ``infos`` (see
-    :mod:`marft_envs.envs._answer_env`).
+    :mod:`marft_envs.envs.answer_env`).
 
 Keyword arguments
     ``split`` ("train" | "test"; default "train", or "test" with a subset), ``subset``
@@ -35,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from marft_envs.envs._answer_env import FinalAnswerEnv
+from marft_envs.envs.answer_env import FinalAnswerEnv
 from marft_envs.tasks.math_data import MathTasks
 
 

@@ -73,7 +73,6 @@ def test_entry_point_plugins_are_discovered(tmp_path, monkeypatch):
         """)
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(marft_envs.registry, "_plugins_loaded", False)
     assert "mylab/Toy-v0" in marft_envs.list_envs()
     marft_envs.make("mylab/Toy-v0").reset(seed=1)
 

@@ -1,0 +1,288 @@
+"""``marft bench``: score a baseline policy once on any registered env and write a leaderboard record.
+
+    marft bench --env mylab/Task-v0 --policy scripted:mylab.baselines:always_yes
+    marft bench --env mylab/Task-v0 --policy baselines/configs/untrained_dual_arithmetic.yaml
+    marft bench --policy runs/my_run.yaml --checkpoint best      # a trained run (its config's env)
+
+The policy is either ``scripted:module:function`` - ``function(agent, observation, info) -> str``
+plays every agent, no model - or a training config (YAML): its model, LoRA, sampling and eval
+settings, with untrained adapters (``--checkpoint none``, the default) or a run's adapters
+(``latest``, ``best`` or a folder). Either way the env's fixed problem set (see
+:mod:`marft_agents.evaluation`) is played exactly once; nothing is trained and no training rollout
+is collected.
+
+Env keywords: a config's ``env.kwargs`` + ``eval.env_kwargs`` when ``--env`` is its env (none
+otherwise), then ``--env-kwargs``; an env with a ``split`` keyword is scored on ``split: test``
+unless a split is given (the convention of ``marft_envs/ADDING_AN_ENV.md``).
+
+The record (:class:`leaderboards.records.Record`) is written to ``<records>/<name>.json``, the
+current folder by default - never into the installed package - and carries marft's commit and
+version beside the env's provider (``env_package``: the plugin's distribution name and version).
+``python -m leaderboards.build --records DIR --out DIR/README.md`` renders a folder of records as a
+table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# Heavy imports (torch via marft_agents.evaluation, the env registry) happen inside the functions:
+# ``marft_agents.cli`` imports this module to build its parser, and ``marft --help`` stays fast.
+
+SCRIPTED_PREFIX = "scripted:"
+
+
+class BenchError(ValueError):
+    """Bad ``marft bench`` input (policy spec, env id, env keywords); the message says how to fix it."""
+
+ScriptedPolicy = Callable[[str, dict[str, Any], dict[str, Any]], str]
+"""``fn(agent_id, observation, info) -> utterance``."""
+
+
+def _envs() -> Any:
+    import marft_envs
+
+    return marft_envs
+
+
+def load_scripted(spec: str) -> ScriptedPolicy:
+    """Import the function named by ``scripted:module:function``."""
+    target = spec[len(SCRIPTED_PREFIX):] if spec.startswith(SCRIPTED_PREFIX) else spec
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise BenchError(f"scripted policy {spec!r} must look like 'scripted:module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise BenchError(f"scripted policy {spec!r}: cannot import {module_name!r} ({err})") from err
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise BenchError(f"scripted policy {spec!r}: {module_name!r} has no function {attr!r}")
+    return fn
+
+
+def bench_env_kwargs(env_id: str, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` then ``extra``; ``split: test`` when the env takes a split and none was given."""
+    from marft_agents.evaluation import split_parameter
+
+    kwargs = {**base, **extra}
+    if "split" not in kwargs and split_parameter(_envs().env_class(env_id)) is not None:
+        kwargs["split"] = "test"
+    return kwargs
+
+
+def evaluate_scripted(fn: ScriptedPolicy, env_id: str, env_kwargs: dict[str, Any], n_problems: int,
+                      seed: int) -> Any:
+    """Play the fixed problem set of ``env_id`` with a scripted policy (same problems and reset
+    seeds as :func:`marft_agents.evaluation.evaluate`); returns an ``EvalResult``."""
+    import numpy as np
+
+    from marft_agents.evaluation import EvalResult, clustered_stderr, problem_indices, warn_if_training_tasks
+
+    env = _envs().make(env_id, **env_kwargs)
+    tasks = getattr(env.unwrapped, "tasks", None)
+    if tasks is None:
+        raise BenchError(f"env {env_id!r} exposes no task source (env.unwrapped.tasks); a fixed "
+                         "problem set needs a TextTaskEnv")
+    warn_if_training_tasks(env, env_id, env_kwargs)
+    per_task = []
+    for index in problem_indices(len(tasks), n_problems, seed):
+        reset_seed = int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+        env.reset(seed=reset_seed, options={"task_index": index})
+        transcript = []
+        for agent in env.agent_iter():
+            observation, _, terminated, truncated, info = env.last()
+            action = None
+            if not (terminated or truncated):
+                action = fn(agent, observation, info)
+                transcript.append({"agent": agent, "round": info.get("round"), "text": action})
+            env.step(action)
+        history = env.unwrapped.history
+        per_task.append({"task_index": index, "task_id": tasks[index].task_id,
+                         "solved": bool(history and history[-1].outcome.solved),
+                         "reward": float(sum(r.outcome.team_reward for r in history)),
+                         "rounds": len(history), "transcript": transcript})
+    prompts = [tasks[t["task_index"]].prompt for t in per_task]
+    n = len(per_task)
+    return EvalResult(accuracy=sum(t["solved"] for t in per_task) / n,
+                      stderr=clustered_stderr([float(t["solved"]) for t in per_task], prompts), n=n,
+                      distinct=len(set(prompts)), mean_reward=sum(t["reward"] for t in per_task) / n,
+                      per_task=per_task)
+
+
+def resolve_checkpoint(output_dir: str, which: str | None) -> Path | None:
+    """``none`` -> None; ``latest`` / ``best`` -> that folder of ``output_dir``; else a path."""
+    from marft_agents.checkpoint import BEST_DIR, latest_checkpoint
+
+    if which in (None, "none"):
+        return None
+    if which == "latest":
+        found = latest_checkpoint(output_dir)
+        if found is None:
+            raise FileNotFoundError(f"no checkpoint in {output_dir}; pass --checkpoint PATH or none")
+        return found
+    path = Path(output_dir) / BEST_DIR if which == "best" else Path(which)
+    if not (path / "adapters.pt").is_file():
+        raise FileNotFoundError(f"{path} holds no adapters.pt; pass --checkpoint latest, none or a checkpoint folder")
+    return path
+
+
+def evaluate_config(cfg: Any, env_id: str, env_kwargs: dict[str, Any], n_problems: int, seed: int,
+                    checkpoint: Path | None) -> Any:
+    """Load the config's model (untrained adapters, or ``checkpoint``'s) and evaluate it once."""
+    from marft_agents import models
+    from marft_agents.checkpoint import load_adapters
+    from marft_agents.evaluation import evaluate
+    from marft_agents.policy import MultiAgentPolicy
+
+    agent_ids = list(_envs().make(env_id, **env_kwargs).possible_agents)
+    model, tokenizer = models.load_model_and_tokenizer(cfg.model)
+    policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
+                              critic=cfg.critic)
+    if checkpoint is not None:
+        policy.load_adapter_state_dict(load_adapters(checkpoint))
+    return evaluate(policy, env_id, env_kwargs, n_problems=n_problems, greedy=cfg.eval.greedy, seed=seed,
+                    sampling=cfg.sampling, num_envs=cfg.eval.num_envs)
+
+
+def _updates_of(checkpoint: Path | None) -> int | None:
+    """Training updates behind the evaluated adapters: 0 untrained, None when not recorded."""
+    if checkpoint is None:
+        return 0
+    meta = checkpoint / "meta.json"
+    return json.loads(meta.read_text()).get("update") if meta.is_file() else None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
+
+
+def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any] | None = None,
+              n_problems: int | None = None, seed: int | None = None, name: str | None = None,
+              records_dir: str | Path | None = None, checkpoint: str | None = "none",
+              overrides: dict[str, Any] | None = None) -> Path:
+    """Evaluate ``policy`` once on ``env_id`` and write its record; returns the record's path.
+
+    Args:
+        policy: ``scripted:module:function`` or a training-config path.
+        env_id: the env (default for a config: its ``env.id``).
+        env_kwargs: env keywords on top of the config's (see the module docstring).
+        n_problems / seed: the problem set (defaults: the config's ``eval`` section, else 100 / 1234).
+        records_dir: where ``<name>.json`` goes (default: the current folder).
+        checkpoint: config policies only: ``none``, ``latest``, ``best`` or a folder.
+        overrides: ``{"section.key": value}`` for the config.
+    """
+    from leaderboards.records import Record, git_commit, write_record
+    from marft_agents.config import config_to_dict, load_config
+    from marft_envs.registry import installed_marft_version
+
+    marft_envs = _envs()
+
+    scripted = policy.startswith(SCRIPTED_PREFIX)
+    if scripted:
+        if env_id is None:
+            raise BenchError("a scripted policy needs --env ID (the env to play)")
+        fn, cfg = load_scripted(policy), None
+        base: dict[str, Any] = {}
+    else:
+        cfg = load_config(policy, overrides or {})
+        env_id = env_id or cfg.env.id
+        base = {**cfg.env.kwargs, **cfg.eval.env_kwargs} if env_id == cfg.env.id else {}
+    if env_id not in marft_envs.list_envs():
+        raise BenchError(f"unknown environment id {env_id!r}; registered: {', '.join(marft_envs.list_envs())} "
+                         "(`marft envs --verbose` shows where each comes from)")
+    kwargs = bench_env_kwargs(env_id, base, env_kwargs or {})
+    n_problems = n_problems or (cfg.eval.n_problems if cfg else 100)
+    seed = seed if seed is not None else (cfg.eval.seed if cfg else 1234)
+    commit = git_commit()
+    started = time.perf_counter()
+    if scripted:
+        result = evaluate_scripted(fn, env_id, kwargs, n_problems, seed)
+        ckpt = None
+    else:
+        ckpt = resolve_checkpoint(cfg.output_dir, checkpoint)
+        result = evaluate_config(cfg, env_id, kwargs, n_problems, seed, ckpt)
+    seconds = time.perf_counter() - started
+    source = marft_envs.env_source(env_id)
+    label = policy.rsplit(":", 1)[-1] if scripted else Path(policy).stem
+    record = Record(
+        name=name or f"bench_{_slug(env_id)}_{_slug(label)}",
+        env_id=env_id,
+        env_kwargs=kwargs,
+        algorithm="scripted" if scripted else (cfg.algorithm if ckpt is not None else "none"),
+        model=policy if scripted else cfg.model.name_or_path,
+        eval_after={"accuracy": result.accuracy, "stderr": result.stderr, "n": result.n,
+                    "distinct": result.distinct, "mean_reward": result.mean_reward,
+                    "greedy": True if scripted else cfg.eval.greedy, "seed": seed},
+        budget={"updates": _updates_of(ckpt), "eval_seconds": round(seconds, 1)},
+        config={"policy": policy, **({"checkpoint": str(ckpt)} if ckpt else {}),
+                **({} if scripted else {"train_config": config_to_dict(cfg)})},
+        commit=commit,
+        marft_version=installed_marft_version() or marft_envs.__version__,
+        env_package={"distribution": source.distribution, "version": source.version,
+                     "entry_point": source.entry_point, "origin": source.origin},
+    )
+    return write_record(record, Path(records_dir) if records_dir is not None else Path.cwd())
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import yaml
+
+    from marft_agents.cli import _overrides
+
+    overrides = _overrides(args.set)
+    env_kwargs = yaml.safe_load(args.env_kwargs) if args.env_kwargs else {}
+    try:
+        if not isinstance(env_kwargs, dict):
+            raise BenchError(f"--env-kwargs must be a YAML mapping such as '{{split: test}}', got {args.env_kwargs!r}")
+        path = run_bench(args.policy, args.env, env_kwargs, args.n, args.seed, args.name, args.records,
+                         args.checkpoint, overrides)
+    except BenchError as err:
+        print(f"marft bench: error: {err}", file=sys.stderr)
+        return 2
+    after = json.loads(path.read_text())["eval_after"]
+    print(f"accuracy {after['accuracy']:.3f} +- {after['stderr']:.3f} (n={after['n']}), "
+          f"mean reward {after['mean_reward']:.3f}")
+    print(f"leaderboard record: {path}")
+    return 0
+
+
+def add_bench_parser(sub: Any) -> None:
+    """The ``marft bench`` subcommand (called from ``marft_agents.cli.build_parser``)."""
+    bench = sub.add_parser("bench", help="score a baseline policy once on an env and write a leaderboard record")
+    bench.add_argument("--env", help="registered env id (default for a config policy: its env.id)")
+    bench.add_argument("--policy", required=True,
+                       help="'scripted:module:function' (fn(agent, observation, info) -> str) or a config YAML")
+    bench.add_argument("--env-kwargs", help="env keywords as a YAML mapping, e.g. '{split: test, horizon: 2}'")
+    bench.add_argument("--checkpoint", default="none",
+                       help="config policies: 'none' (untrained adapters), 'latest', 'best' or a folder")
+    bench.add_argument("--n", type=int, help="number of problems (default: the config's eval.n_problems, else 100)")
+    bench.add_argument("--seed", type=int, help="problem-set seed (default: the config's eval.seed, else 1234)")
+    bench.add_argument("--name", help="record name (default: bench_<env>_<policy>)")
+    bench.add_argument("--records", type=Path, default=None,
+                       help="folder for <name>.json (default: the current folder)")
+    bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    bench.set_defaults(func=cmd_bench)
+
+
+def print_env_details() -> int:
+    """``marft envs --verbose``: each env's default profile, agents and providing package."""
+    marft_envs = _envs()
+    for env_id in marft_envs.list_envs():
+        info = marft_envs.describe_env(env_id)
+        package = " ".join(p for p in (info["distribution"], info["version"]) if p) or "not an installed package"
+        print(env_id)
+        if info["error"]:
+            print(f"    agents:  ? (cannot load: {info['error']})")
+        elif info["agents"] is not None:
+            print(f"    agents:  {', '.join(info['agents'])} (default profile {info['default_profile']!r})")
+        print(f"    package: {package} [{info['origin']}: {info['entry_point']}]")
+    return 0

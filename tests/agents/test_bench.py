@@ -1,0 +1,104 @@
+"""``marft bench``, ``marft envs --verbose`` and the evaluation's train-split warning."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import yaml
+
+import marft_agents.models as models
+from agent_helpers import LETTERS_ID, small_config
+from marft_agents.bench import evaluate_scripted, load_scripted, run_bench
+from marft_agents.cli import main
+from marft_agents.config import config_to_dict
+from marft_agents.evaluation import TrainingTasksWarning
+
+import marft_envs
+
+
+def say_letters(agent, observation, info):
+    return "abcdefghij"
+
+
+def test_envs_verbose_shows_agents_profile_and_package(capsys):
+    assert main(["envs", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("marft/Arithmetic-v0\n", 1)[1].split("\nmarft/", 1)[0]
+    assert "reasoner_0, actor_0 (default profile 'dual')" in block
+    assert "package: marft " in block and "marft_envs.envs.arithmetic:ArithmeticEnv" in block
+
+
+def test_env_without_split_warns_that_it_scores_training_tasks():
+    with pytest.warns(TrainingTasksWarning, match="has no 'split' keyword"):
+        result = evaluate_scripted(say_letters, LETTERS_ID, {}, n_problems=3, seed=0)
+    assert result.accuracy == 1.0 and result.n == 3  # all-letter answers solve the Letters env
+
+
+def test_test_split_evaluates_silently():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingTasksWarning)
+        evaluate_scripted(say_letters, "marft/Arithmetic-v0", {"split": "test", "profile": "solo", "horizon": 1},
+                          n_problems=2, seed=0)
+
+
+def test_scripted_bench_writes_into_the_current_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    policy = "scripted:test_bench:say_letters"
+    assert main(["bench", "--env", "marft/Arithmetic-v0", "--policy", policy, "--n", "4",
+                 "--env-kwargs", "{profile: solo, horizon: 1}"]) == 0
+    record = json.loads((tmp_path / "bench_marft_arithmetic_v0_say_letters.json").read_text())
+    # The env has a split, so the bench scores its test split; letters never answer arithmetic.
+    assert record["env_kwargs"] == {"profile": "solo", "horizon": 1, "split": "test"}
+    assert record["eval_after"]["accuracy"] == 0.0 and record["eval_after"]["n"] == 4
+    assert record["env_package"]["distribution"] == "marft" and record["env_package"]["origin"] == "builtin"
+    assert "leaderboard record:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--policy", "scripted:test_bench:say_letters"], "needs --env"),
+    (["--env", "marft/Nope-v0", "--policy", "scripted:test_bench:say_letters"], "unknown environment id"),
+    (["--env", LETTERS_ID, "--policy", "scripted:test_bench"], "scripted:module:function"),
+    (["--env", LETTERS_ID, "--policy", "scripted:test_bench:missing"], "no function 'missing'"),
+    (["--env", LETTERS_ID, "--policy", "scripted:no_such_module:f"], "cannot import"),
+    (["--env", LETTERS_ID, "--policy", "scripted:test_bench:say_letters", "--env-kwargs", "[1]"], "YAML mapping"),
+])
+def test_bad_bench_input_is_one_clear_line(argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_config_bench_evaluates_once_without_training(tmp_path, monkeypatch):
+    calls = []
+
+    def loader(cfg):
+        calls.append(cfg.name_or_path)
+        return models.tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+
+    monkeypatch.setattr(models, "load_model_and_tokenizer", loader)
+    import marft_agents.rollout as rollout
+
+    collected = []
+    original = rollout.RolloutCollector.collect
+    monkeypatch.setattr(rollout.RolloutCollector, "collect",
+                        lambda self, n, plans=None: collected.append(n) or original(self, n, plans))
+    cfg = small_config(tmp_path, **{"eval.n_problems": 3, "algorithm": "eval_only"})
+    path = tmp_path / "baseline.yaml"
+    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    with pytest.warns(TrainingTasksWarning):
+        record_path = run_bench(str(path), records_dir=tmp_path / "out")
+    record = json.loads(record_path.read_text())
+    assert collected == [3] and len(calls) == 1  # one evaluation pass, no training rollout
+    assert record["env_id"] == LETTERS_ID and record["algorithm"] == "none"
+    assert record["config"]["train_config"]["algorithm"] == "eval_only"
+    assert record_path.parent == tmp_path / "out" and record["eval_after"]["n"] == 3
+    assert 0.0 <= record["eval_after"]["accuracy"] <= 1.0 and record["commit"] is not None
+
+
+def test_load_scripted_accepts_the_prefixless_form():
+    assert load_scripted("test_bench:say_letters") is say_letters
+    assert marft_envs.env_source(LETTERS_ID).origin == "runtime"
