@@ -78,6 +78,12 @@ class Decision:
     prefix_len: int = 0
     """Leading prompt tokens computed once for the whole batch (the agent's system turn; 0 =
     none): the learner must score the decision with the same split (``Generation.prefix_len``)."""
+    critic_prompt_ids: list[int] | None = None
+    """What the critic valued at this decision (``critic.mode``: the global-state prompt under
+    ``centralised``/``per_agent``, ``prompt_ids`` under ``local``; None when no critic ran). The
+    learner's value loss scores exactly these ids (with the response appended at token level)."""
+    critic_prefix_len: int = 0
+    """Shared-prefix length of ``critic_prompt_ids`` (the critic's system turn, or 0)."""
 
 
 @dataclass

@@ -230,3 +230,73 @@ def test_decentralised_critics_train_one_value_function_per_agent(tmp_path, tiny
     for n in names:
         assert any(not torch.equal(a, b) for a, b in zip(before[n], trainer.policy.adapter_parameters(n))), n
 
+
+
+# -- the engine: edge cases and reduction ----------------------------------------------------------
+def test_episode_without_decisions_is_skipped_by_both_learners():
+    rollout = _episode()
+    rollout.episodes.append(EpisodeRecord(0, "empty", decisions=[]))
+    for cls in (ActionLevelMAPPO, TokenLevelMAPPO):
+        assert len(_learner(cls).build_samples(rollout)) == 4
+
+
+def test_empty_utterance_reward_keeps_its_discount_at_token_level():
+    # step_discounted, gamma 0.5: decision 2 says nothing, so it is folded into decision 1; the
+    # returns of the kept decisions must be those of the full sequence.
+    rollout = _episode()
+    d = rollout.decisions
+    d[2].response_ids, d[2].logprobs, d[2].token_values = [], [], []
+    d[2].closes_round, d[2].team_reward = True, 0.4  # the empty utterance is paid 0.4
+    learner = _learner(TokenLevelMAPPO, gamma=0.5, lam=1.0, credit="step_discounted")
+    samples = learner.build_samples(rollout)
+    assert [s.agent_id for s in samples] == ["r", "a", "a"]
+    # full sequence: G3 = 1; G2 (empty) = 0.4 + 0.5 * 1 = 0.9; G1 = 0.5 * 0.9 = 0.45; G0 = 0.225
+    assert [float(s.returns[0]) for s in samples] == pytest.approx([0.225, 0.45, 1.0])
+
+
+def _policy_grads(learner, batch):
+    for p in learner.policy.trainable_parameters():
+        p.grad = None
+    learner._accumulate(batch, critic=False)
+    return {id(p): p.grad.detach().clone() for p in learner.policy.trainable_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
+def test_micro_batch_accumulation_equals_the_whole_minibatch_with_entropy_and_kl(tmp_path, tiny, algorithm):
+    from marft_agents.trainer import Trainer
+
+    cfg = small_config(tmp_path, algorithm=algorithm, **{
+        "ppo.entropy_coef": 0.1, "ppo.kl_coef": 0.2, "schedule.episodes_per_update": 3,
+        "sampling.max_new_tokens": 6})
+    trainer = Trainer(cfg, tiny)
+    learner, policy = trainer.learner, trainer.policy
+    torch.manual_seed(3)
+    for p in policy.trainable_parameters():  # move off the zero LoRA-B init so every factor has a gradient
+        p.data.add_(0.05 * torch.randn_like(p))
+    rollout = trainer.collector.collect(3)
+    policy.set_trainable(None, critic=True)
+    samples = learner.build_samples(rollout)
+    learner._attach_reference_logprobs(samples)
+    lengths = {len(s.response_ids) for s in samples}
+    assert len(samples) >= 4 and len(lengths) > 1  # unequal lengths: where per-micro-batch means go wrong
+    whole = _policy_grads(learner, samples)
+    learner.schedule.micro_batch_size = 1
+    split = _policy_grads(learner, samples)
+    assert whole.keys() == split.keys() and whole
+    num = sum(float((whole[k] - split[k]).norm() ** 2) for k in whole) ** 0.5
+    den = sum(float(whole[k].norm() ** 2) for k in whole) ** 0.5
+    assert den > 0 and num / den < 1e-5, num / den
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"sampling.top_p": 0.9}, "top_p"),
+    ({"sampling.top_k": 20}, "top_k"),
+    ({"lora": {"dropout": 0.1}}, "lora.dropout"),
+    ({"critic": {"lora": {"dropout": 0.05}}}, "critic.lora.dropout"),
+])
+def test_training_configs_reject_what_ppo_cannot_score(tmp_path, overrides, match):
+    from marft_agents.config import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        small_config(tmp_path, **overrides)
+    small_config(tmp_path, algorithm="eval_only", **overrides)  # evaluation may truncate / carry dropout
