@@ -216,20 +216,26 @@ def test_learner_side_old_logprobs_give_ratio_exactly_one_in_bfloat16(tmp_path, 
 
 
 @pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
-def test_decentralised_critics_train_one_value_function_per_agent(tmp_path, tiny, algorithm):
+@pytest.mark.parametrize("mode", ["centralised", "per_agent", "local"])
+def test_every_critic_mode_trains_its_value_functions(tmp_path, tiny, algorithm, mode):
     from marft_agents.trainer import Trainer
 
-    cfg = small_config(tmp_path, algorithm=algorithm, **{"critic": {"centralised": False},
-                                                          "schedule.num_updates": 1})
+    cfg = small_config(tmp_path, algorithm=algorithm, **{"critic": {"mode": mode}, "schedule.num_updates": 1})
     trainer = Trainer(cfg, tiny)
-    names = ["critic_reasoner_0", "critic_actor_0"]
-    assert set(names) <= set(trainer.learner.optimizers)
+    names = ["critic_reasoner_0", "critic_actor_0"] if mode == "per_agent" else ["critic"]
+    assert set(trainer.policy.critic_adapters) == set(names) and set(names) <= set(trainer.learner.optimizers)
     before = {n: _snapshot(trainer.policy.adapter_parameters(n)) for n in names}
-    metrics = next(trainer.run())
+    rollout = trainer.collector.collect(2)
+    for d in rollout.decisions:  # the critic's input is recorded, as the mode says
+        if mode == "local":
+            assert d.critic_prompt_ids == d.prompt_ids and d.critic_prefix_len == d.prefix_len
+        else:
+            text = trainer.policy.tokenizer.decode(d.critic_prompt_ids)
+            assert "GLOBAL STATE" in text and f"NEXT TO ACT: {d.agent_id}" in text
+    metrics = trainer.learner.update(rollout, 0)
     assert metrics["losses/value_loss"] == metrics["losses/value_loss"]  # not NaN
     for n in names:
         assert any(not torch.equal(a, b) for a, b in zip(before[n], trainer.policy.adapter_parameters(n))), n
-
 
 
 # -- the engine: edge cases and reduction ----------------------------------------------------------
