@@ -306,3 +306,93 @@ def test_training_configs_reject_what_ppo_cannot_score(tmp_path, overrides, matc
     with pytest.raises(ConfigError, match=match):
         small_config(tmp_path, **overrides)
     small_config(tmp_path, algorithm="eval_only", **overrides)  # evaluation may truncate / carry dropout
+
+
+# -- the update moves the right way, and only the scheduled adapters ------------------------------
+def _sequence_logprobs(policy, samples):
+    out = []
+    with torch.no_grad():
+        for s in samples:
+            stats = policy.token_logprobs(s.adapter, [s.prompt_ids], [s.response_ids], 1.0, with_entropy=False,
+                                          prefix_lens=[s.prefix_len])
+            out.append(float(stats.logprobs[0, : len(s.response_ids)].sum()))
+    return torch.tensor(out)
+
+
+@pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
+@pytest.mark.parametrize("mode", ["centralised", "per_agent", "local"])
+def test_one_update_on_fixed_advantages_raises_the_advantaged_log_probs(tmp_path, tiny, algorithm, mode):
+    from marft_agents.trainer import Trainer
+
+    cfg = small_config(tmp_path, algorithm=algorithm, **{
+        "critic": {"mode": mode}, "ppo.normalize_advantages": False, "schedule.episodes_per_update": 3,
+        "schedule.minibatch_size": 64, "schedule.actor_lr": 1e-3, "sampling.max_new_tokens": 5})
+    trainer = Trainer(cfg, tiny)
+    learner = trainer.learner
+    captured = []
+    original = learner.build_samples
+
+    def fixed_advantages(rollout):
+        samples = original(rollout)
+        for i, s in enumerate(samples):  # +1, -1, +1, ... whatever the critic said
+            s.advantages = torch.full_like(s.advantages, 1.0 if i % 2 == 0 else -1.0)
+        captured.extend(s for s in samples if s.response_ids)
+        return samples
+
+    learner.build_samples = fixed_advantages
+    rollout = trainer.collector.collect(3)
+    before = None
+
+    def snapshot_then(rollout_):
+        nonlocal before
+        samples = fixed_advantages(rollout_)
+        before = _sequence_logprobs(trainer.policy, captured)
+        return samples
+
+    learner.build_samples = snapshot_then
+    metrics = learner.update(rollout, 0)
+    assert metrics["ppo/policy_trained"] == 1.0 and metrics["guard/skipped_steps"] == 0
+    after = _sequence_logprobs(trainer.policy, captured)
+    signs = torch.tensor([float(s.advantages.reshape(-1)[0]) for s in captured])
+    assert (signs > 0).any() and (signs < 0).any()
+    moved = float((signs * (after - before)).sum())
+    assert moved > 0, f"advantage-weighted log-prob change {moved} should be positive"
+
+
+def _adapter_snapshot(policy):
+    return {name: _snapshot(policy.adapter_parameters(name)) for name in policy.adapter_names}
+
+
+def _changed(before, policy):
+    return {name for name, old in before.items()
+            if any(not torch.equal(a, b) for a, b in zip(old, policy.adapter_parameters(name)))}
+
+
+def test_agent_by_agent_rotation_trains_exactly_the_scheduled_adapter(tmp_path, tiny):
+    from marft_agents.trainer import Trainer
+
+    trio = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think."},
+                                       {"name": "actor", "system_prompt": "Act."},
+                                       {"name": "verifier", "system_prompt": "Check.", "graded": True}]}
+    cfg = small_config(tmp_path, **{"env.kwargs": {"profile": trio, "horizon": 1}, "schedule.num_updates": 4,
+                                    "ppo.agent_iteration_interval": 1, "schedule.checkpoint_interval": 0,
+                                    "critic": {"value_head_bias": 0.5}, "schedule.episodes_per_update": 3})
+    trainer = Trainer(cfg, tiny)
+    agents = ["reasoner_0", "actor_0", "verifier_0"]
+    runner = trainer.run()
+    for update in range(4):  # a full rotation, and back to the first agent
+        before = _adapter_snapshot(trainer.policy)
+        metrics = next(runner)
+        scheduled = agents[update % 3]
+        assert _changed(before, trainer.policy) == {f"policy_{scheduled}", "critic"}, update
+        assert [metrics[f"agent/{a}/trained"] for a in agents] == [float(a == scheduled) for a in agents]
+
+
+def test_an_agent_without_decisions_is_not_reported_as_trained(tmp_path, tiny):
+    from marft_agents.trainer import Trainer
+
+    trainer = Trainer(small_config(tmp_path, **{"schedule.num_updates": 1, "critic": {"value_head_bias": 0.5}}), tiny)
+    original = trainer.learner.build_samples
+    trainer.learner.build_samples = lambda rollout: [s for s in original(rollout) if s.agent_id != "actor_0"]
+    metrics = next(trainer.run())
+    assert metrics["agent/reasoner_0/trained"] == 1.0 and metrics["agent/actor_0/trained"] == 0.0
