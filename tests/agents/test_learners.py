@@ -188,10 +188,15 @@ def test_recomputed_logprobs_match_rollout_when_nothing_moves(tmp_path, tiny, al
     # reproduce the sampling-time ones: ratio 1, approx-KL 0, nothing clipped.
     cfg = small_config(tmp_path, algorithm=algorithm, **{"schedule.num_updates": 1, "schedule.actor_lr": 0.0,
                                                           "schedule.critic_lr": 0.0, "sampling.temperature": 0.7,
-                                                          "sampling.recompute_logprobs": rescore})
+                                                          "sampling.recompute_logprobs": rescore,
+                                                          # a non-trivial critic and a tiny value clip: any
+                                                          # difference between the critic input valued at
+                                                          # collection and in the loss clips some values
+                                                          "critic": {"value_head_init_std": 0.5},
+                                                          "ppo.value_clip": 1e-3})
     metrics = train(cfg, model_and_tokenizer=tiny).history[0]
     assert abs(metrics["losses/approx_kl"]) < 1e-6 and metrics["losses/clipfrac"] == 0.0
-    assert metrics["losses/value_clipfrac"] == 0.0
+    assert metrics["losses/value_clipfrac"] == 0.0 and metrics["losses/value_loss"] > 0
 
 
 @pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
