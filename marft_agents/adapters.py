@@ -32,8 +32,9 @@ class LoraSpec:
     alpha: float = 16.0
     """Scale numerator: the update is multiplied by ``alpha / r``."""
     dropout: float = 0.0
-    """Dropout on the adapter input in train mode. 0 by default: with dropout, a PPO update's
-    first-epoch ratio is no longer exactly 1 (old log-probs are computed in eval mode)."""
+    """Dropout on the adapter input in train mode. The policy samples and trains in eval mode
+    (a PPO ratio must compare the function that sampled the actions), so training configs
+    reject a value > 0 (``TrainConfig.validate``); it only matters to other uses of the spec."""
     target_modules: tuple[str, ...] | str | None = None
     """Module names to adapt, e.g. ("q_proj", "v_proj") or "all-linear" (more capacity, ~2x
     the adapter cost). None = peft's default for the architecture (q_proj + v_proj for

@@ -57,7 +57,12 @@ class PPOConfig:
     """PPO / MAPPO hyperparameters shared by the action- and token-level learners."""
 
     gamma: float = 1.0
-    """Discount between rounds (and, with ``credit: step_discounted``, between decisions)."""
+    """Discount between rounds (and, with ``credit: step_discounted``, between decisions).
+    With ``horizon > 1`` and gamma 1, a task solved in a later round (after failed attempts) is
+    worth exactly as much as a first-try success, so nothing pushes the team to get it right
+    at once; multi-round configs should set gamma < 1 (e.g. 0.9). The trainer warns when a
+    multi-round env trains with gamma 1. 1.0 stays the default because one-round tasks (the
+    shipped Arithmetic configs, ``horizon: 1``) have nothing to discount."""
     lam: float = 0.95
     """GAE lambda across decisions (action level) and across utterance boundaries (token level)."""
     gamma_token: float = 1.0
@@ -181,9 +186,9 @@ class TrainConfig:
     lora: LoraSpec = field(default_factory=LoraSpec)
     """LoRA adapters of the agents."""
     critic: CriticConfig | None = field(default_factory=CriticConfig)
-    """The critic: its own adapter and value head on the shared base (centralised, or one per
-    agent with ``centralised: false``). Built only for learners that use values (``value_mode``);
-    ``null`` is accepted only by those that do not."""
+    """The critic: its own adapter and value head on the shared base; ``critic.mode`` chooses
+    what it reads and how many there are (``centralised``, ``per_agent`` or ``local``). Built only
+    for learners that use values (``value_mode``); ``null`` is accepted only by those that do not."""
     shared_adapter: bool = False
     """One policy adapter for all agents instead of one per agent."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -203,6 +208,7 @@ class TrainConfig:
         """Cross-field checks; returns self."""
         self._check_learner()
         s, p = self.schedule, self.ppo
+        trains = self.algorithm != "eval_only"
         positive = {"schedule.num_updates": s.num_updates, "schedule.episodes_per_update": s.episodes_per_update,
                     "schedule.ppo_epochs": s.ppo_epochs, "schedule.minibatch_size": s.minibatch_size,
                     "env.num_envs": self.env.num_envs, "schedule.keep_checkpoints": s.keep_checkpoints,
@@ -234,6 +240,8 @@ class TrainConfig:
                 "ppo.agent_iteration_interval > 0 (agent-by-agent training) needs one adapter per agent; "
                 "set shared_adapter: false or agent_iteration_interval: 0"
             )
+        if trains:
+            self._check_training_policy()
         if self.sampling.temperature <= 0:
             raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
                               f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
@@ -263,6 +271,21 @@ class TrainConfig:
         if self.critic is None and cls.value_mode is not None:
             raise ConfigError(f"critic: algorithm {self.algorithm!r} needs a critic (value_mode "
                               f"{cls.value_mode!r}); remove 'critic: null'")
+
+    def _check_training_policy(self) -> None:
+        """What PPO's ratio needs: the sampled policy is the scored one, in the same mode."""
+        if self.sampling.top_p < 1.0 or self.sampling.top_k > 0:
+            raise ConfigError(
+                f"sampling.top_p = {self.sampling.top_p} / sampling.top_k = {self.sampling.top_k} truncate the "
+                "sampling distribution, but the PPO loss scores tokens under the untruncated one, so the "
+                "ratio would compare a different policy from the one that acted; set top_p: 1.0 and top_k: 0 "
+                "for training (lower sampling.temperature instead to sample more conservatively)")
+        for where, spec in (("lora", self.lora), ("critic.lora", self.critic.lora if self.critic else None)):
+            if spec is not None and spec.dropout > 0:
+                raise ConfigError(
+                    f"{where}.dropout = {spec.dropout}: LoRA dropout is not applied during training (actions "
+                    "are sampled and their old log-probs scored without dropout, and a PPO ratio must compare "
+                    "that same function), so it would do nothing; set dropout: 0.0")
 
 
 def _require_plain_data(value: Any, where: str) -> None:

@@ -45,11 +45,13 @@ class SamplingConfig:
     """Softmax temperature (> 0). Also scales the returned log-probs, which is what the training
     forward pass must use for PPO ratios to start at exactly 1."""
     top_p: float = 1.0
-    """Nucleus sampling mass (1.0 = off). Log-probs stay those of the untruncated distribution."""
+    """Nucleus sampling mass (1.0 = off). Log-probs stay those of the untruncated distribution,
+    so training configs must keep 1.0 (``TrainConfig.validate`` rejects it, as it does
+    ``top_k``): the scored policy would not be the sampled one."""
     do_sample: bool = True
     """False = greedy (argmax), for evaluation."""
     top_k: int = 0
-    """Keep only the k most likely tokens when sampling (0 = off)."""
+    """Keep only the k most likely tokens when sampling (0 = off; evaluation only, see ``top_p``)."""
     max_batch_size: int = 64
     """Rows per forward pass; larger groups are split (longest prompts first)."""
     stop_token_ids: tuple[int, ...] | None = None

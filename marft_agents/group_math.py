@@ -1,4 +1,4 @@
-"""Group-relative advantages and the GRPO-family policy loss, as pure functions.
+"""Group-relative advantages for the GRPO family, as pure functions.
 
 The companion of ``ppo_math`` for critic-free learners (``learners/grpo.py``): no model, no env,
 so every number can be checked by hand (``tests/agents/test_group_math.py``).
@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 
-from marft_agents import ppo_math as pm
 
 Tensor = torch.Tensor
 
@@ -124,54 +123,3 @@ def decision_advantages(rollout: Any, grouping: str, normalisation: str, agent_r
     for advantage, ids in zip(per_unit.tolist(), members):
         out[ids] = advantage
     return out
-
-
-def kl_k2(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """``0.5 * (log pi - log ref)**2`` per token ``[...]``, differentiable in ``logprobs``.
-
-    On tokens sampled from pi its gradient ``(log pi - log ref) * grad log pi`` is, in
-    expectation, the gradient of KL(pi || ref) at the sampled states (the score-function form;
-    the dependence of later states on earlier tokens is left out, as in every per-token KL
-    penalty). The k3 value ``exp(ref - cur) - 1 - (ref - cur)`` used as a loss has instead the
-    gradient of KL(ref || pi) in expectation.
-    """
-    return 0.5 * (logprobs - ref_logprobs) ** 2
-
-
-def group_policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
-                      clip_eps: float, clip_eps_high: float | None, aggregation: str,
-                      ref_logprobs: Tensor | None = None, kl_coef: float = 0.0
-                      ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped-ratio GRPO loss of one micro-batch, to be minimised.
-
-    ``logprobs``, ``old_logprobs``, ``mask`` (and ``ref_logprobs``): ``[B, T]``; ``advantages``:
-    ``[B]`` (one per utterance, broadcast over its tokens). Per token: ``max(-A r, -A clip(r,
-    1 - eps, 1 + eps_high))`` plus ``kl_coef * kl_k2``. ``aggregation="token"``: mean over every
-    response token of the micro-batch; ``"sequence"``: mean over each utterance's tokens, then
-    over utterances.
-    """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
-    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    adv = advantages.reshape(-1, 1).to(logprobs.dtype)  # [B, 1]
-    ratio = torch.exp(logprobs - old_logprobs)  # [B, T]
-    unclipped = -adv * ratio  # [B, T]
-    clipped = -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high)  # [B, T]
-    per_token = torch.maximum(unclipped, clipped)  # [B, T]
-    kl = kl_k2(logprobs, ref_logprobs) if ref_logprobs is not None and kl_coef > 0 else None  # [B, T]
-    if kl is not None:
-        per_token = per_token + kl_coef * kl
-
-    def reduce(x: Tensor) -> Tensor:
-        if aggregation == "token":
-            return pm.masked_mean(x, mask)
-        return pm.masked_mean(x, mask, dim=-1).mean()  # [B] -> []
-
-    loss = reduce(per_token)
-    with torch.no_grad():
-        stats = {"losses/clipfrac": reduce((clipped > unclipped).to(per_token.dtype)),
-                 "losses/approx_kl": reduce(pm.approx_kl(logprobs, old_logprobs)),
-                 "grpo/ratio_mean": reduce(ratio)}
-        if kl is not None:
-            stats["losses/kl_ref"] = reduce(kl)
-    return loss, stats

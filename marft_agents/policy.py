@@ -86,10 +86,10 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
         self.policy_adapters: list[str] = list(dict.fromkeys(self._policy_of.values()))
         if critic is None:
             self.critic_adapters: list[str] = []
-        elif critic.centralised:
-            self.critic_adapters = ["critic"]
-        else:
+        elif critic.mode == "per_agent":
             self.critic_adapters = [f"critic_{a}" for a in agent_ids]
+        else:  # centralised and local: one critic for the team (they differ in what it reads)
+            self.critic_adapters = ["critic"]
 
         for param in model.parameters():  # the base is shared by everyone and never trained
             param.requires_grad_(False)
@@ -152,13 +152,15 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
                            ) from None
 
     def critic_for(self, agent_id: str | None = None) -> str:
-        """Name of the critic adapter valuing ``agent_id``'s states (any agent if centralised)."""
+        """Name of the critic adapter valuing ``agent_id``'s states (any agent unless the
+        critic mode is ``per_agent``)."""
         if not self.critic_adapters:
             raise RuntimeError("this policy was built with critic=None: no value function")
-        if len(self.critic_adapters) == 1 and self.critic_config.centralised:
+        if self.critic_config.mode != "per_agent":
             return self.critic_adapters[0]
         if agent_id is None:
-            raise ValueError("decentralised critics: pass agent_id to choose whose value to use")
+            raise ValueError("per-agent critics (critic.mode: per_agent): pass agent_id to choose whose "
+                             "value to use")
         self.adapter_for(agent_id)  # validates the id
         return f"critic_{agent_id}"
 

@@ -220,6 +220,27 @@ def huber(x: Tensor, delta: float) -> Tensor:
     return torch.where(abs_x <= delta, 0.5 * x * x, delta * (abs_x - 0.5 * delta))
 
 
+def clipped_surrogate(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Per-element PPO clipped surrogate, unreduced: ``(loss [...], clipped [...] bool)``.
+
+    The loss of one element (a decision or a token) is the pessimistic branch
+    ``max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps_high))``; ``clipped`` marks the elements
+    where the clipped branch is the active one (its gradient is zero there). The learners'
+    engine reduces these once per minibatch (``learners/base.py``).
+    """
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    ratio = torch.exp(logprobs - old_logprobs)  # [...]
+    unclipped = -advantages * ratio  # [...]
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high)  # [...]
+    return torch.maximum(unclipped, clipped), (clipped > unclipped).detach()
+
+
 def policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -228,27 +249,47 @@ def policy_loss(
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate, to be minimised.
+    """PPO clipped surrogate (:func:`clipped_surrogate`), masked mean, to be minimised.
 
-    All inputs ``[...]`` (per decision or per token). The per-element loss is the pessimistic
-    branch ``max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps_high))``. Returns the masked mean
-    and detached stats: ``clipfrac`` (share of elements where the clipped branch was active) and
+    All inputs ``[...]`` (per decision or per token). Returns the masked mean and detached
+    stats: ``clipfrac`` (share of elements where the clipped branch was active) and
     ``approx_kl`` (k3 estimate of KL(old || new)).
     """
-    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    log_ratio = logprobs - old_logprobs  # [...]
-    ratio = torch.exp(log_ratio)  # [...]
-    unclipped = -advantages * ratio  # [...]
-    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high)  # [...]
-    per_element = torch.maximum(unclipped, clipped)  # [...]
+    per_element, clipped = clipped_surrogate(logprobs, old_logprobs, advantages, clip_eps, clip_eps_high)
     loss = masked_mean(per_element, mask)
     with torch.no_grad():
         stats = {
-            "clipfrac": masked_mean((clipped > unclipped).to(per_element.dtype), mask),
+            "clipfrac": masked_mean(clipped.to(per_element.dtype), mask),
             "approx_kl": masked_mean(approx_kl(logprobs, old_logprobs), mask),
-            "ratio_mean": masked_mean(ratio, mask),
+            "ratio_mean": masked_mean(torch.exp(logprobs - old_logprobs), mask),
         }
     return loss, stats
+
+
+def value_loss_elements(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    clip_range: float | None = 0.2,
+    huber_delta: float | None = 10.0,
+) -> tuple[Tensor, Tensor]:
+    """Per-element clipped value loss, unreduced: ``(loss [...], clipped [...] bool)``.
+
+    ``max(l(R - V), l(R - V_clipped))`` with l = Huber or ``0.5 * err**2``, where
+    ``V_clipped = V_old + clip(V - V_old, -clip_range, clip_range)`` keeps the critic from moving
+    far from the values the advantages were computed with. ``clip_range=None`` disables clipping;
+    ``huber_delta=None`` uses the squared error. ``clipped`` marks where the clipped branch won.
+    """
+
+    def elementwise(e: Tensor) -> Tensor:
+        return 0.5 * e * e if huber_delta is None else huber(e, huber_delta)
+
+    loss_unclipped = elementwise(returns - values)  # [...]
+    if clip_range is None:
+        return loss_unclipped, torch.zeros_like(loss_unclipped, dtype=torch.bool)
+    v_clipped = old_values + torch.clamp(values - old_values, -clip_range, clip_range)  # [...]
+    loss_clipped = elementwise(returns - v_clipped)  # [...]
+    return torch.maximum(loss_unclipped, loss_clipped), (loss_clipped > loss_unclipped).detach()
 
 
 def value_loss(
@@ -259,27 +300,9 @@ def value_loss(
     clip_range: float | None = 0.2,
     huber_delta: float | None = 10.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped value loss: ``max(l(R - V), l(R - V_clipped))`` with l = Huber or squared error.
-
-    ``V_clipped = V_old + clip(V - V_old, -clip_range, clip_range)`` keeps the critic from moving
-    far from the values the advantages were computed with. ``clip_range=None`` disables clipping;
-    ``huber_delta=None`` uses ``0.5 * err**2``. All inputs ``[...]``.
-    """
-    err = returns - values  # [...]
-
-    def elementwise(e: Tensor) -> Tensor:
-        return 0.5 * e * e if huber_delta is None else huber(e, huber_delta)
-
-    loss_unclipped = elementwise(err)  # [...]
-    if clip_range is None:
-        per_element = loss_unclipped
-        clipped_frac = torch.zeros((), dtype=values.dtype, device=values.device)
-    else:
-        v_clipped = old_values + torch.clamp(values - old_values, -clip_range, clip_range)  # [...]
-        loss_clipped = elementwise(returns - v_clipped)  # [...]
-        per_element = torch.maximum(loss_unclipped, loss_clipped)  # [...]
-        with torch.no_grad():
-            clipped_frac = masked_mean((loss_clipped > loss_unclipped).to(values.dtype), mask)
+    """Masked mean of :func:`value_loss_elements`, with the share of clipped elements."""
+    per_element, clipped = value_loss_elements(values, old_values, returns, clip_range, huber_delta)
+    clipped_frac = masked_mean(clipped.to(per_element.dtype), mask)
     return masked_mean(per_element, mask), {"losses/value_clipfrac": clipped_frac.detach()}
 
 
@@ -300,10 +323,26 @@ def approx_kl(logprobs: Tensor, old_logprobs: Tensor) -> Tensor:
 
 
 def kl_to_reference(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """k3 estimate of KL(current || reference) per element, differentiable in ``logprobs``.
+    """Per-element KL-to-reference *loss* whose gradient is that of KL(current || reference).
 
-    The samples come from (approximately) the current policy, so the ratio is ref/current:
-    ``k3 = exp(ref - cur) - 1 - (ref - cur)`` (as used for the KL term of GRPO-style losses).
+    The k2 form ``0.5 * (logprobs - ref_logprobs)**2``. For tokens sampled from the current
+    policy pi, ``E_pi[grad k2] = E_pi[(log pi - log ref) * grad log pi] = grad KL(pi || ref)``
+    (the score-function term ``E_pi[grad log pi]`` is 0). The k3 form ``exp(ref - cur) - 1 -
+    (ref - cur)``, though an unbiased *value* estimate of KL(pi || ref), has the expected gradient
+    ``E_pi[(1 - ref/pi) grad log pi] = grad KL(ref || pi)`` when used as a loss: the reverse KL
+    (both checked exactly on a small categorical in ``tests/agents/test_ppo_math.py``). PPO's
+    samples come from the old policy, which equals the current one at the first step of an
+    update; later steps use the same approximation as the surrogate itself.
+    """
+    diff = logprobs - ref_logprobs  # [...]
+    return 0.5 * diff * diff
+
+
+def kl_k3_estimate(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """k3 per-element *value* estimate of KL(current || reference), >= 0, for reporting only.
+
+    ``exp(ref - cur) - 1 - (ref - cur)`` is unbiased for KL(pi || ref) on samples from pi; do
+    not differentiate it as a loss (see :func:`kl_to_reference`).
     """
     log_ratio = ref_logprobs - logprobs  # [...]
     return torch.expm1(log_ratio) - log_ratio

@@ -9,8 +9,10 @@ env has no agents left; then the env starts its next planned episode, if any.
 
 Every agent decision becomes a :class:`Decision`: who acted, on what prompt (token ids of the
 tokenizer's chat template applied to the role's system prompt and the observation text), what it
-said (response ids, text, sampling-time log-probs), the critic's values, and what the env paid
-for it. Rewards follow the env's AEC semantics: right after an agent's step, ``env.rewards`` holds
+said (response ids, text, sampling-time log-probs), what the critic read (``critic_prompt_ids``:
+the global state from ``env.unwrapped.state()`` and D_t before the agent acts, or the agent's own
+prompt under ``critic.mode: local``; see ``marft_agents/critic.py``) and its values, and what the
+env paid for it. Rewards follow the env's AEC semantics: right after an agent's step, ``env.rewards`` holds
 the rewards of *that* transition, so ``team_reward`` is the round's team reward on the decision
 that closed the round and 0 on the others; the per-agent rewards a task reports
 (``infos[agent]["agent_reward"]``) are filled in on every decision of the round once it is graded.
@@ -87,6 +89,12 @@ class Decision:
     none): the learner must score the decision with the same split (``Generation.prefix_len``)."""
     group: int = 0
     """Task group of its episode within the rollout (``EpisodeRecord.group``)."""
+    critic_prompt_ids: list[int] | None = None
+    """What the critic valued at this decision (``critic.mode``: the global-state prompt under
+    ``centralised``/``per_agent``, ``prompt_ids`` under ``local``; None when no critic ran). The
+    learner's value loss scores exactly these ids (with the response appended at token level)."""
+    critic_prefix_len: int = 0
+    """Shared-prefix length of ``critic_prompt_ids`` (the critic's system turn, or 0)."""
 
 
 @dataclass
@@ -277,7 +285,8 @@ class RolloutCollector:
                                         self.sampling)
             for k, gen in zip(idx, outs):
                 generations[k] = gen
-        state_values, token_values = self._values(turns, prompts, generations)
+        critic_inputs = self._critic_inputs(turns, prompts, generations)
+        state_values, token_values = self._values(turns, critic_inputs, generations)
         for k, (slot, agent, obs, info) in enumerate(turns):
             gen = generations[k]
             decision = Decision(
@@ -290,12 +299,47 @@ class RolloutCollector:
                 adjacency=(info.get("dependency") or {}).get("adjacency"), task_id=str(info.get("task_id", "")),
                 prefix_len=gen.prefix_len, group=rollout.episodes[slot.episode].group,
             )
+            if critic_inputs is not None:
+                decision.critic_prompt_ids, decision.critic_prefix_len = critic_inputs[k]
             self._step(slot, decision, rollout)
 
-    @torch.no_grad()
-    def _values(self, turns: list, prompts: list[list[int]], generations: list[Any]):
-        """Critic values of this tick's decisions, one call per critic adapter."""
+    def _critic_inputs(self, turns: list, prompts: list[list[int]], generations: list[Any]
+                       ) -> list[tuple[list[int], int]] | None:
+        """Per turn, the critic's ``(prompt ids, shared-prefix length)`` (``critic.mode``).
+
+        Read before any of this tick's agents act: each env is at its current agent's turn, so
+        ``state()`` holds the outputs so far and D_t as the agent is about to see them.
+        """
         if self.values is None:
+            return None
+        from marft_agents.critic import CRITIC_SYSTEM_PROMPT, render_global_state
+
+        config = self.policy.critic_config
+        if not config.reads_global_state:  # local: the acting agent's own prompt, as sampled
+            return [(prompts[k], generations[k].prefix_len) for k in range(len(turns))]
+        out = []
+        for slot, agent, _obs, info in turns:
+            env = getattr(slot.env, "unwrapped", slot.env)
+            try:
+                state = env.state()
+            except (AttributeError, NotImplementedError):
+                raise TypeError(
+                    f"critic.mode {config.mode!r} values the global state, but env {type(env).__name__} has no "
+                    "state(); implement state() -> {'text': ...} (TextTaskEnv does) or use critic.mode: local"
+                ) from None
+            text = render_global_state(str(state["text"]), info.get("dependency"), agent,
+                                       str(info.get("role", agent)), int(info.get("round", 0)),
+                                       config.max_state_chars)
+            ids = list(self.policy.chat_prompt_ids(CRITIC_SYSTEM_PROMPT, text))
+            prefix = self.policy.shared_prefix_len(CRITIC_SYSTEM_PROMPT, ids) if self.sampling.share_prefix else 0
+            out.append((ids, prefix))
+        return out
+
+    @torch.no_grad()
+    def _values(self, turns: list, critic_inputs: list[tuple[list[int], int]] | None, generations: list[Any]):
+        """Critic values of this tick's decisions on their critic inputs, one call per critic
+        adapter (``"token"``: with each response appended)."""
+        if self.values is None or critic_inputs is None:
             return None, None
         groups: dict[str, list[int]] = defaultdict(list)
         for k, (_slot, agent, _obs, _info) in enumerate(turns):
@@ -304,15 +348,15 @@ class RolloutCollector:
         for critic in sorted(groups):
             idx = groups[critic]
             agent = turns[idx[0]][1]  # any agent of the group selects its critic
+            ids = [critic_inputs[k][0] for k in idx]
+            prefix_lens = [critic_inputs[k][1] for k in idx]
             if self.values == "state":
-                v = self.policy.state_values([prompts[k] for k in idx], agent,
-                                             prefix_lens=[generations[k].prefix_len for k in idx]).float().cpu()  # [B]
+                v = self.policy.state_values(ids, agent, prefix_lens=prefix_lens).float().cpu()  # [B]
                 for k, value in zip(idx, v.tolist()):
                     out[k] = value
             else:
                 responses = [list(generations[k].response_ids) for k in idx]
-                v = self.policy.token_values([prompts[k] for k in idx], responses, agent,
-                                             prefix_lens=[generations[k].prefix_len for k in idx]).float().cpu()  # [B, T]
+                v = self.policy.token_values(ids, responses, agent, prefix_lens=prefix_lens).float().cpu()  # [B, T]
                 for b, k in enumerate(idx):
                     out[k] = v[b, : len(responses[b])].tolist()
         return (out, None) if self.values == "state" else (None, out)

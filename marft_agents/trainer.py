@@ -115,6 +115,11 @@ class Trainer:
         seed_everything(cfg.seed)
         self.envs = [marft_envs.make(cfg.env.id, **cfg.env.kwargs) for _ in range(cfg.env.num_envs)]
         self.agent_ids = list(self.envs[0].possible_agents)
+        horizon = getattr(getattr(self.envs[0], "unwrapped", self.envs[0]), "horizon", 1)
+        if trains and isinstance(horizon, int) and horizon > 1 and cfg.ppo.gamma == 1.0:
+            log.warning("env horizon is %d rounds but ppo.gamma is 1.0: a task solved after failed rounds is "
+                        "worth as much as a first-try success; set ppo.gamma < 1 (e.g. 0.9) to prefer the "
+                        "latter", horizon)
         model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model)
         self.policy = build_policy(cfg, model, tokenizer, self.agent_ids)
         self.learner = make_learner(cfg.algorithm, self.policy, cfg, self.agent_ids)

@@ -34,3 +34,13 @@ def test_bench_update_prints_both_learners_against_bare_passes():
         line = re.search(rf"{learner} \(\w+\): update ([\d.]+) tok/s\s+bare fwd\+bwd ([\d.]+) tok/s\s+ratio ([\d.]+)", out)
         assert line, out
         assert all(float(x) > 0 for x in line.groups())
+
+
+def test_bench_critic_smoke_prints_one_row_per_dependency_and_mode(tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_critic.py"), "--smoke", "--threads", "1",
+                           "--updates", "1", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = re.findall(r"^(independent|dag)\s+(centralised|local)\s+updates\s+1 .*acc_after ([\d.]+)", done.stdout, re.M)
+    assert len(rows) == 4, done.stdout
+    assert (tmp_path / "summary.json").is_file() and (tmp_path / "dag_centralised" / "metrics.jsonl").is_file()

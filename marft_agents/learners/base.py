@@ -1,34 +1,67 @@
-"""The update scaffolding every PPO-style learner shares.
+"""The PPO engine every PPO-style learner shares.
 
-A learner turns a :class:`~marft_agents.rollout.Rollout` into :class:`Sample` targets (its
-advantage estimator: action level or token level), then runs ``ppo_epochs`` passes of
-minibatch updates: one pass for the critic (all decisions), one for the policy (decisions of the
-agents that train this update). Subclasses only implement three methods:
+A learner is two things: an **advantage estimator** (``build_samples``) and the **level at which
+the PPO ratio is formed** (``policy_units``). Everything else (minibatches, micro-batches, the
+clipped surrogate, the entropy bonus, the KL-to-reference term, the value loss, gradient
+clipping, the NaN guard, the agent schedule) is this engine, identical for MARFT-A (action
+level), MARFT-T (token level) and single-agent PPO.
 
-* ``build_samples(rollout)``: per decision, old log-probs/values, advantages and returns;
-* ``policy_loss(adapter, samples)``: mean policy loss of one micro-batch of one adapter;
-* ``critic_loss(samples)``: mean value loss of one micro-batch.
+Hooks a subclass implements
+---------------------------
+``build_samples(rollout) -> list[Sample]``
+    The advantage estimator: per decision, old log-probs, old values, advantages and returns
+    (``[]`` tensors at action level, ``[L]`` at token level). A critic-free learner (group-relative
+    baselines) fills ``old_values``/``returns`` with zeros and sets ``value_mode = None``: the
+    engine then runs no critic pass.
+``policy_units(samples, logprobs, mask) -> PolicyUnits``
+    Given the micro-batch's per-token log-probs ``[B, T]`` under the current adapter (with grad)
+    and their response mask, return the units at which the ratio is formed: per decision
+    (``[B]``: e.g. the utterance log-prob) or per token (``[B, T]``), with their old log-probs,
+    advantages and a 0/1 mask. Optional ``weights`` scale units inside the sum (e.g. a
+    per-sequence ``1 / length`` for a sequence-mean-then-batch-mean loss).
+``units(sample) -> float``
+    How much one sample contributes to the minibatch's normaliser: 1 per decision
+    (``unit = "decision"``) or its token count (``unit = "token"``); override together with
+    ``PolicyUnits.weights`` for other weightings. The normaliser must equal the sum of the weights
+    of the sample's units, so that the reduced loss is a weighted *mean*.
 
-What this class guarantees:
+How the engine reduces (once per minibatch, so micro-batching never changes the gradient)
+----------------------------------------------------------------------------------------
+Each micro-batch returns *sums* of per-unit terms, each divided by a normaliser of the whole
+minibatch (computed before the first micro-batch), so accumulating the micro-batches' gradients
+gives exactly the minibatch's loss, whatever ``micro_batch_size`` is::
 
+    loss = sum(w * surrogate) / sum_units                      # PPO clipped surrogate
+         - entropy_coef * sum(token entropy) / minibatch tokens
+         + kl_coef * sum(token k2 KL to reference) / minibatch tokens
+    value loss = sum(clipped Huber value error) / minibatch value units
+
+The entropy bonus and the KL term are token means over the minibatch for every learner;
+the surrogate is a mean over the learner's units. The KL term is the k2 form
+(:func:`marft_agents.ppo_math.kl_to_reference`), whose gradient is that of KL(pi || ref).
+
+What else the engine guarantees
+-------------------------------
 * **Who trains.** ``agent_iteration_interval = 0``: every agent's adapter trains each update.
   ``k > 0``: agent-by-agent training, one agent's adapter trains for ``k`` updates while the
   others are frozen (no gradients, no optimizer step), then the next agent, rotating. The critic
   trains every update; the policy waits for ``critic_warmup_updates`` updates.
-* **Loss scale.** A minibatch is split into micro-batches (per adapter, ``micro_batch_size``
-  decisions) whose losses are weighted by their share of the minibatch's units (decisions or
-  tokens), so accumulating gradients gives exactly the minibatch mean.
+  ``agent/<id>/trained`` is 1 only for an agent whose adapter took policy steps this update.
 * **No silent skips.** Gradients are clipped per adapter; a non-finite loss or gradient norm
   skips that optimizer step, zeroes the gradients, logs a warning and counts it in
   ``guard/skipped_steps``. With ``target_kl`` set, the epochs stop early once an epoch's mean
   approx-KL exceeds it (reported as ``ppo/early_stopped``); no step is ever thrown away after its
   backward pass because of a KL value.
+* **The critic's input** is the one recorded at collection (``Sample.critic_prompt_ids``: the
+  global state under ``critic.mode: centralised`` / ``per_agent``, the acting agent's prompt
+  under ``local``), scored with the same shared-prefix split, so stored and trained values are of
+  the same text.
 * Dropout-free forward passes: the model stays in eval mode, because PPO ratios must compare the
-  same function that sampled the actions. (In half precision, set
-  ``ppo.recompute_old_logprobs``: cached decoding and a full forward pass disagree there by far
-  more than the clip range, and so do two full passes that pad a row differently; the learner
-  then scores the old log-probs on its own micro-batches. The trainer warns when neither it nor
-  ``sampling.recompute_logprobs`` is on.)
+  same function that sampled the actions (``lora.dropout > 0`` is rejected for training by
+  ``TrainConfig.validate``). In half precision, set ``ppo.recompute_old_logprobs``: cached
+  decoding and a full forward pass disagree there by far more than the clip range, and so do two
+  full passes that pad a row differently; the learner then scores the old log-probs on its own
+  micro-batches. The trainer warns when neither it nor ``sampling.recompute_logprobs`` is on.
 """
 
 from __future__ import annotations
@@ -37,65 +70,28 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from marft_agents import ppo_math as pm
+from marft_agents.learners.samples import PolicyUnits, Sample, pad_stack, response_mask, sample_from_decision
 from marft_agents.rollout import Rollout
+
+__all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask", "sample_from_decision"]
 
 log = logging.getLogger(__name__)
 
-@dataclass
-class Sample:
-    """Training targets of one decision."""
-
-    agent_id: str
-    adapter: str
-    """The policy adapter that acted."""
-    critic: str
-    """The critic adapter that values this decision's states (``policy.critic_for(agent_id)``)."""
-    prompt_ids: list[int]
-    response_ids: list[int]
-    old_logprobs: torch.Tensor
-    """``[L]`` sampling-time log-probs of the response tokens."""
-    old_values: torch.Tensor
-    """``[]`` (action level) or ``[L]`` (token level) critic values at collection time."""
-    advantages: torch.Tensor
-    """Same shape as ``old_values``."""
-    returns: torch.Tensor
-    """Same shape as ``old_values``; the critic's regression target."""
-    ref_logprobs: torch.Tensor | None = None
-    """``[L]`` log-probs under the reference model (adapters disabled), when a KL term is used."""
-    prefix_len: int = 0
-    """Leading prompt tokens shared with other rows, as sampled (``Decision.prefix_len``)."""
-
-
-def pad_stack(rows: Sequence[torch.Tensor], length: int, value: float = 0.0) -> torch.Tensor:
-    """Right-pad 1-D tensors to ``length`` and stack them -> ``[B, length]``."""
-    out = torch.full((len(rows), length), value, dtype=torch.float32)
-    for b, row in enumerate(rows):
-        out[b, : row.numel()] = row.float()
-    return out
-
-
-def response_mask(samples: Sequence[Sample], length: int) -> torch.Tensor:
-    """``[B, length]`` 1 on the response tokens of each sample."""
-    mask = torch.zeros((len(samples), length), dtype=torch.float32)
-    for b, s in enumerate(samples):
-        mask[b, : len(s.response_ids)] = 1.0
-    return mask
-
 
 class BaseLearner:
-    """Optimizers, the epoch/minibatch loop, gradient clipping and the NaN guard."""
+    """The PPO engine: optimizers, epochs, minibatch reduction, clipping and the NaN guard."""
 
     value_mode: str | None = "state"
-    """What the rollout collector records: ``"state"`` or ``"token"`` values, or None."""
+    """What the critic values: ``"state"`` (one value per decision), ``"token"`` (one per
+    response token) or None (no critic: no critic pass, no critic optimizer)."""
     unit = "decision"
-    """What a loss averages over: ``"decision"`` or ``"token"`` (sets micro-batch weights)."""
+    """What the policy loss averages over: ``"decision"`` or ``"token"`` (see ``units``)."""
 
     def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]):
         self.policy, self.cfg = policy, cfg
@@ -107,9 +103,9 @@ class BaseLearner:
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         for name in sorted({policy.adapter_for(a) for a in self.agent_ids}):
             self.optimizers[name] = self._make_optimizer(name, self.schedule.actor_lr)
-        critics = {policy.critic_for(a) for a in self.agent_ids} if self.value_mode is not None else set()
-        for name in sorted(critics):  # a learner without values has no critic to train
-            self.optimizers[name] = self._make_optimizer(name, self.schedule.critic_lr)
+        if self.value_mode is not None:
+            for name in sorted({policy.critic_for(a) for a in self.agent_ids}):
+                self.optimizers[name] = self._make_optimizer(name, self.schedule.critic_lr)
 
     def _make_optimizer(self, adapter: str, lr: float) -> torch.optim.Optimizer:
         params = list(self.policy.adapter_parameters(adapter))
@@ -119,17 +115,20 @@ class BaseLearner:
 
     # -- subclass hooks ------------------------------------------------------------------------
     def build_samples(self, rollout: Rollout) -> list[Sample]:
+        """The advantage estimator (see the module docstring)."""
         raise NotImplementedError
 
-    def policy_loss(self, adapter: str, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def policy_units(self, samples: list[Sample], logprobs: torch.Tensor, mask: torch.Tensor) -> PolicyUnits:
+        """The ratio's units from per-token ``logprobs [B, T]`` and ``mask [B, T]``."""
         raise NotImplementedError
 
-    def critic_loss(self, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Mean value loss of one micro-batch (all samples share ``critic``)."""
-        raise NotImplementedError
+    def units(self, sample: Sample) -> float:
+        """This sample's share of the policy loss's normaliser (1 or its token count)."""
+        return float(len(sample.response_ids)) if self.unit == "token" else 1.0
 
-    def units(self, sample: Sample) -> int:
-        return len(sample.response_ids) if self.unit == "token" else 1
+    def value_units(self, sample: Sample) -> float:
+        """This sample's share of the value loss's normaliser."""
+        return float(len(sample.response_ids)) if self.value_mode == "token" else 1.0
 
     # -- schedule ------------------------------------------------------------------------------
     def trainable_agents(self, update: int) -> list[str]:
@@ -144,8 +143,8 @@ class BaseLearner:
         """One PPO update on ``rollout``; returns flat metrics."""
         trainable = self.trainable_agents(update)
         train_policy = update >= self.ppo.critic_warmup_updates
-        has_critic = self.value_mode is not None
-        self.policy.set_trainable(set(trainable) if train_policy else set(), critic=has_critic)
+        critic = self.value_mode is not None
+        self.policy.set_trainable(set(trainable) if train_policy else set(), critic=critic)
         samples = self.build_samples(rollout)
         metrics: dict[str, float] = {"losses/explained_variance": self.explained_variance(samples)}
         policy_samples = [s for s in samples if s.agent_id in trainable] if train_policy else []
@@ -159,7 +158,7 @@ class BaseLearner:
         epochs_run, early_stopped = 0, 0.0
         for epoch in range(self.schedule.ppo_epochs):
             epochs_run += 1
-            for batch in self._minibatches(samples) if has_critic else []:
+            for batch in (self._minibatches(samples) if critic else []):
                 stats = self._step(sorted({s.critic for s in batch}), batch, critic=True)
                 for key, value in stats.items():
                     sums[key] += value
@@ -169,8 +168,7 @@ class BaseLearner:
             if epoch == 0 and self.ppo.recompute_old_logprobs:
                 self._rescore_old_logprobs(policy_batches)
             for batch in policy_batches:
-                adapters = sorted({s.adapter for s in batch})
-                stats = self._step(adapters, batch, critic=False)
+                stats = self._step(sorted({s.adapter for s in batch}), batch, critic=False)
                 for key, value in stats.items():
                     sums[key] += value
                     counts[key] += 1
@@ -194,12 +192,13 @@ class BaseLearner:
             "ppo/policy_samples": float(len(policy_samples)),
             "guard/skipped_steps": float(self.skipped_steps - skipped_before),
         })
+        acted = {s.agent_id for s in policy_samples}  # scheduled agents that had decisions to train on
         for agent in self.agent_ids:
-            metrics[f"agent/{agent}/trained"] = float(train_policy and agent in trainable)
+            metrics[f"agent/{agent}/trained"] = float(agent in acted)
         return metrics
 
     def explained_variance(self, samples: list[Sample]) -> float:
-        if not samples:
+        if not samples or self.value_mode is None:
             return float("nan")
         values = torch.cat([s.old_values.reshape(-1) for s in samples])
         returns = torch.cat([s.returns.reshape(-1) for s in samples])
@@ -256,26 +255,86 @@ class BaseLearner:
         return [group[i: i + size] for name in sorted(groups) for group in [groups[name]]
                 for i in range(0, len(group), size)]
 
+    # -- per micro-batch terms, reduced by minibatch normalisers -------------------------------
+    def _policy_micro(self, micro: list[Sample], norm: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+        """This micro-batch's share of the minibatch's policy loss and its stat sums."""
+        ppo = self.ppo
+        stats = self.policy.token_logprobs(
+            micro[0].adapter, [s.prompt_ids for s in micro], [s.response_ids for s in micro], self.temperature,
+            prefix_lens=[s.prefix_len for s in micro],
+        )
+        logprobs = stats.logprobs.float()  # [B, T]
+        mask = response_mask(micro, logprobs.shape[1]).to(logprobs.device)  # [B, T]
+        units = self.policy_units(micro, logprobs, mask)
+        surrogate, clipped = pm.clipped_surrogate(units.logprobs, units.old_logprobs, units.advantages,
+                                                  ppo.clip_eps, ppo.clip_eps_high)  # [B] or [B, T]
+        weight = torch.ones_like(surrogate) if units.mask is None else units.mask.to(surrogate.dtype)
+        if units.weights is not None:
+            weight = weight * units.weights.to(surrogate.dtype)
+        entropy = pm.masked_sum(stats.entropy.float(), mask)  # [] sum over the micro-batch's tokens
+        loss = (surrogate * weight).sum() / norm["units"] - ppo.entropy_coef * entropy / norm["tokens"]
+        with torch.no_grad():
+            out = {
+                "losses/policy_loss": float((surrogate * weight).sum()) / norm["units"],
+                "losses/entropy": float(entropy) / norm["tokens"],
+                "losses/clipfrac": float((clipped.to(weight.dtype) * weight).sum()) / norm["units"],
+                "losses/approx_kl": float((pm.approx_kl(units.logprobs, units.old_logprobs) * weight).sum())
+                / norm["units"],
+            }
+        if ppo.kl_coef > 0:
+            ref = pad_stack([s.ref_logprobs for s in micro], logprobs.shape[1]).to(mask.device)  # [B, T]
+            kl = pm.masked_sum(pm.kl_to_reference(logprobs, ref), mask)  # []
+            loss = loss + ppo.kl_coef * kl / norm["tokens"]
+            out["losses/kl_ref"] = float(pm.masked_sum(pm.kl_k3_estimate(logprobs.detach(), ref), mask)) / norm["tokens"]
+        return loss, out
+
+    def _critic_micro(self, micro: list[Sample], norm: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+        """This micro-batch's share of the minibatch's value loss and its stat sums."""
+        ids = [s.critic_input[0] for s in micro]
+        prefix_lens = [s.critic_input[1] for s in micro]
+        agent = micro[0].agent_id  # all samples of a micro-batch share one critic adapter
+        if self.value_mode == "token":
+            values = self.policy.token_values(ids, [s.response_ids for s in micro], agent,
+                                              prefix_lens=prefix_lens).float()  # [B, T]
+            length = values.shape[1]
+            mask = response_mask(micro, length).to(values.device)  # [B, T]
+            old = pad_stack([s.old_values for s in micro], length).to(values.device)  # [B, T]
+            returns = pad_stack([s.returns for s in micro], length).to(values.device)  # [B, T]
+        else:
+            values = self.policy.state_values(ids, agent, prefix_lens=prefix_lens).float()  # [B]
+            mask = torch.ones_like(values)  # [B]
+            old = torch.stack([s.old_values for s in micro]).to(values.device)  # [B]
+            returns = torch.stack([s.returns for s in micro]).to(values.device)  # [B]
+        per_unit, clipped = pm.value_loss_elements(values, old, returns, self.ppo.value_clip, self.ppo.huber_delta)
+        loss = pm.masked_sum(per_unit, mask) / norm["units"]
+        return loss, {"losses/value_clipfrac": float(pm.masked_sum(clipped.to(mask.dtype), mask)) / norm["units"]}
+
+    def _accumulate(self, batch: list[Sample], critic: bool) -> tuple[float, dict[str, float]]:
+        """Backward every micro-batch of ``batch``; returns the minibatch loss and stats."""
+        if critic:
+            norm = {"units": sum(self.value_units(s) for s in batch)}
+        else:
+            norm = {"units": sum(self.units(s) for s in batch),
+                    "tokens": float(sum(len(s.response_ids) for s in batch))}
+        norm = {k: max(v, 1.0) for k, v in norm.items()}  # all-empty responses: sums are 0 anyway
+        sums: dict[str, float] = defaultdict(float)
+        loss_total = 0.0
+        for micro in self._micro_batches(batch, by="critic" if critic else "adapter"):
+            loss, stats = self._critic_micro(micro, norm) if critic else self._policy_micro(micro, norm)
+            loss.backward()
+            loss_total += float(loss.detach())
+            for key, value in stats.items():
+                sums[key] += value
+        return loss_total, dict(sums)
+
     def _step(self, adapters: list[str], batch: list[Sample], critic: bool) -> dict[str, float]:
         """Accumulate gradients over the micro-batches of ``batch``, then one guarded step."""
         optimizers = [self.optimizers[a] for a in adapters]
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
-        total_units = sum(self.units(s) for s in batch)
-        if total_units == 0:
+        if not batch:
             return {}
-        sums: dict[str, float] = defaultdict(float)
-        loss_total = 0.0
-        for micro in self._micro_batches(batch, by="critic" if critic else "adapter"):
-            weight = sum(self.units(s) for s in micro) / total_units
-            if critic:
-                loss, stats = self.critic_loss(micro)
-            else:
-                loss, stats = self.policy_loss(micro[0].adapter, micro)
-            (loss * weight).backward()
-            loss_total += float(loss.detach()) * weight
-            for key, value in stats.items():
-                sums[key] += float(value) * weight
+        loss_total, sums = self._accumulate(batch, critic)
         norms = {}
         finite = math.isfinite(loss_total)
         for name, opt in zip(adapters, optimizers):
@@ -317,24 +376,3 @@ class BaseLearner:
             self.optimizers[name].load_state_dict(opt_state)
         self.rng.bit_generator.state = state["rng"]
         self.skipped_steps = int(state.get("skipped_steps", 0))
-
-
-def add_regularisers(learner: "BaseLearner", pg_loss: torch.Tensor, pg_stats: dict[str, torch.Tensor],
-                     logprobs: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor,
-                     samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Policy loss + entropy bonus + optional KL to the reference, with the standard metrics.
-
-    Shared by the action- and token-level learners: ``logprobs``/``entropy``/``mask`` are the
-    per-token ``[B, T]`` tensors of the update's forward pass.
-    """
-    ppo = learner.ppo
-    mean_entropy = pm.masked_mean(entropy.float(), mask)
-    loss = pg_loss - ppo.entropy_coef * mean_entropy
-    out = {"losses/policy_loss": pg_loss.detach(), "losses/entropy": mean_entropy.detach(),
-           "losses/approx_kl": pg_stats["approx_kl"], "losses/clipfrac": pg_stats["clipfrac"]}
-    if ppo.kl_coef > 0:
-        ref = pad_stack([s.ref_logprobs for s in samples], logprobs.shape[1]).to(mask.device)  # [B, T]
-        kl = pm.masked_mean(pm.kl_to_reference(logprobs.float(), ref), mask)
-        loss = loss + ppo.kl_coef * kl
-        out["losses/kl_ref"] = kl.detach()
-    return loss, out

@@ -8,11 +8,11 @@ Registered as ``algorithm: grpo``; options in the ``learner:`` section (:class:`
    unit's score (team return, per agent, or per agent and turn: ``grouping``) against the other
    units with the same key, normalised as ``normalisation`` says. No critic is built, no value is
    computed, and advantages are not re-whitened across the batch.
-3. Loss. Per-token clipped ratio against the sampling-time log-probs, broadcasting the
-   decision's advantage over its tokens, aggregated per token or per sequence, plus an optional
-   KL(pi || reference) penalty with the right gradient (``group_math.kl_k2``) and the usual
-   entropy bonus. The loss itself is :meth:`GRPO.group_loss` (one method, pure maths in
-   ``group_math.group_policy_loss``).
+3. Loss. The PPO engine (``learners/base.py``) with per-token ratio units: the clipped ratio
+   against the sampling-time (or rescored) log-probs, the decision's advantage broadcast over
+   its tokens (:meth:`GRPO.policy_units`), aggregated per token or per sequence, plus the
+   engine's entropy bonus and, with ``learner.kl_coef``, its KL(pi || reference) term (the k2
+   form, whose gradient is that of KL(pi || ref); a token mean over the minibatch).
 
 From the ``ppo:`` section GRPO uses ``clip_eps`` / ``clip_eps_high`` (asymmetric, DAPO-style
 "clip higher"), ``entropy_coef``, ``max_grad_norm``, ``target_kl``, ``recompute_old_logprobs``
@@ -30,7 +30,7 @@ from typing import Literal
 import torch
 
 from marft_agents import group_math as gm
-from marft_agents.learners.base import BaseLearner, Sample, pad_stack, response_mask
+from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack
 from marft_agents.rollout import Rollout
 
 
@@ -122,29 +122,13 @@ class GRPO(BaseLearner):
         metrics["grpo/groups"] = float(len(rollout.groups()))
         return metrics
 
-    def policy_loss(self, adapter: str, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        stats = self.policy.token_logprobs(
-            adapter, [s.prompt_ids for s in samples], [s.response_ids for s in samples], self.temperature,
-            prefix_lens=[s.prefix_len for s in samples],
-        )
-        return self.group_loss(stats.logprobs.float(), stats.entropy, samples)
-
-    def group_loss(self, logprobs: torch.Tensor, entropy: torch.Tensor | None,
-                   samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The GRPO loss of one micro-batch from its ``[B, T]`` token log-probs (and entropies)."""
-        length = logprobs.shape[1]
-        device = logprobs.device
-        mask = response_mask(samples, length).to(device)  # [B, T]
-        old = pad_stack([s.old_logprobs for s in samples], length).to(device)  # [B, T]
-        advantages = torch.stack([s.advantages for s in samples]).to(device)  # [B]
-        ref = None
-        if self.options.kl_coef > 0:
-            ref = pad_stack([s.ref_logprobs for s in samples], length).to(device)  # [B, T]
-        loss, out = gm.group_policy_loss(logprobs, old, advantages, mask, self.ppo.clip_eps, self.ppo.clip_eps_high,
-                                         self.options.aggregation, ref, self.options.kl_coef)
-        out["losses/policy_loss"] = loss.detach()
-        if entropy is not None:
-            mean_entropy = gm.pm.masked_mean(entropy.float(), mask)
-            loss = loss - self.ppo.entropy_coef * mean_entropy
-            out["losses/entropy"] = mean_entropy.detach()
-        return loss, out
+    def policy_units(self, samples: list[Sample], logprobs: torch.Tensor, mask: torch.Tensor) -> PolicyUnits:
+        """One unit per response token carrying its decision's advantage. ``sequence``
+        aggregation weighs each token by 1 / its utterance's length (and ``units`` counts one per
+        decision), so the engine's weighted mean is a mean over utterances of per-utterance means."""
+        advantages = torch.stack([s.advantages for s in samples]).to(logprobs)[:, None] * mask  # [B, T]
+        old = pad_stack([s.old_logprobs for s in samples], logprobs.shape[1]).to(logprobs.device)  # [B, T]
+        weights = None
+        if self.options.aggregation == "sequence":
+            weights = mask / mask.sum(dim=1, keepdim=True).clamp(min=1.0)  # [B, T]
+        return PolicyUnits(logprobs=logprobs, old_logprobs=old, advantages=advantages, mask=mask, weights=weights)

@@ -9,22 +9,56 @@
    (``learners/credit.py``) and lambda ``lam``. ``gamma_token`` defaults to 1: discounting per
    token would make the credit reaching an utterance's first token shrink with its length.
    An utterance with no tokens (possible only if a policy returns an empty generation) has no
-   action to train; its reward moves to the previous utterance of the episode.
-2. Policy loss. Per-token ratio, clipping, approx-KL, clipfrac, entropy and KL to the reference,
-   averaged over all response tokens of the minibatch.
-3. Value loss. Clipped, Huber (two-sided) regression of every token value on its GAE return.
+   action to train: it is folded into the previous non-empty utterance of the episode, whose
+   reward gains the empty one's reward *discounted* by the discounts between them and whose
+   bridging discount becomes their product (so the return of every kept token is what it would
+   be with the empty utterance in the sequence). Empty utterances before the first non-empty
+   one give their reward, undiscounted, to that first one.
+2. Policy loss. Per-token ratio, clipping, approx-KL, clipfrac (the engine's units are tokens,
+   ``policy_units``), entropy and KL to the reference, all averaged over the response tokens of
+   the minibatch (``learners/base.py``).
+3. Value loss. Clipped, Huber (two-sided) regression of every token value on its GAE return; a
+   token's value is the critic's on its recorded input (``Decision.critic_prompt_ids``) with the
+   response up to that token appended.
 
 Single-agent token-level PPO is this learner on a one-role profile.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from marft_agents import ppo_math as pm
-from marft_agents.learners.base import BaseLearner, Sample, add_regularisers, pad_stack, response_mask
+from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack, sample_from_decision
 from marft_agents.learners.credit import assign_credit
-from marft_agents.rollout import Rollout
+from marft_agents.rollout import Decision, Rollout
+
+
+def fold_empty_utterances(decisions: Sequence[Decision], rewards: Sequence[float], gammas: Sequence[float]
+                          ) -> tuple[list[int], list[float], list[float], list[bool]]:
+    """Drop token-less utterances, keeping every kept utterance's return unchanged.
+
+    Returns ``(kept indices, rewards, bridging discounts, dones)`` of the kept utterances: kept
+    utterance i followed by empty ones i+1 .. j-1 gets ``r_i + sum_k (prod_{m=i}^{k-1} g_m) r_k``
+    and discount ``prod_{m=i}^{j-1} g_m`` into the next kept one.
+    """
+    keep = [k for k, d in enumerate(decisions) if d.response_ids]
+    out_r, out_g, out_d = [], [], []
+    for n, i in enumerate(keep):
+        end = keep[n + 1] if n + 1 < len(keep) else len(decisions)
+        reward, discount, done = 0.0, 1.0, False
+        if n == 0:  # empty utterances before the first kept one: nothing earlier to credit
+            reward += sum(rewards[k] for k in range(i))
+        for k in range(i, end):
+            reward += discount * rewards[k]
+            discount *= gammas[k]
+            done = done or decisions[k].done
+        out_r.append(reward)
+        out_g.append(discount)
+        out_d.append(done or n == len(keep) - 1)
+    return keep, out_r, out_g, out_d
 
 
 class TokenLevelMAPPO(BaseLearner):
@@ -35,57 +69,28 @@ class TokenLevelMAPPO(BaseLearner):
 
     def build_samples(self, rollout: Rollout) -> list[Sample]:
         inputs, kept = [], []
-        for e, decisions in enumerate(rollout.episode_decisions()):
+        for decisions in rollout.episode_decisions():
             rewards, gammas = assign_credit(decisions, self.ppo.credit, self.ppo.gamma)
-            keep = [k for k, d in enumerate(decisions) if d.response_ids]
+            keep, merged_rewards, merged_gammas, dones = fold_empty_utterances(decisions, rewards, gammas)
             if not keep:
                 continue
-            merged_rewards = [0.0] * len(decisions)
-            for k in range(len(decisions)):
-                # Reward of an empty utterance goes to the last non-empty one before it.
-                target = max([j for j in keep if j <= k], default=keep[0])
-                merged_rewards[target] += rewards[k]
-            inputs.append(pm.TokenGAEInput(
-                token_values=[decisions[k].token_values for k in keep],
-                rewards=[merged_rewards[k] for k in keep],
-                dones=[decisions[k].done or k == keep[-1] for k in keep],
-                gammas=[gammas[k] for k in keep],
-            ))
+            inputs.append(pm.TokenGAEInput(token_values=[decisions[k].token_values for k in keep],
+                                           rewards=merged_rewards, dones=dones, gammas=merged_gammas))
             kept.append([decisions[k] for k in keep])
         results = pm.gae_token_level(inputs, gamma=self.ppo.gamma, lam=self.ppo.lam,
                                      gamma_token=self.ppo.gamma_token, lam_token=self.ppo.lam_token)
-        samples = []
-        for decisions, per_utterance in zip(kept, results):
-            for d, (advantages, returns) in zip(decisions, per_utterance):
-                samples.append(Sample(
-                    agent_id=d.agent_id, adapter=d.adapter, critic=self.policy.critic_for(d.agent_id),
-                    prompt_ids=d.prompt_ids, response_ids=d.response_ids, prefix_len=d.prefix_len,
-                    old_logprobs=torch.tensor(d.logprobs, dtype=torch.float32),  # [L]
-                    old_values=torch.tensor(d.token_values, dtype=torch.float32),  # [L]
-                    advantages=advantages, returns=returns,  # [L] each
-                ))
-        return samples
+        return [sample_from_decision(d, self.policy.critic_for(d.agent_id),
+                                     torch.tensor(d.token_values, dtype=torch.float32),  # [L]
+                                     advantages, returns)  # [L] each
+                for decisions, per_utterance in zip(kept, results)
+                for d, (advantages, returns) in zip(decisions, per_utterance)]
 
-    def policy_loss(self, adapter: str, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        stats = self.policy.token_logprobs(
-            adapter, [s.prompt_ids for s in samples], [s.response_ids for s in samples], self.temperature,
-            prefix_lens=[s.prefix_len for s in samples],
-        )
-        logprobs = stats.logprobs.float()  # [B, T]
+    def policy_units(self, samples: list[Sample], logprobs: torch.Tensor, mask: torch.Tensor) -> PolicyUnits:
+        """One unit per response token."""
         length = logprobs.shape[1]
-        mask = response_mask(samples, length).to(logprobs.device)  # [B, T]
-        old = pad_stack([s.old_logprobs for s in samples], length).to(logprobs.device)  # [B, T]
-        advantages = pad_stack([s.advantages for s in samples], length).to(logprobs.device)  # [B, T]
-        pg_loss, pg_stats = pm.policy_loss(logprobs, old, advantages, mask, self.ppo.clip_eps, self.ppo.clip_eps_high)
-        return add_regularisers(self, pg_loss, pg_stats, logprobs, stats.entropy, mask, samples)
-
-    def critic_loss(self, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        values = self.policy.token_values(
-            [s.prompt_ids for s in samples], [s.response_ids for s in samples], samples[0].agent_id,
-            prefix_lens=[s.prefix_len for s in samples],
-        ).float()  # [B, T]
-        length = values.shape[1]
-        mask = response_mask(samples, length).to(values.device)  # [B, T]
-        old = pad_stack([s.old_values for s in samples], length).to(values.device)  # [B, T]
-        returns = pad_stack([s.returns for s in samples], length).to(values.device)  # [B, T]
-        return pm.value_loss(values, old, returns, mask, self.ppo.value_clip, self.ppo.huber_delta)
+        return PolicyUnits(
+            logprobs=logprobs,  # [B, T]
+            old_logprobs=pad_stack([s.old_logprobs for s in samples], length).to(logprobs.device),  # [B, T]
+            advantages=pad_stack([s.advantages for s in samples], length).to(logprobs.device),  # [B, T]
+            mask=mask,  # [B, T]
+        )

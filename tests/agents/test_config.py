@@ -85,12 +85,16 @@ def test_policy_owned_sections_load_and_their_own_checks_become_config_errors():
     from marft_agents.policy import LoraSpec
 
     cfg = C.config_from_dict({"lora": {"r": 4, "target_modules": ["q_proj", "v_proj"]},
-                              "critic": {"centralised": False, "lora": {"r": 2}},
+                              "critic": {"mode": "per_agent", "lora": {"r": 2}},
                               "sampling": {"max_new_tokens": 16, "stop_token_ids": [2]}})
     assert cfg.lora.target_modules == ("q_proj", "v_proj") and isinstance(cfg.critic.lora, LoraSpec)
     assert cfg.critic.lora.r == 2 and cfg.sampling.stop_token_ids == (2,)
     with pytest.raises(C.ConfigError, match="lora: LoRA rank r must be >= 1"):
         C.config_from_dict({"lora": {"r": 0}})
+    with pytest.raises(C.ConfigError, match="critic.centralised was replaced by critic.mode.*mode: per_agent"):
+        C.config_from_dict({"critic": {"centralised": False}})
+    with pytest.raises(C.ConfigError, match="critic.mode must be one of"):
+        C.config_from_dict({"critic": {"mode": "global"}})
     with pytest.raises(C.ConfigError, match="sampling.temperature must be float"):
         C.config_from_dict({"sampling": {"temperature": "hot"}})
 

@@ -188,10 +188,15 @@ def test_recomputed_logprobs_match_rollout_when_nothing_moves(tmp_path, tiny, al
     # reproduce the sampling-time ones: ratio 1, approx-KL 0, nothing clipped.
     cfg = small_config(tmp_path, algorithm=algorithm, **{"schedule.num_updates": 1, "schedule.actor_lr": 0.0,
                                                           "schedule.critic_lr": 0.0, "sampling.temperature": 0.7,
-                                                          "sampling.recompute_logprobs": rescore})
+                                                          "sampling.recompute_logprobs": rescore,
+                                                          # a non-trivial critic and a tiny value clip: any
+                                                          # difference between the critic input valued at
+                                                          # collection and in the loss clips some values
+                                                          "critic": {"value_head_init_std": 0.5},
+                                                          "ppo.value_clip": 1e-3})
     metrics = train(cfg, model_and_tokenizer=tiny).history[0]
     assert abs(metrics["losses/approx_kl"]) < 1e-6 and metrics["losses/clipfrac"] == 0.0
-    assert metrics["losses/value_clipfrac"] == 0.0
+    assert metrics["losses/value_clipfrac"] == 0.0 and metrics["losses/value_loss"] > 0
 
 
 @pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
@@ -216,17 +221,183 @@ def test_learner_side_old_logprobs_give_ratio_exactly_one_in_bfloat16(tmp_path, 
 
 
 @pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
-def test_decentralised_critics_train_one_value_function_per_agent(tmp_path, tiny, algorithm):
+@pytest.mark.parametrize("mode", ["centralised", "per_agent", "local"])
+def test_every_critic_mode_trains_its_value_functions(tmp_path, tiny, algorithm, mode):
     from marft_agents.trainer import Trainer
 
-    cfg = small_config(tmp_path, algorithm=algorithm, **{"critic": {"centralised": False},
-                                                          "schedule.num_updates": 1})
+    cfg = small_config(tmp_path, algorithm=algorithm, **{"critic": {"mode": mode}, "schedule.num_updates": 1})
     trainer = Trainer(cfg, tiny)
-    names = ["critic_reasoner_0", "critic_actor_0"]
-    assert set(names) <= set(trainer.learner.optimizers)
+    names = ["critic_reasoner_0", "critic_actor_0"] if mode == "per_agent" else ["critic"]
+    assert set(trainer.policy.critic_adapters) == set(names) and set(names) <= set(trainer.learner.optimizers)
     before = {n: _snapshot(trainer.policy.adapter_parameters(n)) for n in names}
-    metrics = next(trainer.run())
+    rollout = trainer.collector.collect(2)
+    for d in rollout.decisions:  # the critic's input is recorded, as the mode says
+        if mode == "local":
+            assert d.critic_prompt_ids == d.prompt_ids and d.critic_prefix_len == d.prefix_len
+        else:
+            text = trainer.policy.tokenizer.decode(d.critic_prompt_ids)
+            assert "GLOBAL STATE" in text and f"NEXT TO ACT: {d.agent_id}" in text
+    metrics = trainer.learner.update(rollout, 0)
     assert metrics["losses/value_loss"] == metrics["losses/value_loss"]  # not NaN
     for n in names:
         assert any(not torch.equal(a, b) for a, b in zip(before[n], trainer.policy.adapter_parameters(n))), n
 
+
+# -- the engine: edge cases and reduction ----------------------------------------------------------
+def test_episode_without_decisions_is_skipped_by_both_learners():
+    rollout = _episode()
+    rollout.episodes.append(EpisodeRecord(0, "empty", decisions=[]))
+    for cls in (ActionLevelMAPPO, TokenLevelMAPPO):
+        assert len(_learner(cls).build_samples(rollout)) == 4
+
+
+def test_empty_utterance_reward_keeps_its_discount_at_token_level():
+    # step_discounted, gamma 0.5: decision 2 says nothing, so it is folded into decision 1; the
+    # returns of the kept decisions must be those of the full sequence.
+    rollout = _episode()
+    d = rollout.decisions
+    d[2].response_ids, d[2].logprobs, d[2].token_values = [], [], []
+    d[2].closes_round, d[2].team_reward = True, 0.4  # the empty utterance is paid 0.4
+    learner = _learner(TokenLevelMAPPO, gamma=0.5, lam=1.0, credit="step_discounted")
+    samples = learner.build_samples(rollout)
+    assert [s.agent_id for s in samples] == ["r", "a", "a"]
+    # full sequence: G3 = 1; G2 (empty) = 0.4 + 0.5 * 1 = 0.9; G1 = 0.5 * 0.9 = 0.45; G0 = 0.225
+    assert [float(s.returns[0]) for s in samples] == pytest.approx([0.225, 0.45, 1.0])
+
+
+def _policy_grads(learner, batch):
+    for p in learner.policy.trainable_parameters():
+        p.grad = None
+    learner._accumulate(batch, critic=False)
+    return {id(p): p.grad.detach().clone() for p in learner.policy.trainable_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
+def test_micro_batch_accumulation_equals_the_whole_minibatch_with_entropy_and_kl(tmp_path, tiny, algorithm):
+    from marft_agents.trainer import Trainer
+
+    cfg = small_config(tmp_path, algorithm=algorithm, **{
+        "ppo.entropy_coef": 0.1, "ppo.kl_coef": 0.2, "schedule.episodes_per_update": 3,
+        "sampling.max_new_tokens": 6})
+    trainer = Trainer(cfg, tiny)
+    learner, policy = trainer.learner, trainer.policy
+    torch.manual_seed(3)
+    for p in policy.trainable_parameters():  # move off the zero LoRA-B init so every factor has a gradient
+        p.data.add_(0.05 * torch.randn_like(p))
+    rollout = trainer.collector.collect(3)
+    policy.set_trainable(None, critic=True)
+    samples = learner.build_samples(rollout)
+    learner._attach_reference_logprobs(samples)
+    lengths = {len(s.response_ids) for s in samples}
+    assert len(samples) >= 4 and len(lengths) > 1  # unequal lengths: where per-micro-batch means go wrong
+    whole = _policy_grads(learner, samples)
+    learner.schedule.micro_batch_size = 1
+    split = _policy_grads(learner, samples)
+    assert whole.keys() == split.keys() and whole
+    num = sum(float((whole[k] - split[k]).norm() ** 2) for k in whole) ** 0.5
+    den = sum(float(whole[k].norm() ** 2) for k in whole) ** 0.5
+    assert den > 0 and num / den < 1e-5, num / den
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"sampling.top_p": 0.9}, "top_p"),
+    ({"sampling.top_k": 20}, "top_k"),
+    ({"lora": {"dropout": 0.1}}, "lora.dropout"),
+    ({"critic": {"lora": {"dropout": 0.05}}}, "critic.lora.dropout"),
+])
+def test_training_configs_reject_what_ppo_cannot_score(tmp_path, overrides, match):
+    from marft_agents.config import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        small_config(tmp_path, **overrides)
+    small_config(tmp_path, algorithm="eval_only", **overrides)  # evaluation may truncate / carry dropout
+
+
+# -- the update moves the right way, and only the scheduled adapters ------------------------------
+def _sequence_logprobs(policy, samples):
+    out = []
+    with torch.no_grad():
+        for s in samples:
+            stats = policy.token_logprobs(s.adapter, [s.prompt_ids], [s.response_ids], 1.0, with_entropy=False,
+                                          prefix_lens=[s.prefix_len])
+            out.append(float(stats.logprobs[0, : len(s.response_ids)].sum()))
+    return torch.tensor(out)
+
+
+@pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
+@pytest.mark.parametrize("mode", ["centralised", "per_agent", "local"])
+def test_one_update_on_fixed_advantages_raises_the_advantaged_log_probs(tmp_path, tiny, algorithm, mode):
+    from marft_agents.trainer import Trainer
+
+    cfg = small_config(tmp_path, algorithm=algorithm, **{
+        "critic": {"mode": mode}, "ppo.normalize_advantages": False, "schedule.episodes_per_update": 3,
+        "schedule.minibatch_size": 64, "schedule.actor_lr": 1e-3, "sampling.max_new_tokens": 5})
+    trainer = Trainer(cfg, tiny)
+    learner = trainer.learner
+    captured = []
+    original = learner.build_samples
+
+    def fixed_advantages(rollout):
+        samples = original(rollout)
+        for i, s in enumerate(samples):  # +1, -1, +1, ... whatever the critic said
+            s.advantages = torch.full_like(s.advantages, 1.0 if i % 2 == 0 else -1.0)
+        captured.extend(s for s in samples if s.response_ids)
+        return samples
+
+    learner.build_samples = fixed_advantages
+    rollout = trainer.collector.collect(3)
+    before = None
+
+    def snapshot_then(rollout_):
+        nonlocal before
+        samples = fixed_advantages(rollout_)
+        before = _sequence_logprobs(trainer.policy, captured)
+        return samples
+
+    learner.build_samples = snapshot_then
+    metrics = learner.update(rollout, 0)
+    assert metrics["ppo/policy_trained"] == 1.0 and metrics["guard/skipped_steps"] == 0
+    after = _sequence_logprobs(trainer.policy, captured)
+    signs = torch.tensor([float(s.advantages.reshape(-1)[0]) for s in captured])
+    assert (signs > 0).any() and (signs < 0).any()
+    moved = float((signs * (after - before)).sum())
+    assert moved > 0, f"advantage-weighted log-prob change {moved} should be positive"
+
+
+def _adapter_snapshot(policy):
+    return {name: _snapshot(policy.adapter_parameters(name)) for name in policy.adapter_names}
+
+
+def _changed(before, policy):
+    return {name for name, old in before.items()
+            if any(not torch.equal(a, b) for a, b in zip(old, policy.adapter_parameters(name)))}
+
+
+def test_agent_by_agent_rotation_trains_exactly_the_scheduled_adapter(tmp_path, tiny):
+    from marft_agents.trainer import Trainer
+
+    trio = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think."},
+                                       {"name": "actor", "system_prompt": "Act."},
+                                       {"name": "verifier", "system_prompt": "Check.", "graded": True}]}
+    cfg = small_config(tmp_path, **{"env.kwargs": {"profile": trio, "horizon": 1}, "schedule.num_updates": 4,
+                                    "ppo.agent_iteration_interval": 1, "schedule.checkpoint_interval": 0,
+                                    "critic": {"value_head_bias": 0.5}, "schedule.episodes_per_update": 3})
+    trainer = Trainer(cfg, tiny)
+    agents = ["reasoner_0", "actor_0", "verifier_0"]
+    runner = trainer.run()
+    for update in range(4):  # a full rotation, and back to the first agent
+        before = _adapter_snapshot(trainer.policy)
+        metrics = next(runner)
+        scheduled = agents[update % 3]
+        assert _changed(before, trainer.policy) == {f"policy_{scheduled}", "critic"}, update
+        assert [metrics[f"agent/{a}/trained"] for a in agents] == [float(a == scheduled) for a in agents]
+
+
+def test_an_agent_without_decisions_is_not_reported_as_trained(tmp_path, tiny):
+    from marft_agents.trainer import Trainer
+
+    trainer = Trainer(small_config(tmp_path, **{"schedule.num_updates": 1, "critic": {"value_head_bias": 0.5}}), tiny)
+    original = trainer.learner.build_samples
+    trainer.learner.build_samples = lambda rollout: [s for s in original(rollout) if s.agent_id != "actor_0"]
+    metrics = next(trainer.run())
+    assert metrics["agent/reasoner_0/trained"] == 1.0 and metrics["agent/actor_0/trained"] == 0.0

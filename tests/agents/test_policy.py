@@ -199,8 +199,8 @@ def test_critic_values_shapes_and_initial_value():
     assert values[1, 2:].eq(0).all() and values[1, 1] != 0  # row 1: one token + final state
 
 
-def test_decentralised_critics_and_no_critic():
-    policy = make_policy(critic=CriticConfig(centralised=False))
+def test_per_agent_critics_and_no_critic():
+    policy = make_policy(critic=CriticConfig(mode="per_agent"))
     assert policy.critic_adapters == ["critic_reasoner_0", "critic_actor_0"]
     p = prompts(policy, 2)
     with pytest.raises(ValueError, match="pass agent_id"):

@@ -137,8 +137,48 @@ def test_approx_kl_k3_and_reference_kl():
     assert close(pm.approx_kl(torch.tensor([0.3]), torch.tensor([0.3])), [0.0])
     x = torch.randn(1000)
     assert (pm.approx_kl(x, torch.zeros(1000)) >= 0).all()
-    # KL(cur || ref) with ref/cur = 2: 2 - 1 - log 2
-    assert close(pm.kl_to_reference(torch.tensor([0.0]), torch.tensor([math.log(2.0)])), [1 - math.log(2.0)])
+    # value estimate of KL(cur || ref) with ref/cur = 2: 2 - 1 - log 2
+    assert close(pm.kl_k3_estimate(torch.tensor([0.0]), torch.tensor([math.log(2.0)])), [1 - math.log(2.0)])
+    # the loss form: k2 = (log cur - log ref)^2 / 2
+    assert close(pm.kl_to_reference(torch.tensor([0.0]), torch.tensor([math.log(2.0)])), [0.5 * math.log(2.0) ** 2])
+
+
+def _expected_estimator_gradient(estimator, logits, ref_logp):
+    """Exact E_{x ~ pi}[grad estimator(log pi(x), log ref(x))] on a categorical: the samples
+    come from the policy as it is (detached weights), the estimator is differentiated."""
+    logp = torch.log_softmax(logits, -1)  # [V]
+    weights = logp.detach().exp()  # [V] sampling distribution, no gradient through it
+    (grad,) = torch.autograd.grad((weights * estimator(logp, ref_logp)).sum(), logits)
+    return grad
+
+
+def test_kl_to_reference_gradient_is_that_of_kl_policy_to_reference():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, generator=gen, dtype=torch.float64).requires_grad_(True)  # [V]
+    ref_logp = torch.log_softmax(torch.randn(5, generator=gen, dtype=torch.float64), -1)  # [V]
+    logp = torch.log_softmax(logits, -1)
+    forward_kl = (logp.exp() * (logp - ref_logp)).sum()  # KL(pi || ref), exactly
+    (exact,) = torch.autograd.grad(forward_kl, logits)
+    estimated = _expected_estimator_gradient(pm.kl_to_reference, logits, ref_logp)
+    assert torch.allclose(estimated, exact, atol=1e-12), (estimated, exact)
+    # The k3 value estimate differentiated as a loss has the gradient of the reverse KL(ref || pi):
+    # the reason it is not the loss.
+    reverse_kl = (ref_logp.exp() * (ref_logp - torch.log_softmax(logits, -1))).sum()
+    (reverse,) = torch.autograd.grad(reverse_kl, logits)
+    k3 = _expected_estimator_gradient(pm.kl_k3_estimate, logits, ref_logp)
+    assert torch.allclose(k3, reverse, atol=1e-12) and not torch.allclose(k3, exact, atol=1e-3)
+    # and its value is unbiased for KL(pi || ref)
+    value = (logp.detach().exp() * pm.kl_k3_estimate(logp.detach(), ref_logp)).sum()
+    assert torch.allclose(value, forward_kl.detach())
+
+
+def test_clipped_surrogate_and_value_elements_are_unreduced():
+    logp = torch.log(torch.tensor([[1.5, 0.5], [1.0, 1.0]]))
+    loss, clipped = pm.clipped_surrogate(logp, torch.zeros(2, 2), torch.tensor([[1.0, -1.0], [2.0, -2.0]]), 0.2)
+    assert loss.shape == (2, 2) and close(loss, [[-1.2, 0.8], [-2.0, 2.0]])
+    assert clipped.tolist() == [[True, True], [False, False]]
+    v, vc = pm.value_loss_elements(torch.tensor([1.0, 0.0]), torch.zeros(2), torch.tensor([2.0, 0.5]), 0.2, None)
+    assert close(v, [0.5 * 1.8 ** 2, 0.5 * 0.5 ** 2]) and vc.tolist() == [True, False]
 
 
 def test_entropy_from_logits_uniform():

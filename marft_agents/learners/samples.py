@@ -1,0 +1,95 @@
+"""What a PPO-style learner trains on: one :class:`Sample` per decision, and the units
+(:class:`PolicyUnits`) at which a learner forms its ratio. See ``learners/base.py`` for the engine
+that consumes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from marft_agents.rollout import Decision
+
+
+@dataclass
+class Sample:
+    """Training targets of one decision."""
+
+    agent_id: str
+    adapter: str
+    """The policy adapter that acted."""
+    critic: str
+    """The critic adapter that values this decision's states (``policy.critic_for(agent_id)``)."""
+    prompt_ids: list[int]
+    response_ids: list[int]
+    old_logprobs: torch.Tensor
+    """``[L]`` sampling-time log-probs of the response tokens."""
+    old_values: torch.Tensor
+    """``[]`` (action level) or ``[L]`` (token level) critic values at collection time."""
+    advantages: torch.Tensor
+    """Same shape as ``old_values``."""
+    returns: torch.Tensor
+    """Same shape as ``old_values``; the critic's regression target."""
+    ref_logprobs: torch.Tensor | None = None
+    """``[L]`` log-probs under the reference model (adapters disabled), when a KL term is used."""
+    prefix_len: int = 0
+    """Leading prompt tokens shared with other rows, as sampled (``Decision.prefix_len``)."""
+    critic_prompt_ids: list[int] | None = None
+    """The critic's input at this decision (``Decision.critic_prompt_ids``); None = ``prompt_ids``."""
+    critic_prefix_len: int = 0
+    """Shared-prefix length of ``critic_prompt_ids`` as valued at collection time."""
+
+    @property
+    def critic_input(self) -> tuple[list[int], int]:
+        """``(ids, prefix_len)`` the critic scores for this decision."""
+        if self.critic_prompt_ids is None:
+            return self.prompt_ids, self.prefix_len
+        return self.critic_prompt_ids, self.critic_prefix_len
+
+
+def sample_from_decision(decision: Decision, critic: str, old_values: torch.Tensor,
+                         advantages: torch.Tensor, returns: torch.Tensor) -> Sample:
+    """A :class:`Sample` carrying ``decision``'s ids, old log-probs and critic input."""
+    return Sample(
+        agent_id=decision.agent_id, adapter=decision.adapter, critic=critic,
+        prompt_ids=decision.prompt_ids, response_ids=decision.response_ids, prefix_len=decision.prefix_len,
+        old_logprobs=torch.tensor(decision.logprobs, dtype=torch.float32),  # [L]
+        old_values=old_values, advantages=advantages, returns=returns,
+        critic_prompt_ids=decision.critic_prompt_ids, critic_prefix_len=decision.critic_prefix_len,
+    )
+
+
+@dataclass
+class PolicyUnits:
+    """The units at which a learner forms its PPO ratio, for one micro-batch.
+
+    All tensors share one shape: ``[B]`` (one unit per decision) or ``[B, T]`` (per token).
+    """
+
+    logprobs: torch.Tensor
+    """Current log-prob of each unit (with grad)."""
+    old_logprobs: torch.Tensor
+    """Log-prob of each unit when it was sampled (or rescored)."""
+    advantages: torch.Tensor
+    mask: torch.Tensor | None = None
+    """1 on real units, 0 on padding; None = every entry is a unit."""
+    weights: torch.Tensor | None = None
+    """Per-unit weight in the minibatch sum (None = 1); see ``BaseLearner.units``."""
+
+
+def pad_stack(rows: Sequence[torch.Tensor], length: int, value: float = 0.0) -> torch.Tensor:
+    """Right-pad 1-D tensors to ``length`` and stack them -> ``[B, length]``."""
+    out = torch.full((len(rows), length), value, dtype=torch.float32)
+    for b, row in enumerate(rows):
+        out[b, : row.numel()] = row.float()
+    return out
+
+
+def response_mask(samples: Sequence[Sample], length: int) -> torch.Tensor:
+    """``[B, length]`` 1 on the response tokens of each sample."""
+    mask = torch.zeros((len(samples), length), dtype=torch.float32)
+    for b, s in enumerate(samples):
+        mask[b, : len(s.response_ids)] = 1.0
+    return mask
