@@ -403,6 +403,11 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        options = [option for option in args if option is not type(None)]
+        if len(options) == 1 and dataclasses.is_dataclass(options[0]) and isinstance(value, dict):
+            # ``Section | None`` given a mapping: the section's own error (an unknown key, a
+            # migrated key) says more than "Section or null"
+            return _convert(options[0], value, where)
         for option in args:
             if option is type(None):
                 continue
