@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import textwrap
 import types
@@ -32,13 +33,18 @@ from typing import Any, Literal
 
 import yaml
 
-from marft_agents.models import ModelConfig
+from marft_agents.models import DTYPE_NAMES, ModelConfig
 from marft_agents.policy import CriticConfig, LoraSpec, SamplingConfig
 
 
 class ConfigError(ValueError):
     """A configuration value or key is invalid; the message says where and how to fix it."""
 
+
+# Common shorthands of dtype names, for the "did you mean" of a dtype error (not accepted as is:
+# a config says what it runs in one spelling).
+_DTYPE_SHORTHANDS = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16",
+                     "fp32": "float32", "f32": "float32", "float": "float32"}
 
 ALGORITHMS = ("mappo_action", "mappo_token", "ppo", "ppo_token", "eval_only")
 
@@ -226,6 +232,16 @@ class TrainConfig:
                 "ppo.agent_iteration_interval > 0 (agent-by-agent training) needs one adapter per agent; "
                 "set shared_adapter: false or agent_iteration_interval: 0"
             )
+        for name in ("actor_lr", "critic_lr"):
+            if not getattr(s, name) > 0:  # also rejects NaN
+                raise ConfigError(f"schedule.{name} must be > 0, got {getattr(s, name)} (e.g. 5e-5)")
+        if s.weight_decay < 0:
+            raise ConfigError(f"schedule.weight_decay must be >= 0, got {s.weight_decay}")
+        if self.model.dtype not in DTYPE_NAMES:
+            close = ([_DTYPE_SHORTHANDS[self.model.dtype.lower()]] if self.model.dtype.lower() in _DTYPE_SHORTHANDS
+                     else difflib.get_close_matches(self.model.dtype, DTYPE_NAMES, n=1, cutoff=0.5))
+            raise ConfigError(f"model.dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.model.dtype!r}"
+                              + (f"; did you mean {close[0]!r}?" if close else ""))
         if self.sampling.temperature <= 0:
             raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
                               f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
@@ -244,7 +260,17 @@ def load_config(source: str | Path | dict[str, Any], overrides: dict[str, Any] |
         path = Path(source)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigError(f"{path} is not valid YAML{where}: {problem}; fix the file "
+                              "(check indentation, colons and brackets)") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a mapping of config sections (algorithm:, env:, ...), "
+                              f"got a {type(data).__name__}")
     data = _deep_copy(data)
     for dotted, value in (overrides or {}).items():
         node = data
@@ -255,6 +281,77 @@ def load_config(source: str | Path | dict[str, Any], overrides: dict[str, Any] |
                 raise ConfigError(f"cannot override {dotted!r}: {key!r} is not a section")
         node[last] = value
     return config_from_dict(data)
+
+
+def check_env_config(cfg: TrainConfig) -> list[str]:
+    """Build the configured env once (and its evaluation variant) and return its agent ids.
+
+    Catches what only the env can judge (an unknown kwarg such as ``levle``, ``level: 99``,
+    ``horizon: 0``, a missing profile) as a :class:`ConfigError` before a model is loaded, and
+    checks that a single-agent algorithm gets a one-role profile. Costs one env construction.
+    """
+    import marft_envs
+    from marft_agents.learners import SINGLE_AGENT
+
+    variants = [("env.kwargs", dict(cfg.env.kwargs))]
+    if cfg.eval.env_kwargs:
+        variants.append(("eval.env_kwargs", {**cfg.env.kwargs, **cfg.eval.env_kwargs}))
+    agent_ids: list[str] = []
+    for where, kwargs in variants:
+        env = _make_env(cfg.env.id, kwargs, where)
+        agent_ids = agent_ids or list(env.possible_agents)
+        env.close()
+    if cfg.algorithm in SINGLE_AGENT and len(agent_ids) != 1:
+        raise ConfigError(f"algorithm {cfg.algorithm!r} is single-agent PPO but {cfg.env.id} with env.kwargs "
+                          f"{cfg.env.kwargs} has {len(agent_ids)} agents {agent_ids}; set env.kwargs.profile "
+                          "to a one-role profile (e.g. solo) or algorithm: mappo_action / mappo_token")
+    return agent_ids
+
+
+def _make_env(env_id: str, kwargs: dict[str, Any], where: str) -> Any:
+    import marft_envs
+
+    if env_id not in marft_envs.list_envs():
+        close = difflib.get_close_matches(env_id, marft_envs.list_envs(), n=1)
+        raise ConfigError(f"env.id {env_id!r} is not a registered env" + (f"; did you mean {close[0]!r}?" if close
+                          else f"; registered: {', '.join(marft_envs.list_envs())}"))
+    try:
+        return marft_envs.make(env_id, **kwargs)
+    except TypeError as err:
+        if "unexpected keyword argument" not in str(err):
+            raise  # a bug inside the env, not a bad kwarg
+        bad = str(err).rsplit("argument", 1)[-1].strip(" '\"")
+        accepted = _env_parameters(env_id)
+        close = difflib.get_close_matches(bad, accepted, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"{where}: {env_id} takes no argument {bad!r}; {hint}"
+                          f"it accepts: {', '.join(accepted)}") from None
+    except (ValueError, KeyError, LookupError, OSError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        raise ConfigError(f"{where} {kwargs} rejected by {env_id}: {message}") from None
+
+
+def _env_parameters(env_id: str) -> list[str]:
+    """Keyword arguments the env's class accepts, following ``**kwargs`` up its base classes."""
+    import importlib
+
+    import pettingzoo
+
+    entry = pettingzoo.spec("aec", env_id).entry_point
+    if isinstance(entry, str):
+        module, _, name = entry.partition(":")
+        entry = getattr(importlib.import_module(module), name)
+    names: list[str] = []
+    for klass in (entry.__mro__ if isinstance(entry, type) else [entry]):
+        init = klass.__init__ if isinstance(klass, type) else klass
+        if isinstance(klass, type) and "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(init).parameters.values()
+        names += [p.name for p in params if p.name != "self"
+                  and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
@@ -354,6 +451,13 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         val_type = args[1] if len(args) == 2 else Any
         return {k: _convert(val_type, v, f"{where}.{k}") for k, v in value.items()}
     if tp is float:
+        if isinstance(value, str):
+            # YAML 1.1 (PyYAML) reads 5e-4 (no dot in the mantissa) as a string; researchers
+            # write learning rates like that, so a string that parses as a float is one.
+            try:
+                return float(value.strip())
+            except ValueError:
+                raise _type_error(tp, value, where) from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(tp, value, where)
         return float(value)
@@ -384,3 +488,21 @@ def field_docs(cls: type) -> dict[str, str]:
                 and isinstance(following.value.value, str)):
             docs[node.target.id] = inspect.cleandoc(following.value.value)
     return docs
+
+
+def describe_config(cfg: Any = None, where: str = "") -> list[tuple[str, str, Any, str]]:
+    """``(dotted key, type, value, docstring)`` of every field, sections flattened, in order.
+
+    ``cfg`` defaults to ``TrainConfig()``, so the values are the defaults (``marft config --show``).
+    """
+    cfg = TrainConfig() if cfg is None else cfg
+    hints = typing.get_type_hints(type(cfg), localns=_ANNOTATION_TYPES)
+    docs = field_docs(type(cfg))
+    rows: list[tuple[str, str, Any, str]] = []
+    for f in dataclasses.fields(cfg):
+        value, key = getattr(cfg, f.name), _join(where, f.name)
+        if dataclasses.is_dataclass(value):
+            rows += describe_config(value, key)
+        else:
+            rows.append((key, _type_name(hints[f.name]), value, docs.get(f.name, "")))
+    return rows
