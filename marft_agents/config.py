@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import yaml
 
-from marft_agents.models import DTYPE_NAMES, ModelConfig
+from marft_agents.models import DTYPE_NAMES, ModelConfig, alias_typo
 from marft_agents.policy import CriticConfig, LoraSpec, SamplingConfig
 
 
@@ -237,6 +237,10 @@ class TrainConfig:
                 raise ConfigError(f"schedule.{name} must be > 0, got {getattr(s, name)} (e.g. 5e-5)")
         if s.weight_decay < 0:
             raise ConfigError(f"schedule.weight_decay must be >= 0, got {s.weight_decay}")
+        typo_of = alias_typo(self.model.name_or_path)
+        if typo_of:
+            raise ConfigError(f"model.name_or_path {self.model.name_or_path!r} is no model alias, folder or Hub id; "
+                              f"did you mean {typo_of!r}?")
         if self.model.dtype not in DTYPE_NAMES:
             close = ([_DTYPE_SHORTHANDS[self.model.dtype.lower()]] if self.model.dtype.lower() in _DTYPE_SHORTHANDS
                      else difflib.get_close_matches(self.model.dtype, DTYPE_NAMES, n=1, cutoff=0.5))

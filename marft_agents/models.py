@@ -22,7 +22,6 @@ model and a byte-level tokenizer with a chat template, entirely offline, for uni
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import difflib
 import importlib.util
@@ -31,11 +30,12 @@ import os
 import shutil
 import socket
 import tempfile
-from urllib.parse import urlparse
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 from transformers import (
@@ -210,12 +210,23 @@ def _source_folder(cfg: ModelConfig) -> str:
             f"model folder {name!r} does not exist. Give an existing local folder, a Hugging "
             f"Face Hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct', or one of the "
             f"aliases {sorted(PACKAGED_GGUF)}")
-    close = difflib.get_close_matches(name.lower(), list(PACKAGED_GGUF), n=1, cutoff=0.8)
-    if close and "/" not in name:
-        # No Hub model is named like our alias without an owner: a typo, not a Hub id.
-        raise ModelNotFoundError(f"unknown model {name!r}: did you mean the alias {close[0]!r}? (aliases: "
+    close = alias_typo(name)
+    if close:
+        raise ModelNotFoundError(f"unknown model {name!r}: did you mean the alias {close!r}? (aliases: "
                                  f"{', '.join(sorted(PACKAGED_GGUF))}; or a local folder or Hub id)")
     return name
+
+
+def alias_typo(name: str) -> str | None:
+    """The alias that ``name`` is a near miss of (``smollm2-135m-instrct``), else None.
+
+    Only names without an owner part count: no Hub model is named like an alias without one, and
+    an existing local folder of that name is taken as meant.
+    """
+    if name in PACKAGED_GGUF or "/" in name or Path(name).expanduser().exists():
+        return None
+    close = difflib.get_close_matches(name.lower(), list(PACKAGED_GGUF), n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def hub_offline() -> bool:
@@ -231,20 +242,23 @@ def hub_offline() -> bool:
 def _reachable(host: str, port: int, timeout_s: float) -> bool:
     """Whether a TCP connection to ``host:port`` opens within ``timeout_s`` in total.
 
-    The name lookup runs in a worker thread because ``getaddrinfo`` ignores socket timeouts (a
-    resolver without a route can block for many seconds); the worker is abandoned if it is late.
+    The attempt runs in a daemon thread because the name lookup (``getaddrinfo``) ignores socket
+    timeouts: a resolver without a route can block for many seconds. A late attempt is abandoned
+    (a daemon thread does not hold up the interpreter's exit).
     """
-    def connect() -> bool:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
+    opened = threading.Event()
 
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    try:
-        return pool.submit(connect).result(timeout=timeout_s)
-    except (OSError, concurrent.futures.TimeoutError):
-        return False
-    finally:
-        pool.shutdown(wait=False)
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                opened.set()
+        except OSError:
+            pass
+
+    worker = threading.Thread(target=connect, name="marft-hub-probe", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    return opened.is_set()
 
 
 @contextlib.contextmanager
