@@ -72,7 +72,8 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 
 def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None):
     """The validated config of ``args`` and its env's agent ids (before any model is loaded)."""
-    from marft_agents.config import check_env_config, load_config
+    from marft_agents.config import load_config
+    from marft_agents.env_check import check_env_config
 
     cfg = load_config(args.config, {**_overrides(args.set), **(extra or {})})
     return cfg, check_env_config(cfg)
@@ -227,8 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_noisy_loggers() -> None:
-    # bm25s (WebShop's search) logs routine index building at INFO/DEBUG.
-    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    # bm25s (WebShop's search) sets its logger to DEBUG when imported, after this runs, and logs
+    # routine index building: a filter (which its setLevel does not undo) keeps warnings only.
+    logging.getLogger("bm25s").addFilter(_warnings_and_worse)
+
+
+def _warnings_and_worse(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,7 +50,8 @@ from marft_agents.checkpoint import (
     save_best_adapters,
     save_checkpoint,
 )
-from marft_agents.config import TrainConfig, check_env_config, config_to_dict
+from marft_agents.config import TrainConfig, config_to_dict
+from marft_agents.env_check import check_env_config
 from marft_agents.evaluation import EvalResult, evaluate
 from marft_agents.learners import make_learner
 from marft_agents.rollout import RolloutCollector, rollout_metrics

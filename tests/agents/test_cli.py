@@ -92,3 +92,17 @@ def test_eval_of_missing_best_says_why(tmp_path, tiny_loader, capsys):
     assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard"]) == 0
     assert main(["eval", "--config", str(path), "--checkpoint", "best"]) == 2
     assert "kept no best adapters" in capsys.readouterr().err
+
+
+def test_bm25s_routine_logging_is_silenced(capsys, caplog):
+    import logging
+
+    pytest.importorskip("bm25s")
+    assert main(["envs"]) == 0  # the CLI's logging set-up ran
+    import bm25s  # noqa: F401  (sets its logger to DEBUG on import)
+
+    with caplog.at_level(logging.DEBUG):
+        logging.getLogger("bm25s").debug("Building index from IDs")
+        logging.getLogger("bm25s").info("The query is empty.")
+        logging.getLogger("bm25s").warning("a real problem")
+    assert [r.getMessage() for r in caplog.records if r.name == "bm25s"] == ["a real problem"]

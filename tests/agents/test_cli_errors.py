@@ -61,7 +61,7 @@ def _one_line_error(capsys, code: int, *expected: str) -> str:
     ({"env__kwargs__level": 99}, ["unknown arithmetic level 99"]),
     ({"env__kwargs__horizon": 0}, ["horizon must be a positive int"]),
     ({"model__dtype": "bf16"}, ["model.dtype", "did you mean 'bfloat16'"]),
-    ({"schedule__actor_lr": -1e-4}, ["schedule.actor_lr must be > 0"]),
+    ({"schedule__actor_lr": -1e-4}, ["schedule.actor_lr must be >= 0"]),
     ({"algorithm": "ppo", "env__kwargs__profile": "trio"}, ["single-agent", "3 agents", "profile"]),
     ({"eval__env_kwargs": {"split": "validation"}}, ["eval.env_kwargs"]),
 ])
