@@ -8,8 +8,10 @@ TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.marft-installed
 DEMO_CONFIG ?= baselines/configs/demo.yaml
 PYTEST_ARGS ?=
+# `make demo RESUME=1` continues the run in runs/demo instead of refusing to overwrite it.
+RESUME ?=
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup demo test test-all bench clean clean-runs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: setup
-	$(BIN)/marft train --config $(DEMO_CONFIG)
+	$(BIN)/marft train --config $(DEMO_CONFIG) $(if $(RESUME),--resume)
 
 test: setup
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
@@ -33,6 +35,10 @@ test-all: setup
 
 bench: setup
 	for script in benchmarks/[!_]*.py; do $(BIN)/python $$script || exit 1; done
+
+# Deletes every run (checkpoints, metrics, plots) but keeps the installed .venv.
+clean-runs:
+	rm -rf runs
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -35,6 +35,8 @@ import numpy as np
 import torch
 import yaml
 
+from marft_agents.files import make_ordinary
+
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
 """``<output_dir>/best/``: adapters of the best evaluation so far (``eval.keep_best``)."""
@@ -75,6 +77,11 @@ def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     return [p for _, p in sorted(found) if (p / "state.pt").is_file() and (p / "adapters.pt").is_file()]
 
 
+def checkpoint_name(update: int) -> str:
+    """Folder name of the checkpoint written after ``update`` updates."""
+    return f"update_{update:06d}"
+
+
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     """The most recent complete checkpoint, or None."""
     found = list_checkpoints(output_dir)
@@ -100,6 +107,7 @@ def _write_folder(target: Path, files: dict[str, Callable[[Any], Any]]) -> None:
     """
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
+        make_ordinary(tmp)  # mkdtemp's folder is private (0700); a checkpoint is an ordinary one
         for name, writer in files.items():
             _write_file(tmp / name, writer)
         _move_into_place(tmp, target)
@@ -144,7 +152,7 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):  # leftovers of a crashed save
         shutil.rmtree(stale, ignore_errors=True)
-    target = root / f"update_{update:06d}"
+    target = root / checkpoint_name(update)
     files = {"adapters.pt": lambda f: torch.save(adapters, f), "state.pt": lambda f: torch.save(state, f)}
     if config is not None:
         text = yaml.safe_dump(config, sort_keys=False)

@@ -1,12 +1,17 @@
-"""The ``marft`` command: ``marft train``, ``marft eval``, ``marft envs``, ``marft bench``.
+"""The ``marft`` command: ``marft train``, ``marft eval``, ``marft envs``, ``marft config``, ``marft bench``.
 
-``marft train --config run.yaml`` trains as configured (see ``marft_agents/config.py``), logging
-every update to ``<output_dir>/metrics.{jsonl,csv}`` and TensorBoard, with a progress bar. By
-default the untrained policy is evaluated first (logged at step 0) so the learning curve starts
-from the baseline; at the end it writes ``learning_curve.png`` and ``summary.json``.
-``--resume`` continues from the latest checkpoint in ``output_dir`` (re-running a finished run
-with ``--resume`` just re-evaluates and re-plots). ``--set section.key=value`` overrides any
-config field (the value is parsed as YAML: ``--set schedule.num_updates=5``).
+``marft train --config run.yaml`` trains as configured (see ``marft_agents/config.py``) inside the
+run protocol of :mod:`marft_agents.protocol`: the untrained policy is evaluated first (logged at
+step 0), every update is logged to ``<output_dir>/metrics.{jsonl,csv}`` and TensorBoard with a
+progress bar, and the run ends with ``learning_curve.png`` and ``summary.json``. ``--resume``
+continues from the latest checkpoint in ``output_dir`` (re-running a finished run with
+``--resume`` just re-evaluates and re-plots). SIGINT (Ctrl-C) or SIGTERM stop after the current
+update with a checkpoint (exit status 128 + the signal number). ``--set section.key=value``
+overrides any config field (the value is parsed as YAML: ``--set schedule.num_updates=5``).
+
+A mistake of the user (a bad config value, a missing file, a bad flag) prints one line saying
+what was expected and how to fix it, with exit status 2; a traceback means a bug, and
+``marft --debug ...`` shows the traceback of user errors too.
 """
 
 from __future__ import annotations
@@ -15,121 +20,120 @@ import argparse
 import json
 import logging
 import sys
-import time
+import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
+
+from marft_agents.config import ConfigError
+
+USER_ERROR_EXIT = 2
+
+
+class UsageError(Exception):
+    """A command-line mistake; the message says how to fix it."""
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (UsageError, ConfigError, FileNotFoundError, FileExistsError)
+"""Exceptions that mean "the user asked for something that cannot be done": one line, exit 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line errors (``marft eval: error: ...; see marft eval --help``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USER_ERROR_EXIT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:
     out = {}
     for pair in pairs:
         if "=" not in pair:
-            raise SystemExit(f"--set expects section.key=value (e.g. schedule.num_updates=5), got {pair!r}")
+            raise UsageError(f"--set expects section.key=value (e.g. schedule.num_updates=5), got {pair!r}")
         key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise UsageError(f"--set {pair!r}: the value is not valid YAML; quote it, e.g. "
+                             f"--set '{key.strip()}=\"{value}\"'") from None
     return out
 
 
-def _eval_dict(result) -> dict[str, Any]:
-    return {"accuracy": result.accuracy, "stderr": result.stderr, "n": result.n, "distinct": result.distinct,
-            "mean_reward": result.mean_reward}
+def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None):
+    """The validated config of ``args`` and its env's agent ids (before any model is loaded)."""
+    from marft_agents.config import load_config
+    from marft_agents.env_check import check_env_config
 
-
-def _describe(result) -> str:
-    repeats = f", {result.distinct} distinct" if result.distinct and result.distinct < result.n else ""
-    return f"accuracy {result.accuracy:.3f} +- {result.stderr:.3f} (n={result.n}{repeats})"
+    cfg = load_config(args.config, {**_overrides(args.set), **(extra or {})})
+    return cfg, check_env_config(cfg)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    from marft_agents.protocol import run_protocol
+    from marft_agents.trainer import prepare_trainer
 
-    from marft_agents.checkpoint import BEST_DIR
-    from marft_agents.config import load_config
-    from marft_agents.metrics import MetricsLogger, read_metrics
-    from marft_agents.plotting import plot_learning_curve
-    from marft_agents.trainer import _prepare
+    cfg, _ = _load(args, {"output_dir": args.output_dir} if args.output_dir else None)
+    trainer = prepare_trainer(cfg, args.resume, None)  # refuses a used output_dir before loading the model
+    outcome = run_protocol(trainer, resume=args.resume, eval_before=args.eval_before,
+                           tensorboard=not args.no_tensorboard, progress=not args.quiet,
+                           config_source=str(args.config), say=print)
+    if outcome.stopped_by is not None:
+        import signal
 
-    overrides = _overrides(args.set)
-    if args.output_dir:
-        overrides["output_dir"] = args.output_dir
-    cfg = load_config(args.config, overrides)
-    out = Path(cfg.output_dir)
-    started = time.perf_counter()
-    trainer = _prepare(cfg, args.resume, None)
-    logger = MetricsLogger(out, tensorboard=not args.no_tensorboard)
-    summary_path = out / "summary.json"
-    summary = json.loads(summary_path.read_text()) if args.resume and summary_path.exists() else {}
-    if args.resume and "eval_before" not in summary and (out / "metrics.jsonl").exists():
-        # A run killed before writing summary.json still logged its baseline at step 0.
-        first = next((r for r in read_metrics(out / "metrics.jsonl") if r["step"] == 0 and "eval/accuracy" in r), None)
-        if first:
-            summary["eval_before"] = {"accuracy": first["eval/accuracy"], "stderr": first["eval/stderr"],
-                                      "n": int(first["eval/n"]), "mean_reward": first.get("eval/mean_reward")}
-    if args.eval_before and trainer.counters["update"] == 0 and "eval_before" not in summary:
-        result = trainer.evaluate()
-        trainer.keep_if_best(result)  # if training never beats the base model, best/ is the base
-        summary["eval_before"] = _eval_dict(result)
-        logger.log(0, {"eval/accuracy": result.accuracy, "eval/stderr": result.stderr, "eval/n": result.n,
-                       "eval/mean_reward": result.mean_reward})
-        summary_path.write_text(json.dumps(summary, indent=2))  # survives a crash mid-training
-        print(f"eval before training: {_describe(result)}")
-    bar = tqdm(total=cfg.schedule.num_updates, initial=trainer.counters["update"], desc="updates",
-               disable=args.quiet, dynamic_ncols=True)
-    for metrics in trainer.run():
-        logger.log(trainer.counters["update"], metrics)
-        shown = {"reward": metrics.get("rollout/reward_mean"), "kl": metrics.get("losses/approx_kl"),
-                 "eval": metrics.get("eval/accuracy")}
-        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, float)})
-        bar.update(1)
-    bar.close()
-    final = trainer.final_eval or (trainer.evaluate() if cfg.eval.at_end else None)
-    if final is not None:
-        summary["eval_after"] = _eval_dict(final)
-        print(f"eval after {trainer.counters['update']} updates: {_describe(final)}")
-    if trainer.best_eval is not None:
-        summary["eval_best"] = trainer.best_eval
-        print(f"best evaluation: accuracy {trainer.best_eval['accuracy']:.3f} after update "
-              f"{trainer.best_eval['update']} (adapters in {out / BEST_DIR})")
-    summary.update({"counters": trainer.counters, "config": str(args.config),
-                    "wall_clock_s_this_call": round(time.perf_counter() - started, 1),
-                    "last_checkpoint": str(trainer.last_checkpoint) if trainer.last_checkpoint else None})
-    summary_path.write_text(json.dumps(summary, indent=2))
-    logger.close()
-    png = plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png",
-                              title=f"{cfg.algorithm} on {cfg.env.id}")
-    if png:
-        print(f"learning curve: {png}")
-    print(f"metrics: {out / 'metrics.csv'}  summary: {summary_path}")
+        return 128 + int(signal.Signals[outcome.stopped_by])
     return 0
 
 
+def _eval_checkpoint(cfg: Any, choice: str) -> Path | None:
+    """The adapters folder ``--checkpoint`` names (None: the untrained policy), checked to exist."""
+    from marft_agents.checkpoint import BEST_DIR, latest_checkpoint
+
+    if choice == "none":
+        return None
+    if choice == "latest":
+        found = latest_checkpoint(cfg.output_dir)
+        if found is None:
+            raise UsageError(f"no checkpoint in {cfg.output_dir} (output_dir of the config) to evaluate; train "
+                             "first, pass --checkpoint PATH, or --checkpoint none for the untrained policy")
+        return found
+    if choice == "best":
+        found = Path(cfg.output_dir) / BEST_DIR
+        if not (found / "adapters.pt").is_file():
+            raise UsageError(f"no {found}/adapters.pt: the run kept no best adapters (eval.keep_best off, or no "
+                             "evaluation ran); pass --checkpoint latest or a folder")
+        return found
+    path = Path(choice)
+    usable = (path / "adapters.pt").is_file() or path.is_file() or latest_checkpoint(path) is not None
+    if not usable:
+        raise UsageError(f"--checkpoint {choice!r} is neither a checkpoint folder (with adapters.pt), an "
+                         "adapters file, a run folder with checkpoints, nor latest / best / none")
+    return path
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    from marft_agents.checkpoint import BEST_DIR, latest_checkpoint, load_adapters
-    from marft_agents.config import load_config
+    from marft_agents.checkpoint import load_adapters
     from marft_agents.evaluation import evaluate
     from marft_agents.models import load_model_and_tokenizer
+    from marft_agents.protocol import describe, eval_dict
     from marft_agents.trainer import build_policy
 
-    import marft_envs
-
-    cfg = load_config(args.config, _overrides(args.set))
+    cfg, agent_ids = _load(args)
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
-    agent_ids = list(marft_envs.make(cfg.env.id, **env_kwargs).possible_agents)
+    checkpoint = _eval_checkpoint(cfg, args.checkpoint)  # before the (slow) model load
     model, tokenizer = load_model_and_tokenizer(cfg.model)
     policy = build_policy(cfg, model, tokenizer, agent_ids)
-    checkpoint = args.checkpoint
-    if checkpoint == "latest":
-        checkpoint = latest_checkpoint(cfg.output_dir)
-        if checkpoint is None:
-            raise SystemExit(f"no checkpoint in {cfg.output_dir}; pass --checkpoint PATH or --checkpoint none")
-    elif checkpoint == "best":
-        checkpoint = Path(cfg.output_dir) / BEST_DIR
-        if not (checkpoint / "adapters.pt").is_file():
-            raise SystemExit(f"no {checkpoint}/adapters.pt: the run kept no best adapters (eval.keep_best "
-                             "off, or no evaluation ran); pass --checkpoint latest or a folder")
-    if checkpoint not in (None, "none"):
+    if checkpoint is not None:
         policy.load_adapter_state_dict(load_adapters(checkpoint))
         print(f"loaded adapters from {checkpoint}")
     else:
@@ -137,18 +141,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     modes = [True] + ([False] if args.sampled else [])
     report = {}
     for greedy in modes:
+        name = "greedy" if greedy else "sampled"
         result = evaluate(policy, cfg.env.id, env_kwargs, n_problems=args.n or cfg.eval.n_problems,
                           greedy=greedy, seed=cfg.eval.seed if args.seed is None else args.seed,
-                          sampling=cfg.sampling, num_envs=cfg.eval.num_envs)
-        name = "greedy" if greedy else "sampled"
-        report[name] = _eval_dict(result)
+                          sampling=cfg.sampling, num_envs=cfg.eval.num_envs,
+                          progress=None if args.quiet else f"{name} eval")
+        report[name] = eval_dict(result)
         if args.transcripts:
             path = Path(args.transcripts)
             path = path if len(modes) == 1 else path.with_name(f"{path.stem}.{name}{path.suffix}")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("".join(json.dumps(task) + "\n" for task in result.per_task), encoding="utf-8")
             print(f"{name:>7}: transcripts of every problem in {path}")
-        print(f"{name:>7}: {_describe(result)}, mean reward {result.mean_reward:.3f}")
+        print(f"{name:>7}: {describe(result)}, mean reward {result.mean_reward:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
@@ -166,10 +171,37 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    from marft_agents.config import describe_config, load_config
+
+    cfg = load_config(args.config, _overrides(args.set)) if args.config else None
+    column = "value" if cfg is not None else "default"
+    for key, type_name, value, doc in describe_config(cfg):
+        print(f"{key}: {type_name} ({column}: {json.dumps(value, default=str)})")
+        if args.show and doc:
+            print(textwrap.indent(textwrap.fill(" ".join(doc.split()), width=96), "    "))
+    return 0
+
+
+def _add_debug(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` on a subcommand too (``marft train --debug`` as well as ``marft --debug train``)."""
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of user errors (a traceback without it means a bug)")
+
+
+def add_subcommand(sub: Any, name: str, func: Any, **kwargs: Any) -> argparse.ArgumentParser:
+    """Add a subcommand that runs ``func(args)`` (returning the exit status), with ``--debug``."""
+    parser = sub.add_parser(name, **kwargs)
+    _add_debug(parser)
+    parser.set_defaults(func=func)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="marft", description="Multi-agent reinforcement fine-tuning of LLM agents.")
+    parser = OneLineParser(prog="marft", description="Multi-agent reinforcement fine-tuning of LLM agents.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of user errors too")
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train as configured, then evaluate and plot")
+    train = add_subcommand(sub, "train", cmd_train, help="train as configured, then evaluate and plot")
     train.add_argument("--config", required=True, help="YAML config (see baselines/configs/)")
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
@@ -177,12 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-eval-before", dest="eval_before", action="store_false",
                        help="skip evaluating the untrained policy first")
     train.add_argument("--no-tensorboard", action="store_true")
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
-    train.set_defaults(func=cmd_train)
-    ev = sub.add_parser("eval", help="accuracy +- standard error on a fixed problem set")
+    train.add_argument("--quiet", action="store_true", help="no progress bars")
+    ev = add_subcommand(sub, "eval", cmd_eval, help="accuracy +- standard error on a fixed problem set")
     ev.add_argument("--config", required=True)
     ev.add_argument("--checkpoint", default="latest", help="checkpoint folder, 'latest' or 'best' (in output_dir) or 'none'")
-    ev.add_argument("--n", type=int, help="number of problems (default: eval.n_problems)")
+    ev.add_argument("--n", type=_positive_int, help="number of problems (default: eval.n_problems)")
     ev.add_argument("--seed", type=int, help="problem-set seed (default: eval.seed)")
     ev.add_argument("--sampled", action="store_true", help="also evaluate with sampling")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -190,30 +221,44 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--transcripts", metavar="PATH.jsonl",
                     help="write one JSON line per problem (solved, reward, what each agent said); "
                          "with --sampled, PATH.greedy.jsonl and PATH.sampled.jsonl")
-    ev.set_defaults(func=cmd_eval)
-    envs = sub.add_parser("envs", help="list registered environments")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    envs = add_subcommand(sub, "envs", cmd_envs, help="list registered environments")
     envs.add_argument("--verbose", action="store_true", help="also show agents, default profile and package")
-    envs.set_defaults(func=cmd_envs)
+    conf = add_subcommand(sub, "config", cmd_config, help="list every config key with its type and default")
+    conf.add_argument("--show", action="store_true", help="also print each key's documentation")
+    conf.add_argument("--config", help="show the values of this YAML config instead of the defaults")
+    conf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     from marft_agents.bench import add_bench_parser
 
     add_bench_parser(sub)
     return parser
 
 
+def _quiet_noisy_loggers() -> None:
+    # bm25s (WebShop's search) sets its logger to DEBUG when imported, after this runs, and logs
+    # routine index building: a filter (which its setLevel does not undo) keeps warnings only.
+    logging.getLogger("bm25s").addFilter(_warnings_and_worse)
+
+
+def _warnings_and_worse(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    _quiet_noisy_loggers()
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, or a bad flag (one line already printed)
+        return exit_.code if isinstance(exit_.code, int) else USER_ERROR_EXIT
     try:
         return args.func(args)
-    except (FileNotFoundError, FileExistsError) as err:
-        print(f"marft {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except ValueError as err:
-        # Configuration errors get one clear line; anything else keeps its traceback.
-        if type(err).__name__ != "ConfigError":
+    except USER_ERRORS as err:
+        if args.debug:
             raise
         print(f"marft {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        return USER_ERROR_EXIT
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import textwrap
 import types
@@ -32,13 +33,18 @@ from typing import Any, Literal
 
 import yaml
 
-from marft_agents.models import ModelConfig
+from marft_agents.models import DTYPE_NAMES, ModelConfig, alias_typo
 from marft_agents.policy import CriticConfig, LoraSpec, SamplingConfig
 
 
 class ConfigError(ValueError):
     """A configuration value or key is invalid; the message says where and how to fix it."""
 
+
+# Common shorthands of dtype names, for the "did you mean" of a dtype error (not accepted as is:
+# a config says what it runs in one spelling).
+_DTYPE_SHORTHANDS = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16",
+                     "fp32": "float32", "f32": "float32", "float": "float32"}
 
 @dataclass
 class EnvConfig:
@@ -240,6 +246,20 @@ class TrainConfig:
                 "ppo.agent_iteration_interval > 0 (agent-by-agent training) needs one adapter per agent; "
                 "set shared_adapter: false or agent_iteration_interval: 0"
             )
+        for name in ("actor_lr", "critic_lr"):
+            if not getattr(s, name) >= 0:  # also rejects NaN; 0 freezes (tests use it)
+                raise ConfigError(f"schedule.{name} must be >= 0, got {getattr(s, name)} (e.g. 5e-5)")
+        if s.weight_decay < 0:
+            raise ConfigError(f"schedule.weight_decay must be >= 0, got {s.weight_decay}")
+        typo_of = alias_typo(self.model.name_or_path)
+        if typo_of:
+            raise ConfigError(f"model.name_or_path {self.model.name_or_path!r} is no model alias, folder or Hub id; "
+                              f"did you mean {typo_of!r}?")
+        if self.model.dtype not in DTYPE_NAMES:
+            close = ([_DTYPE_SHORTHANDS[self.model.dtype.lower()]] if self.model.dtype.lower() in _DTYPE_SHORTHANDS
+                     else difflib.get_close_matches(self.model.dtype, DTYPE_NAMES, n=1, cutoff=0.5))
+            raise ConfigError(f"model.dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.model.dtype!r}"
+                              + (f"; did you mean {close[0]!r}?" if close else ""))
         if trains:
             self._check_training_policy()
         if self.sampling.temperature <= 0:
@@ -317,7 +337,17 @@ def load_config(source: str | Path | dict[str, Any], overrides: dict[str, Any] |
         path = Path(source)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigError(f"{path} is not valid YAML{where}: {problem}; fix the file "
+                              "(check indentation, colons and brackets)") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a mapping of config sections (algorithm:, env:, ...), "
+                              f"got a {type(data).__name__}")
     data = _deep_copy(data)
     for dotted, value in (overrides or {}).items():
         node = data
@@ -432,6 +462,13 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         val_type = args[1] if len(args) == 2 else Any
         return {k: _convert(val_type, v, f"{where}.{k}") for k, v in value.items()}
     if tp is float:
+        if isinstance(value, str):
+            # YAML 1.1 (PyYAML) reads 5e-4 (no dot in the mantissa) as a string; researchers
+            # write learning rates like that, so a string that parses as a float is one.
+            try:
+                return float(value.strip())
+            except ValueError:
+                raise _type_error(tp, value, where) from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(tp, value, where)
         return float(value)
@@ -462,3 +499,21 @@ def field_docs(cls: type) -> dict[str, str]:
                 and isinstance(following.value.value, str)):
             docs[node.target.id] = inspect.cleandoc(following.value.value)
     return docs
+
+
+def describe_config(cfg: Any = None, where: str = "") -> list[tuple[str, str, Any, str]]:
+    """``(dotted key, type, value, docstring)`` of every field, sections flattened, in order.
+
+    ``cfg`` defaults to ``TrainConfig()``, so the values are the defaults (``marft config --show``).
+    """
+    cfg = TrainConfig() if cfg is None else cfg
+    hints = typing.get_type_hints(type(cfg), localns=_ANNOTATION_TYPES)
+    docs = field_docs(type(cfg))
+    rows: list[tuple[str, str, Any, str]] = []
+    for f in dataclasses.fields(cfg):
+        value, key = getattr(cfg, f.name), _join(where, f.name)
+        if dataclasses.is_dataclass(value):
+            rows += describe_config(value, key)
+        else:
+            rows.append((key, _type_name(hints[f.name]), value, docs.get(f.name, "")))
+    return rows

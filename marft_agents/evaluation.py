@@ -121,6 +121,7 @@ def evaluate(
     seed: int = 0,
     sampling: Any = None,
     num_envs: int = 8,
+    progress: str | None = None,
 ) -> EvalResult:
     """Play ``n_problems`` fixed problems of ``env_id`` with ``policy`` and score them.
 
@@ -130,6 +131,7 @@ def evaluate(
         greedy: greedy decoding; otherwise sampling with ``sampling`` (seeded by ``seed``).
         sampling: a ``SamplingConfig``; None = its defaults. ``greedy`` overrides ``do_sample``.
         num_envs: env instances played in lock-step (batching generation).
+        progress: show a progress bar over the problems with this label (None: no bar).
     """
     from marft_agents.policy import SamplingConfig
 
@@ -142,6 +144,12 @@ def evaluate(
     warn_if_training_tasks(envs[0], env_id, env_kwargs)
     indices = problem_indices(len(tasks), n_problems, seed)
     sampling = dataclasses.replace(sampling or SamplingConfig(), do_sample=not greedy)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(indices), desc=progress, unit="problem", leave=False, dynamic_ncols=True)
+        envs = [_TickWhenDone(env, bar) for env in envs]
     collector = RolloutCollector(envs[: len(indices)], policy, sampling, values=None, seed=seed)
     plans = [(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]), {"task_index": i}) for i in indices]
     py_state, np_state = random.getstate(), np.random.get_state()
@@ -152,6 +160,8 @@ def evaluate(
     finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
+        if bar is not None:
+            bar.close()
     per_task = [
         {"task_index": i, "task_id": ep.task_id, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds,
          "transcript": [{"agent": d.agent_id, "round": d.round, "text": d.text} for d in decisions]}
@@ -168,3 +178,21 @@ def evaluate(
         mean_reward=sum(t["reward"] for t in per_task) / n,
         per_task=per_task,
     )
+
+
+class _TickWhenDone:
+    """An AEC env that advances a progress bar when an episode ends (its last agent leaves).
+
+    Everything but ``step`` is forwarded unchanged, so the collector plays it like the env itself.
+    """
+
+    def __init__(self, env: Any, bar: Any):
+        self._env, self._bar = env, bar
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def step(self, action: Any) -> None:
+        self._env.step(action)
+        if not self._env.agents:
+            self._bar.update(1)

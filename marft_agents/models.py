@@ -10,6 +10,11 @@
 * a local folder in Hugging Face format;
 * a Hugging Face Hub id (needs network access or a populated HF cache).
 
+A name that is none of these fails at once with :class:`ModelNotFoundError` instead of waiting
+on the Hub: a name close to an alias (``smollm2-135m-instrct``) gets a "did you mean", and when
+the Hub is unreachable (``HF_HUB_OFFLINE`` set, or no connection to it within
+``HUB_PROBE_TIMEOUT_S``) a Hub id is looked up in the local Hugging Face cache only.
+
 The tokenizer always pads on the left (generation appends to the right end of every row) and
 gets a pad token when it has none. ``tiny_model_and_tokenizer`` builds a small random Llama-style
 model and a byte-level tokenizer with a chat template, entirely offline, for unit tests.
@@ -17,13 +22,20 @@ model and a byte-level tokenizer with a chat template, entirely offline, for uni
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import importlib.util
+import logging
 import os
 import shutil
+import socket
 import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 from transformers import (
@@ -35,6 +47,10 @@ from transformers import (
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
+
+from marft_agents.files import make_ordinary
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -48,6 +64,17 @@ _DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
+DTYPE_NAMES: tuple[str, ...] = tuple(_DTYPES)
+"""The accepted values of ``ModelConfig.dtype``."""
+
+HUB_PROBE_TIMEOUT_S = 1.0
+"""How long the check "is the Hugging Face Hub reachable?" waits (name lookup plus connect)."""
+_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The configured model name is no alias, no local folder and no reachable Hub model."""
+
 
 # Files whose presence marks a finished conversion (the folder is only ever created by an atomic
 # rename, so a partial folder cannot exist, but a folder written by something else might).
@@ -126,6 +153,7 @@ def _convert_packaged_gguf(alias: str, target: Path) -> None:
     a crash never leaves a half-written cache and concurrent converters cannot corrupt it.
     """
     gguf = packaged_gguf_path(alias)
+    log.info("converting %s to safetensors once (%s); later loads read the converted copy", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                  dtype=torch.float32)
@@ -138,9 +166,7 @@ def _convert_packaged_gguf(alias: str, target: Path) -> None:
     model.config.name_or_path = alias
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the cache is an ordinary folder
+    make_ordinary(tmp)  # mkdtemp makes it private; the cache is an ordinary folder
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
@@ -180,11 +206,72 @@ def _source_folder(cfg: ModelConfig) -> str:
                                     f"Face model folder (save_pretrained output)")
         return str(path)
     if _looks_like_local_path(name) or name.count("/") > 1:
-        raise FileNotFoundError(
+        raise ModelNotFoundError(
             f"model folder {name!r} does not exist. Give an existing local folder, a Hugging "
             f"Face Hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct', or one of the "
             f"aliases {sorted(PACKAGED_GGUF)}")
+    close = alias_typo(name)
+    if close:
+        raise ModelNotFoundError(f"unknown model {name!r}: did you mean the alias {close!r}? (aliases: "
+                                 f"{', '.join(sorted(PACKAGED_GGUF))}; or a local folder or Hub id)")
     return name
+
+
+def alias_typo(name: str) -> str | None:
+    """The alias that ``name`` is a near miss of (``smollm2-135m-instrct``), else None.
+
+    Only names without an owner part count: no Hub model is named like an alias without one, and
+    an existing local folder of that name is taken as meant.
+    """
+    if name in PACKAGED_GGUF or "/" in name or Path(name).expanduser().exists():
+        return None
+    close = difflib.get_close_matches(name.lower(), list(PACKAGED_GGUF), n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def hub_offline() -> bool:
+    """True when the Hugging Face Hub cannot be used: an offline variable is set, or no TCP
+    connection to it opens within ``HUB_PROBE_TIMEOUT_S`` (never retried)."""
+    if any(os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on") for var in _OFFLINE_VARIABLES):
+        return True
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme != "http" else 80)
+    return not _reachable(host, port, HUB_PROBE_TIMEOUT_S)
+
+
+def _reachable(host: str, port: int, timeout_s: float) -> bool:
+    """Whether a TCP connection to ``host:port`` opens within ``timeout_s`` in total.
+
+    The attempt runs in a daemon thread because the name lookup (``getaddrinfo``) ignores socket
+    timeouts: a resolver without a route can block for many seconds. A late attempt is abandoned
+    (a daemon thread does not hold up the interpreter's exit).
+    """
+    opened = threading.Event()
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                opened.set()
+        except OSError:
+            pass
+
+    worker = threading.Thread(target=connect, name="marft-hub-probe", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    return opened.is_set()
+
+
+@contextlib.contextmanager
+def _progress_bars(enabled: bool) -> Iterator[None]:
+    """Turn transformers' progress bars on or off for the block, then restore their setting."""
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
 
 
 def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
@@ -209,12 +296,25 @@ def load_model_and_tokenizer(
         raise ValueError(f"model.threads must be >= 0 (0 = torch's default), got {cfg.threads}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    converting = cfg.name_or_path in PACKAGED_GGUF and not _is_converted(model_cache_dir(cfg) / cfg.name_or_path)
     source = _source_folder(cfg)
     kwargs: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code}
+    is_hub_id = not Path(source).is_dir()
+    offline = is_hub_id and hub_offline()
+    if offline:
+        kwargs["local_files_only"] = True  # no download attempts (and no retries with backoff)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+        # The conversion just showed its "Loading weights" bar; the reload would show a second one.
+        with _progress_bars(enabled=not converting):
+            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
     except OSError as err:
+        if offline:
+            raise ModelNotFoundError(
+                f"model {cfg.name_or_path!r} is not an alias ({', '.join(sorted(PACKAGED_GGUF))}), not a local "
+                "folder, and the Hugging Face Hub is unreachable (offline, or HF_HUB_OFFLINE set) with no "
+                "copy in the local Hugging Face cache; fix the name, or download it where the Hub is "
+                "reachable") from None
         raise OSError(f"could not load model {cfg.name_or_path!r}: it is not an alias "
                       f"({sorted(PACKAGED_GGUF)}), not an existing local folder, and loading it "
                       f"as a Hugging Face Hub id failed: {err}") from err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,40 +16,60 @@ PANELS = (
     ("losses/approx_kl", "approx KL"),
     ("losses/entropy", "entropy"),
 )
+MAX_COLUMNS = 3
+"""Panels per row: a grid stays readable when the PNG is shown scaled down (one long strip of
+six panels does not)."""
+
+
+def run_title(algorithm: str, env_id: str, env_kwargs: dict[str, Any]) -> str:
+    """``"mappo_action on marft/Arithmetic-v0 (profile dual, level 1)"``: what a curve shows."""
+    shown = ", ".join(f"{key} {value}" for key, value in env_kwargs.items() if not isinstance(value, (dict, list)))
+    return f"{algorithm} on {env_id}" + (f" ({shown})" if shown else "")
 
 
 def plot_learning_curve(metrics_path: str | Path, out_path: str | Path, title: str = "") -> Path | None:
-    """Plot the standard panels that have data; returns the PNG path (None if nothing to plot)."""
+    """Plot the standard panels that have data, as a grid; returns the PNG path (None if nothing to plot)."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display on training machines
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rows = read_metrics(metrics_path)
-    panels = [(key, label) for key, label in PANELS if any(key in r for r in rows)]
+    panels = [(key, label) for key, label in PANELS if any(_number(r.get(key)) for r in rows)]
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)
-    for ax, (key, label) in zip(axes[0], panels):
-        points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-        xs, ys = zip(*points)
-        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3)
+    ncols = min(MAX_COLUMNS, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.3 * nrows + 0.5), squeeze=False)
+    for ax, (key, label) in zip(axes.flat, panels):
+        points = [(r["step"], r[key], r.get("eval/stderr")) for r in rows if _number(r.get(key))]
+        xs, ys, errs = zip(*points)
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=4)
         if key == "eval/accuracy":
-            errs = [r.get("eval/stderr", 0.0) for r in rows if isinstance(r.get(key), (int, float))]
+            errs = [e if _number(e) else 0.0 for e in errs]
             ax.fill_between(xs, [y - e for y, e in zip(ys, errs)], [y + e for y, e in zip(ys, errs)], alpha=0.2)
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel("update")
+        ax.set_title(label, fontsize=11)
+        ax.set_xlabel("update", fontsize=10)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # updates are whole numbers
+        ax.tick_params(labelsize=9)
         ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=12)
     fig.tight_layout()
     out_path = Path(out_path)
-    fig.savefig(out_path, dpi=110)
+    fig.savefig(out_path, dpi=100)
     plt.close(fig)
     return out_path
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def summarize(rows: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
     """(first, last) value of a metric, for console summaries."""
-    values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+    values = [r[key] for r in rows if _number(r.get(key))]
     return (values[0], values[-1]) if values else None

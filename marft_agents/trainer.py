@@ -1,8 +1,9 @@
 """The training loop: rollouts, learner updates, evaluation and checkpoints, resumable exactly.
 
-``train(cfg)`` runs ``cfg.schedule.num_updates`` updates and returns a :class:`TrainResult`;
-``iter_train(cfg)`` is the same loop as a generator that yields each update's metrics (the
-lead's CLI logs them). One update:
+``train(cfg)`` runs ``cfg.schedule.num_updates`` updates inside the run protocol that ``marft
+train`` also uses (baseline evaluation first, metric files, summary.json, plot, SIGINT/SIGTERM
+handling: :mod:`marft_agents.protocol`) and returns a :class:`TrainResult`; ``iter_train(cfg)``
+is the bare loop as a generator that yields each update's metrics. One update:
 
 1. the :class:`~marft_agents.rollout.RolloutCollector` plays ``episodes_per_update`` episodes on
    ``env.num_envs`` env instances (generation batched across envs per adapter);
@@ -21,6 +22,8 @@ Resuming: ``resume=True`` loads the latest checkpoint in ``cfg.output_dir`` (ada
 head, optimizer states, counters, RNG states, the task order) and continues with the next update;
 the result is the same as a run that was never interrupted (tested on CPU). Starting a fresh run
 in a folder that already has checkpoints is refused rather than silently overwriting them.
+Setting ``Trainer.stop_requested`` (the protocol's signal handlers do) ends the loop after the
+update in progress, with a checkpoint, so a preempted run resumes exactly.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import torch
 import marft_envs
 from marft_agents.checkpoint import (
     capture_rng_state,
+    checkpoint_name,
     latest_checkpoint,
     load_best_meta,
     load_checkpoint,
@@ -47,6 +51,7 @@ from marft_agents.checkpoint import (
     save_checkpoint,
 )
 from marft_agents.config import ConfigError, TrainConfig, config_to_dict
+from marft_agents.env_check import check_env_config
 from marft_agents.evaluation import EvalResult, evaluate
 from marft_agents.learners import get_learner, make_learner
 from marft_agents.rollout import RolloutCollector, rollout_metrics
@@ -73,6 +78,11 @@ class TrainResult:
     """``update`` (updates done), ``episodes``, ``decisions``, ``tokens``."""
     policy: Any = None
     """The trained ``MultiAgentPolicy`` (evaluate it or save its adapters)."""
+    summary: dict[str, Any] = field(default_factory=dict)
+    """What ``<output_dir>/summary.json`` holds: ``eval_before``, ``eval_after``, ``eval_best``,
+    ``counters``, ... (see :mod:`marft_agents.protocol`)."""
+    stopped_by: str | None = None
+    """``"SIGINT"`` / ``"SIGTERM"`` when a signal stopped the run early (after a checkpoint)."""
 
 
 def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequence[str]) -> Any:
@@ -94,11 +104,16 @@ def seed_everything(seed: int) -> None:
 class Trainer:
     """Holds the envs, policy, learner and collector of one run; see the module docstring.
 
+    Setting ``stop_requested`` (to the reason, e.g. ``"SIGTERM"``) makes :meth:`run` stop at the
+    next safe point, the end of the update in progress, after writing a checkpoint.
+
     Args:
         cfg: the run's configuration.
         model_and_tokenizer: an already-loaded ``(model, tokenizer)`` (tests pass a tiny model);
             None loads ``cfg.model``.
     """
+
+    stop_requested: str | None = None
 
     def __init__(self, cfg: TrainConfig, model_and_tokenizer: tuple[Any, Any] | None = None):
         from marft_agents.models import load_model_and_tokenizer
@@ -198,11 +213,16 @@ class Trainer:
             log.warning("resuming with a changed configuration: %s", ", ".join(sorted(changed)))
 
     # -- the loop ------------------------------------------------------------------------------
-    def evaluate(self) -> EvalResult:
+    def evaluate(self, progress: str | None = None) -> EvalResult:
+        """Score the policy on the fixed problem set; ``progress`` labels a progress bar."""
         e = self.cfg.eval
         return evaluate(self.policy, self.cfg.env.id, {**self.cfg.env.kwargs, **e.env_kwargs},
                         n_problems=e.n_problems, greedy=e.greedy, seed=e.seed,
-                        sampling=self.cfg.sampling, num_envs=e.num_envs)
+                        sampling=self.cfg.sampling, num_envs=e.num_envs, progress=progress)
+
+    def _save_unless_saved(self) -> None:
+        if self.last_checkpoint is None or self.last_checkpoint.name != checkpoint_name(self.counters["update"]):
+            self.save()
 
     def keep_if_best(self, result: EvalResult) -> None:
         """Save the adapters to ``best/`` when ``result`` beats every evaluation so far."""
@@ -217,6 +237,10 @@ class Trainer:
         """Run the remaining updates, yielding each update's metrics."""
         s = self.cfg.schedule
         while self.counters["update"] < s.num_updates:
+            if self.stop_requested:  # arrived between updates (or before the first)
+                self._save_unless_saved()
+                log.info("%s: stopped after %d updates", self.stop_requested, self.counters["update"])
+                break
             if s.time_budget_s is not None and self.counters.get("train_seconds", 0.0) >= s.time_budget_s:
                 # Resuming a run that already spent its budget adds no update.
                 log.info("time budget of %ss already used; no update to run", s.time_budget_s)
@@ -247,9 +271,13 @@ class Trainer:
                 metrics.update({"eval/accuracy": result.accuracy, "eval/stderr": result.stderr,
                                 "eval/n": float(result.n), "eval/mean_reward": result.mean_reward})
                 self.keep_if_best(result)
-            if last or (s.checkpoint_interval and done % s.checkpoint_interval == 0):
+            stopping = self.stop_requested is not None  # read once: a signal may arrive any time
+            if last or stopping or (s.checkpoint_interval and done % s.checkpoint_interval == 0):
                 self.save()
             yield metrics
+            if stopping:
+                log.info("%s: stopped after %d updates", self.stop_requested, done)
+                break
             if out_of_time:
                 log.info("time budget of %ss used after %d updates; stopping", s.time_budget_s, done)
                 break
@@ -259,17 +287,19 @@ def prepare_trainer(cfg: TrainConfig, resume: bool = False,
                     model_and_tokenizer: tuple[Any, Any] | None = None) -> Trainer:
     """Build a :class:`Trainer`; with ``resume`` restore the latest checkpoint of ``output_dir``.
 
-    A fresh run (``resume=False``) in an ``output_dir`` that already holds checkpoints is refused.
+    A fresh run (``resume=False``) in an ``output_dir`` that already holds checkpoints is refused,
+    before the model is loaded.
     """
-    trainer = Trainer(cfg, model_and_tokenizer)
-    if resume:
-        if not trainer.restore():
-            log.warning("resume requested but %s has no checkpoint; starting a fresh run", trainer.output_dir)
-    elif latest_checkpoint(trainer.output_dir) is not None:
+    found = latest_checkpoint(cfg.output_dir)
+    if found is not None and not resume:
         raise FileExistsError(
-            f"{trainer.output_dir} already holds checkpoints of a run; resume it (resume=True) or "
-            "choose a new output_dir"
+            f"{cfg.output_dir} already holds checkpoints of a run (latest: {found.name}); continue it with "
+            f"`marft train --resume` (Python: train(..., resume=True); make: `make demo RESUME=1`), or start "
+            "afresh in another output_dir (--output-dir) or after deleting that folder"
         )
+    trainer = Trainer(cfg, model_and_tokenizer)
+    if resume and not trainer.restore():
+        log.warning("resume requested but %s has no checkpoint; starting a fresh run", trainer.output_dir)
     return trainer
 
 
@@ -283,14 +313,24 @@ def iter_train(cfg: TrainConfig, resume: bool = False,
 
 
 def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] = (),
-          model_and_tokenizer: tuple[Any, Any] | None = None) -> TrainResult:
-    """Train as configured; ``callbacks`` get ``(update_index, metrics)`` after every update."""
+          model_and_tokenizer: tuple[Any, Any] | None = None, *, eval_before: bool = True,
+          tensorboard: bool = True, plot: bool = True, handle_signals: bool = True) -> TrainResult:
+    """Train as configured, following the same run protocol as ``marft train``.
+
+    The untrained policy is evaluated first (``eval_before``), every update is logged to
+    ``<output_dir>/metrics.{jsonl,csv}`` (and TensorBoard), SIGINT/SIGTERM stop after the current
+    update with a checkpoint (``handle_signals``, main thread only), and the run ends with
+    ``summary.json`` and ``learning_curve.png`` (``plot``); see :mod:`marft_agents.protocol`.
+    ``callbacks`` get ``(update_index, metrics)`` after every update. Env kwargs are checked
+    (:func:`~marft_agents.config.check_env_config`) before the model is loaded.
+    """
+    from marft_agents.protocol import run_protocol
+
+    check_env_config(cfg)
     trainer = prepare_trainer(cfg, resume, model_and_tokenizer)
-    history = []
-    for metrics in trainer.run():
-        history.append(metrics)
-        for callback in callbacks:
-            callback(trainer.counters["update"] - 1, metrics)
-    return TrainResult(history=history, output_dir=trainer.output_dir, last_checkpoint=trainer.last_checkpoint,
-                       final_eval=trainer.final_eval, best_eval=trainer.best_eval,
-                       counters=dict(trainer.counters), policy=trainer.policy)
+    outcome = run_protocol(trainer, resume=resume, eval_before=eval_before, tensorboard=tensorboard, plot=plot,
+                           handle_signals=handle_signals, callbacks=callbacks)
+    return TrainResult(history=outcome.history, output_dir=trainer.output_dir,
+                       last_checkpoint=trainer.last_checkpoint, final_eval=outcome.final_eval,
+                       best_eval=trainer.best_eval, counters=dict(trainer.counters), policy=trainer.policy,
+                       summary=outcome.summary, stopped_by=outcome.stopped_by)

@@ -82,3 +82,21 @@ def test_best_adapters_replace_atomically_and_survive_pruning(tmp_path):
     for update in (5, 6, 7):  # keep_last pruning only touches checkpoints/
         _save(tmp_path, update, keep=1)
     assert (tmp_path / ck.BEST_DIR / "adapters.pt").is_file()
+
+
+def test_checkpoint_and_best_folders_get_ordinary_permissions(tmp_path):
+    import os
+    import stat
+
+    from marft_agents.checkpoint import save_best_adapters, save_checkpoint
+
+    old = os.umask(0o022)
+    try:
+        ckpt = save_checkpoint(tmp_path, 1, {"w": torch.zeros(2)}, {"counters": {}}, config={"a": 1})
+        best = save_best_adapters(tmp_path, {"w": torch.zeros(2)}, {"update": 1})
+    finally:
+        os.umask(old)
+    for folder in (ckpt, best):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755, folder
+        for file in folder.iterdir():
+            assert stat.S_IMODE(file.stat().st_mode) == 0o644, file

@@ -131,3 +131,40 @@ def test_default_alias_converts_once_then_reuses_the_cache(tmp_path):
                                    add_generation_prompt=True, tokenize=True, return_dict=False)
     assert tok2.decode(ids).endswith("<|im_start|>assistant\n")
     assert model.config.hidden_size == 576 and model.config.num_hidden_layers == 30
+
+
+def test_mistyped_alias_fails_at_once_offline_with_a_suggestion(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.perf_counter()
+    with pytest.raises(models.ModelNotFoundError, match="did you mean the alias 'smollm2-135m-instruct'"):
+        load_model_and_tokenizer(ModelConfig(name_or_path="smollm2-135m-instrct"))
+    assert time.perf_counter() - started < 2.0
+    assert models.alias_typo("SmolLM2-135M-Instrct") == "smollm2-135m-instruct"
+    assert models.alias_typo("HuggingFaceTB/SmolLM2-135M-Instruct") is None  # a Hub id, not a typo
+    assert models.alias_typo("gpt2") is None
+
+
+def test_hub_probe_gives_up_after_its_timeout(monkeypatch):
+    """No offline variable, and a name lookup that hangs: the probe answers "offline" in time."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+
+    def hanging_connect(*args, **kwargs):
+        time.sleep(5)
+        raise OSError("no route")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(models.socket, "create_connection", hanging_connect)
+        started = time.perf_counter()
+        assert models.hub_offline()
+        assert time.perf_counter() - started < models.HUB_PROBE_TIMEOUT_S + 0.5
+
+
+def test_unknown_model_fails_fast_when_the_hub_is_unreachable(monkeypatch):
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(models, "hub_offline", lambda: True)
+    started = time.perf_counter()
+    with pytest.raises(models.ModelNotFoundError, match="Hub is unreachable"):
+        load_model_and_tokenizer(ModelConfig(name_or_path="some-lab/no-such-model"))
+    assert time.perf_counter() - started < 2.0

@@ -64,14 +64,14 @@ def _scripted_evaluations(monkeypatch, accuracies):
     from marft_agents.evaluation import EvalResult
     from marft_agents.trainer import Trainer
 
-    monkeypatch.setattr(Trainer, "evaluate", lambda self: EvalResult(
+    monkeypatch.setattr(Trainer, "evaluate", lambda self, progress=None: EvalResult(
         accuracy=accuracies[self.counters["update"]], stderr=0.1, n=10, distinct=10))
 
 
 def test_best_evaluation_keeps_its_adapters_across_a_resume(tmp_path, monkeypatch):
     from marft_agents.checkpoint import BEST_DIR, load_adapters, load_checkpoint
 
-    _scripted_evaluations(monkeypatch, {1: 0.2, 2: 0.5, 3: 0.5, 4: 0.4})
+    _scripted_evaluations(monkeypatch, {0: 0.0, 1: 0.2, 2: 0.5, 3: 0.5, 4: 0.4})
     cfg = small_config(tmp_path, **{"schedule.num_updates": 4, "eval.interval": 1})
     first = iter_train(cfg, model_and_tokenizer=_tiny())
     for _ in range(2):
@@ -91,7 +91,7 @@ def test_best_evaluation_keeps_its_adapters_across_a_resume(tmp_path, monkeypatc
 def test_best_written_after_the_last_checkpoint_is_not_overwritten_by_a_weaker_rerun(tmp_path, monkeypatch):
     from marft_agents.checkpoint import load_best_meta
 
-    accuracies = {1: 0.2, 2: 0.3, 3: 0.9, 4: 0.1}
+    accuracies = {0: 0.0, 1: 0.2, 2: 0.3, 3: 0.9, 4: 0.1}
     _scripted_evaluations(monkeypatch, accuracies)
     cfg = small_config(tmp_path, **{"schedule.num_updates": 4, "eval.interval": 1,
                                     "schedule.checkpoint_interval": 2})
@@ -111,7 +111,7 @@ def test_best_written_after_the_last_checkpoint_is_not_overwritten_by_a_weaker_r
 def test_keep_best_off_writes_no_best_folder(tmp_path, monkeypatch):
     from marft_agents.checkpoint import BEST_DIR
 
-    _scripted_evaluations(monkeypatch, {1: 0.2, 2: 0.5})
+    _scripted_evaluations(monkeypatch, {0: 0.0, 1: 0.2, 2: 0.5})
     cfg = small_config(tmp_path, **{"eval.interval": 1, "eval.keep_best": False})
     assert train(cfg, model_and_tokenizer=_tiny()).best_eval is None
     assert not (tmp_path / "run" / BEST_DIR).exists()

@@ -1,0 +1,205 @@
+"""The run protocol around the training loop, shared by ``marft train`` and ``trainer.train``.
+
+So that a run started from Python and one started from the command line leave the same files:
+
+1. **baseline**: unless the run is past update 0, the untrained policy is evaluated first, logged
+   at step 0 (the learning curve starts from it) and kept as ``best/`` (if training never beats
+   the base model, the best adapters are the base); ``summary.json`` gets ``eval_before`` at once,
+   so a crash mid-training keeps it. A resumed run reads it back (from ``summary.json``, or from
+   the step-0 row of ``metrics.jsonl`` when the run died before writing the summary);
+2. **updates**: each update's metrics go to :class:`~marft_agents.metrics.MetricsLogger`; a resumed
+   run first drops the rows logged after its checkpoint, so re-run updates appear once;
+3. **signals**: SIGINT (Ctrl-C) and SIGTERM (what schedulers and ``timeout`` send) ask the trainer
+   to stop at the end of the update in progress; it writes a checkpoint and the protocol ends
+   without the final evaluation (``--resume`` continues exactly). A second signal stops at once;
+4. **end**: the final evaluation (``eval_after``), ``eval_best``, counters and wall-clock time go
+   to ``summary.json``, and ``learning_curve.png`` is drawn from ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marft_agents.checkpoint import BEST_DIR
+from marft_agents.evaluation import EvalResult
+from marft_agents.metrics import MetricsLogger, read_metrics
+from marft_agents.plotting import plot_learning_curve, run_title
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Signals that stop a run at the next safe point with a checkpoint."""
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass
+class RunOutcome:
+    """What :func:`run_protocol` leaves besides its files."""
+
+    history: list[dict[str, float]]
+    """Metrics of every update this call ran."""
+    summary: dict[str, Any]
+    """The content of ``summary.json``."""
+    final_eval: EvalResult | None
+    stopped_by: str | None
+    """Name of the signal that stopped the run early (None when it ran to its end)."""
+    plot: Path | None
+
+
+def eval_dict(result: EvalResult) -> dict[str, Any]:
+    """The plain-data view of an evaluation kept in ``summary.json``."""
+    return {"accuracy": result.accuracy, "stderr": result.stderr, "n": result.n, "distinct": result.distinct,
+            "mean_reward": result.mean_reward}
+
+
+def describe(result: EvalResult) -> str:
+    """One human line: ``accuracy 0.610 +- 0.049 (n=100, 42 distinct)``."""
+    repeats = f", {result.distinct} distinct" if result.distinct and result.distinct < result.n else ""
+    return f"accuracy {result.accuracy:.3f} +- {result.stderr:.3f} (n={result.n}{repeats})"
+
+
+@contextlib.contextmanager
+def stop_on_signals(trainer: Any, enabled: bool = True) -> Iterator[None]:
+    """While inside, SIGINT/SIGTERM set ``trainer.stop_requested``; a second one acts at once.
+
+    Only the main thread may install signal handlers; elsewhere (or with ``enabled=False``) the
+    signals keep their usual effect.
+    """
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if trainer.stop_requested is not None:
+            restore()  # the second signal: no safe point, the usual behaviour
+            signal.raise_signal(signum)
+            return
+        trainer.stop_requested = name
+        log.warning("%s received: stopping after the current update, with a checkpoint (send it again to "
+                    "stop at once, without one)", name)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, on_signal)
+    try:
+        yield
+    finally:
+        restore()
+
+
+def _recorded_baseline(out: Path, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """``eval_before`` of an earlier call of this run (summary.json, else the step-0 metrics row)."""
+    if "eval_before" in summary:
+        return summary["eval_before"]
+    if not (out / "metrics.jsonl").exists():
+        return None
+    first = next((r for r in read_metrics(out / "metrics.jsonl")
+                  if r.get("step") == 0 and r.get("eval/accuracy") is not None), None)
+    if first is None:
+        return None
+    return {"accuracy": first["eval/accuracy"], "stderr": first["eval/stderr"], "n": int(first["eval/n"]),
+            "mean_reward": first.get("eval/mean_reward")}
+
+
+def run_protocol(
+    trainer: Any,
+    *,
+    resume: bool = False,
+    eval_before: bool = True,
+    tensorboard: bool = True,
+    plot: bool = True,
+    progress: bool = False,
+    handle_signals: bool = True,
+    callbacks: Sequence[Callable[[int, dict[str, float]], None]] = (),
+    config_source: str | None = None,
+    say: Callable[[str], None] = log.info,
+) -> RunOutcome:
+    """Run ``trainer`` (built by ``prepare_trainer``, restored when ``resume``) as described above.
+
+    Args:
+        progress: progress bars for the updates and the baseline/final evaluations.
+        callbacks: called with ``(update_index, metrics)`` after every update.
+        config_source: recorded in ``summary.json`` (the CLI passes the YAML path).
+        say: where the human-readable lines go (the CLI prints them; the Python API logs them).
+    """
+    from tqdm import tqdm
+
+    cfg, out = trainer.cfg, Path(trainer.cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    summary_path = out / SUMMARY_FILE
+    summary = json.loads(summary_path.read_text()) if resume and summary_path.exists() else {}
+    summary.pop("eval_after", None)  # describes an earlier end of the run; this call writes its own
+    # Resume: keep what was logged up to the checkpoint (step 0 = the baseline); fresh: nothing.
+    logger = MetricsLogger(out, tensorboard=tensorboard, keep_until=trainer.counters["update"] if resume else -1)
+    history: list[dict[str, float]] = []
+    final: EvalResult | None = None
+    try:
+        with stop_on_signals(trainer, handle_signals):
+            baseline = _recorded_baseline(out, summary) if resume else None
+            if baseline is not None:
+                summary["eval_before"] = baseline
+            elif eval_before and trainer.counters["update"] == 0:
+                result = trainer.evaluate(progress="eval before training" if progress else None)
+                trainer.keep_if_best(result)  # if training never beats the base model, best/ is the base
+                summary["eval_before"] = eval_dict(result)
+                logger.log(0, {"eval/accuracy": result.accuracy, "eval/stderr": result.stderr,
+                               "eval/n": result.n, "eval/mean_reward": result.mean_reward})
+                summary_path.write_text(json.dumps(summary, indent=2))  # survives a crash mid-training
+                say(f"eval before training: {describe(result)}")
+            bar = tqdm(total=cfg.schedule.num_updates, initial=trainer.counters["update"], desc="updates",
+                       disable=not progress, dynamic_ncols=True)
+            for metrics in trainer.run():
+                logger.log(trainer.counters["update"], metrics)
+                history.append(metrics)
+                for callback in callbacks:
+                    callback(trainer.counters["update"] - 1, metrics)
+                shown = {"reward": metrics.get("rollout/reward_mean"), "kl": metrics.get("losses/approx_kl"),
+                         "eval": metrics.get("eval/accuracy")}
+                bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, float)})
+                bar.update(1)
+            bar.close()
+            stopped_by = trainer.stop_requested
+            if stopped_by is None:
+                final = trainer.final_eval or (
+                    trainer.evaluate(progress="final evaluation" if progress else None) if cfg.eval.at_end else None)
+    finally:
+        logger.close()
+    if final is not None:
+        summary["eval_after"] = eval_dict(final)
+        say(f"eval after {trainer.counters['update']} updates: {describe(final)}")
+    if trainer.best_eval is not None:
+        summary["eval_best"] = trainer.best_eval
+        say(f"best evaluation: accuracy {trainer.best_eval['accuracy']:.3f} after update "
+            f"{trainer.best_eval['update']} (adapters in {out / BEST_DIR})")
+    summary.update({"counters": trainer.counters, "config": config_source,
+                    "wall_clock_s_this_call": round(time.perf_counter() - started, 1),
+                    "last_checkpoint": str(trainer.last_checkpoint) if trainer.last_checkpoint else None})
+    summary.pop("stopped_by", None)
+    if stopped_by is not None:
+        summary["stopped_by"] = stopped_by
+        say(f"stopped by {stopped_by} after {trainer.counters['update']} updates; checkpoint "
+            f"{trainer.last_checkpoint}; continue with `marft train --resume` (Python: resume=True)")
+    summary_path.write_text(json.dumps(summary, indent=2))
+    png = None
+    if plot:
+        png = plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png",
+                                  title=run_title(cfg.algorithm, cfg.env.id, cfg.env.kwargs))
+        if png:
+            say(f"learning curve: {png}")
+    say(f"metrics: {out / 'metrics.csv'}  summary: {summary_path}")
+    return RunOutcome(history=history, summary=summary, final_eval=final, stopped_by=stopped_by, plot=png)
