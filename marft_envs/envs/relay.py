@@ -1,0 +1,89 @@
+r"""``marft/Relay-v0``: a cooperative partial-observability task; no agent sees the whole problem.
+
+Each problem is a short expression over named values ("Compute a + b." with a = 7, b = 12; see
+:mod:`marft_envs.tasks.relay` for the levels). The values are dealt round-robin over the agents in
+profile order (:func:`~marft_envs.tasks.relay.deal`) and only the *answerer* (the last agent whose
+role is graded, the last agent of a chain) is shown the expression. So with two or more agents
+every agent misses at least one value: the holders must pass theirs on in their utterances, which
+D_t shows to the answerer, and only the answerer's final answer is graded. With a one-agent
+profile (``solo``) that agent holds everything: the full-information single-agent comparison.
+
+Agents
+    The profile's roles (default ``relay``: ``holder_0`` -> ``answerer_0``); the team needs a
+    D_t in which the answerer sees the holders (the default chain does).
+
+Observations
+    ``{"text": str}``, built from the agent's own view of the task (not ``task.prompt``):
+
+    * a holder: ``"You hold part of a problem your team must solve: a = 7. Only a teammate sees
+      the question and the other values. Tell your team your values."``;
+    * the answerer: ``"You hold b = 12. Your teammates hold a. Compute a + b. Put the final
+      answer in \boxed{}."``, followed, as in every env, by earlier attempts with feedback and
+      this round's parents' utterances;
+    * a single agent: ``task.prompt`` ("The values are a = 7, b = 12. Compute a + b.").
+
+    Values an agent does not hold never appear in its observation unless a teammate says them.
+
+Actions
+    ``str`` utterances (non-``str`` raises ``TypeError``; over-long ones are truncated).
+
+Rewards
+    As Arithmetic (:mod:`marft_envs.envs._answer_env`): 1.0 to every agent when the answerer's
+    final answer (last ``\boxed{}``, else "the answer is", else the last number) equals the
+    value of the expression, else 0.0 with feedback and another round up to ``horizon``
+    (default 3). Per-agent format reward and grading details in ``infos``; ``infos[agent]
+    ["holds"]`` lists the variables the agent holds.
+
+Keyword arguments
+    ``level`` (1-3 or a level name; default 1), ``split`` ("train" | "test"; default "train"),
+    ``task_seed``, ``grading_timeout_s``, ``grading_mode``, plus every :class:`TextTaskEnv`
+    keyword.
+
+Version history
+    v0: first release.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from marft_envs.core.task import Task
+from marft_envs.envs._answer_env import FinalAnswerEnv
+from marft_envs.tasks.relay import RelayTasks, deal, format_values
+
+
+class RelayEnv(FinalAnswerEnv):
+    """Relay problems with values dealt over the agents; see the module docstring."""
+
+    metadata = {"name": "marft_relay_v0", "render_modes": ["ansi", "human"], "is_parallelizable": True}
+    default_profile = "relay"
+
+    def __init__(self, level: int | str = 1, split: str = "train", task_seed: int = 0, **kwargs: Any):
+        super().__init__(RelayTasks(level=level, split=split, seed=task_seed), **kwargs)
+        graded = [a for a in self.possible_agents if self.profile.role_of(a).graded]
+        self.answerer = graded[-1]
+
+    def hands(self, task: Task) -> dict[str, list[str]]:
+        """Agent id -> the variables it holds in ``task``."""
+        dealt = deal(list(task.metadata["values"]), len(self.possible_agents))
+        return dict(zip(self.possible_agents, dealt))
+
+    def agent_view(self, task: Task, agent: str) -> Task:
+        if len(self.possible_agents) == 1:
+            return task
+        values: dict[str, int] = task.metadata["values"]
+        held = self.hands(task)[agent]
+        mine = format_values({name: values[name] for name in held})
+        if agent != self.answerer:
+            text = (f"You hold part of a problem your team must solve: {mine}. Only a teammate sees the "
+                    "question and the other values. Tell your team your values.")
+        else:
+            missing = ", ".join(name for name in values if name not in held)
+            own = f"You hold {mine}. " if held else ""
+            text = (f"{own}Your teammates hold {missing}. Compute {task.metadata['expression']}. "
+                    "Put the final answer in \\boxed{}.")
+        return dataclasses.replace(task, prompt=text)
+
+    def extra_info(self, agent: str) -> dict[str, Any]:
+        return {"holds": list(self.hands(self.task)[agent])}
