@@ -216,5 +216,7 @@ def test_coop_oracle_benchmark_prints_every_team_and_passes():
     done = subprocess.run([sys.executable, str(repo / "benchmarks" / "coop_oracle.py"), "--n", "10", "--levels", "1"],
                           cwd=repo, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "marft/Relay-v0           1 relay           oracle                   1.000" in done.stdout
+    import re
+
+    assert re.search(r"marft/Relay-v0\s+1\s+relay\s+oracle\s+1\.000", done.stdout), done.stdout
     assert "noisy+rubber_stamp" in done.stdout and "oracle: 1.000 on every env" in done.stdout
