@@ -1,9 +1,9 @@
 r"""``marft/Relay-v0``: a cooperative partial-observability task; no agent sees the whole problem.
 
-Each problem is a short expression over named values ("Compute a + b." with a = 7, b = 12; see
+Each problem is a short expression over named values ("Compute A + B." with A = 7, B = 12; see
 :mod:`marft_envs.tasks.relay` for the levels). The values are dealt round-robin over the agents in
 profile order (:func:`~marft_envs.tasks.relay.deal`) and only the *answerer* (the last agent whose
-role is graded, the last agent of a chain) is shown the expression. So with two or more agents
+role is graded, the last agent of a chain) is shown the question. So with two or more agents
 every agent misses at least one value: the holders must pass theirs on in their utterances, which
 D_t shows to the answerer, and only the answerer's final answer is graded. With a one-agent
 profile (``solo``) that agent holds everything: the full-information single-agent comparison.
@@ -15,12 +15,13 @@ Agents
 Observations
     ``{"text": str}``, built from the agent's own view of the task (not ``task.prompt``):
 
-    * a holder: ``"You hold part of a problem your team must solve: a = 7. Only a teammate sees
-      the question and the other values. Tell your team your values."``;
-    * the answerer: ``"You hold b = 12. Your teammates hold a. Compute a + b. Put the final
-      answer in \boxed{}."``, followed, as in every env, by earlier attempts with feedback and
-      this round's parents' utterances;
-    * a single agent: ``task.prompt`` ("The values are a = 7, b = 12. Compute a + b.").
+    * a holder: ``"You know A = 7. Your teammate must compute an answer with it and does not
+      know it. Tell your teammate your values."``;
+    * the answerer: ``"You know B = 12. Your teammate knows A and tells you."``, then, as in
+      every env, earlier attempts with feedback and this round's parents' utterances, and last
+      the question with its own values filled in: ``"Compute A + 12. Put the final answer in
+      \boxed{}."`` (last, because a small model answers what it read last);
+    * a single agent: ``task.prompt`` ("The values are A = 7, B = 12. Compute A + B.").
 
     Values an agent does not hold never appear in its observation unless a teammate says them.
 
@@ -76,14 +77,28 @@ class RelayEnv(FinalAnswerEnv):
         held = self.hands(task)[agent]
         mine = format_values({name: values[name] for name in held})
         if agent != self.answerer:
-            text = (f"You hold part of a problem your team must solve: {mine}. Only a teammate sees the "
-                    "question and the other values. Tell your team your values.")
+            text = (f"You know {mine}. Your teammate must compute an answer with it and does not know it. "
+                    "Tell your teammate your values.")
         else:
             missing = ", ".join(name for name in values if name not in held)
-            own = f"You hold {mine}. " if held else ""
-            text = (f"{own}Your teammates hold {missing}. Compute {task.metadata['expression']}. "
-                    "Put the final answer in \\boxed{}.")
+            own = f"You know {mine}. " if held else ""
+            text = f"{own}Your teammate knows {missing} and tells you."
         return dataclasses.replace(task, prompt=text)
+
+    def question(self, task: Task) -> str:
+        """The answerer's question, its own values already filled in: ``"Compute A + 12. ..."``."""
+        values: dict[str, int] = task.metadata["values"]
+        held = set(self.hands(task)[self.answerer])
+        expression = " ".join(str(values[t]) if t in held else t for t in task.metadata["expression"].split())
+        return f"Compute {expression}. Put the final answer in \\boxed{{}}."
+
+    def compose_observation(self, agent: str) -> str:
+        text = super().compose_observation(agent)
+        if agent == self.answerer and len(self.possible_agents) > 1:
+            # The question comes last, after the teammates' messages: a small model answers
+            # what it read last.
+            text = f"{text}\n\n{self.question(self.task)}"
+        return text
 
     def extra_info(self, agent: str) -> dict[str, Any]:
         return {"holds": list(self.hands(self.task)[agent])}

@@ -1,15 +1,15 @@
 """Procedural "relay" problems: an expression over named values whose values are spread over a team.
 
-A problem is a short expression over variables (``a + b``) and the value of each variable
-(``a = 7``, ``b = 12``). The env (:mod:`marft_envs.envs.relay`) deals the values out to the agents
+A problem is a short expression over variables (``A + B``) and the value of each variable
+(``A = 7``, ``B = 12``). The env (:mod:`marft_envs.envs.relay`) deals the values out to the agents
 so that no agent holds all of them; only the agent that must answer sees the expression. This
 module makes the problems and decides who holds what (:func:`deal`).
 
 Levels (``level=`` takes the number or the name)::
 
-    1 sum_small     a + b, values 2..20                      a = 7, b = 12       -> 19
-    2 two_digit     a + b or a - b, values 10..99, a > b     a = 85, b = 38      -> 47 (a - b)
-    3 three_terms   a + b - c or a - b + c, values 2..50     a = 40, b = 9, c = 3 -> 34 (a - b + c)
+    1 sum_small     A + B, values 2..20                      A = 7, B = 12         -> 19
+    2 two_digit     A + B or A - B, values 10..99, A > B     A = 85, B = 38        -> 47 (A - B)
+    3 three_terms   A + B - C or A - B + C, values 2..50     A = 40, B = 9, C = 3  -> 34 (A - B + C)
 
 Answers are integers as strings. ``Task.prompt`` is the *whole* problem (every value and the
 expression): what a single agent that sees everything is shown, and the key by which evaluation
@@ -44,18 +44,18 @@ Problem = tuple[str, dict[str, int]]
 
 
 def _sum_small(rng: random.Random) -> Problem:
-    return "a + b", {"a": rng.randint(2, 20), "b": rng.randint(2, 20)}
+    return "A + B", {"A": rng.randint(2, 20), "B": rng.randint(2, 20)}
 
 
 def _two_digit(rng: random.Random) -> Problem:
     a, b = rng.randint(11, 99), rng.randint(10, 98)
-    a, b = (a, b) if a > b else (b + 1, a)  # a > b keeps a - b positive
-    return rng.choice(["a + b", "a - b"]), {"a": a, "b": b}
+    a, b = (a, b) if a > b else (b + 1, a)  # A > B keeps A - B positive
+    return rng.choice(["A + B", "A - B"]), {"A": a, "B": b}
 
 
 def _three_terms(rng: random.Random) -> Problem:
-    values = {name: rng.randint(2, 50) for name in "abc"}
-    return rng.choice(["a + b - c", "a - b + c"]), values
+    values = {name: rng.randint(2, 50) for name in "ABC"}
+    return rng.choice(["A + B - C", "A - B + C"]), values
 
 
 _GENERATORS: dict[str, Callable[[random.Random], Problem]] = {
@@ -75,7 +75,7 @@ def evaluate_expression(expression: str, values: dict[str, int]) -> int:
 
 
 def format_values(values: dict[str, int]) -> str:
-    """``{"a": 7, "b": 12}`` -> ``"a = 7, b = 12"``."""
+    """``{"A": 7, "B": 12}`` -> ``"A = 7, B = 12"``."""
     return ", ".join(f"{name} = {value}" for name, value in values.items())
 
 

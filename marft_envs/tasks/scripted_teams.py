@@ -10,7 +10,7 @@ Teams (``TEAMS[env_id][name]``, each a policy for any agent of the env's default
 ``solo``):
 
 ``marft/Relay-v0``
-    ``oracle``: holders state their values ("a = 7"); the answerer reads every "x = n" it sees
+    ``oracle``: holders state their values ("A = 7"); the answerer reads every "X = n" it sees
     and computes the expression. ``mute``: holders say nothing useful; the answerer computes
     with the values it sees and guesses each missing one (uniform 2..99): what an answerer
     alone can do. ``random``: every agent answers a random integer in 0..100.
@@ -35,8 +35,8 @@ from marft_envs.tasks.math_grading import extract_boxed
 Policy = Callable[[str, str, random.Random], str]
 """``(agent id, observation text, rng) -> utterance``."""
 
-_ASSIGNMENT = re.compile(r"\b([a-z]) = (-?\d+)\b")
-_COMPUTE = re.compile(r"Compute ([-+*/() \d a-z]+?)\.")
+_ASSIGNMENT = re.compile(r"\b([A-Z]) = (-?\d+)\b")
+_COMPUTE = re.compile(r"Compute ([-+*/() \dA-Z]+?)\.")
 GUESS_RANGE = (2, 99)
 """Where the ``mute`` answerer guesses a value it does not see."""
 
@@ -50,11 +50,11 @@ def _expression(observation: str) -> str | None:
 def _relay_answer(observation: str, rng: random.Random, guess_missing: bool) -> str:
     expression = _expression(observation)
     seen = {name: int(value) for name, value in _ASSIGNMENT.findall(observation)}
-    names = re.findall(r"\b[a-z]\b", expression or "")
+    names = re.findall(r"\b[A-Z]\b", expression or "")
     if expression is None or (not guess_missing and any(n not in seen for n in names)):
         return "I do not know all the values."
     values = {n: seen[n] if n in seen else rng.randint(*GUESS_RANGE) for n in names}
-    value = _eval_fraction(re.sub(r"\b[a-z]\b", lambda m: str(values[m.group()]), expression))
+    value = _eval_fraction(re.sub(r"\b[A-Z]\b", lambda m: str(values[m.group()]), expression))
     return f"\\boxed{{{format_answer(value)}}}"
 
 
