@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,8 +134,10 @@ def plot(records: list[dict[str, Any]], out_path: Path, title: str, order: list[
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    fig.savefig(out_path, dpi=110)
+    tmp = Path(out_path).with_suffix(f".{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=110)
     plt.close(fig)
+    os.replace(tmp, out_path)  # two grid shards may regenerate the report at the same time
     return Path(out_path)
 
 
@@ -165,7 +168,9 @@ def write_report(grid_dir: Path, title: str, order: list[str] | None = None, des
     grid_dir = Path(grid_dir)
     grid_dir.mkdir(parents=True, exist_ok=True)
     path = grid_dir / README
-    path.write_text(report(grid_dir, title, order, description), encoding="utf-8")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(report(grid_dir, title, order, description), encoding="utf-8")
+    os.replace(tmp, path)
     return path
 
 
