@@ -18,9 +18,11 @@ Observations
     * a holder: ``"You know A = 7. Your teammate must compute an answer with it and does not
       know it. Tell your teammate your values."``;
     * the answerer: ``"You know B = 12. Your teammate knows A and tells you."``, then, as in
-      every env, earlier attempts with feedback and this round's parents' utterances, and last
-      the question with its own values filled in: ``"Compute A + 12. Put the final answer in
-      \boxed{}."`` (last, because a small model answers what it read last);
+      every env, earlier attempts with feedback and this round's parents' utterances (each cut
+      to ``message_chars`` characters, default 40: a narrow channel), and last the question
+      with its own values filled in: ``"What is A + 12? Use the value of A from your
+      teammate's message. Put the final answer in \boxed{}."`` (last, because a small model
+      answers what it read last);
     * a single agent: ``task.prompt`` ("The values are A = 7, B = 12. Compute A + B.").
 
     Values an agent does not hold never appear in its observation unless a teammate says them.
@@ -37,8 +39,8 @@ Rewards
 
 Keyword arguments
     ``level`` (1-3 or a level name; default 1), ``split`` ("train" | "test"; default "train"),
-    ``task_seed``, ``grading_timeout_s``, ``grading_mode``, plus every :class:`TextTaskEnv`
-    keyword.
+    ``task_seed``, ``message_chars`` (default 40; ignored when a ``template`` is given),
+    ``grading_timeout_s``, ``grading_mode``, plus every :class:`TextTaskEnv` keyword.
 
 Version history
     v0: first release.
@@ -50,8 +52,14 @@ import dataclasses
 from typing import Any
 
 from marft_envs.core.task import Task
+from marft_envs.core.template import ObservationTemplate
 from marft_envs.envs._answer_env import FinalAnswerEnv
 from marft_envs.tasks.relay import RelayTasks, deal, format_values
+
+MESSAGE_CHARS = 40
+"""Default cut of a teammate's message as the answerer reads it: enough for the values ("A = 17,
+C = 45"), not for the rambling a small model appends, which it otherwise copies instead of
+answering (measured with SmolLM2-135M, docs/cooperative_tasks.md)."""
 
 
 class RelayEnv(FinalAnswerEnv):
@@ -60,7 +68,12 @@ class RelayEnv(FinalAnswerEnv):
     metadata = {"name": "marft_relay_v0", "render_modes": ["ansi", "human"], "is_parallelizable": True}
     default_profile = "relay"
 
-    def __init__(self, level: int | str = 1, split: str = "train", task_seed: int = 0, **kwargs: Any):
+    def __init__(self, level: int | str = 1, split: str = "train", task_seed: int = 0,
+                 message_chars: int = MESSAGE_CHARS, **kwargs: Any):
+        if not isinstance(message_chars, int) or message_chars < 1:
+            raise ValueError(f"message_chars must be a positive int (characters of a teammate's message "
+                             f"shown), got {message_chars!r}")
+        kwargs.setdefault("template", ObservationTemplate(max_quoted_chars=message_chars))
         super().__init__(RelayTasks(level=level, split=split, seed=task_seed), **kwargs)
         graded = [a for a in self.possible_agents if self.profile.role_of(a).graded]
         self.answerer = graded[-1]
@@ -86,11 +99,14 @@ class RelayEnv(FinalAnswerEnv):
         return dataclasses.replace(task, prompt=text)
 
     def question(self, task: Task) -> str:
-        """The answerer's question, its own values already filled in: ``"Compute A + 12. ..."``."""
+        """The answerer's question, its own values filled in: ``"What is A + 12? Use the value of A
+        from your teammate's message. ..."``."""
         values: dict[str, int] = task.metadata["values"]
         held = set(self.hands(task)[self.answerer])
         expression = " ".join(str(values[t]) if t in held else t for t in task.metadata["expression"].split())
-        return f"Compute {expression}. Put the final answer in \\boxed{{}}."
+        missing = ", ".join(name for name in values if name not in held)
+        return (f"What is {expression}? Use the value of {missing} from your teammate's message. "
+                "Put the final answer in \\boxed{}.")
 
     def compose_observation(self, agent: str) -> str:
         text = super().compose_observation(agent)

@@ -36,7 +36,7 @@ Policy = Callable[[str, str, random.Random], str]
 """``(agent id, observation text, rng) -> utterance``."""
 
 _ASSIGNMENT = re.compile(r"\b([A-Z]) = (-?\d+)\b")
-_COMPUTE = re.compile(r"Compute ([-+*/() \dA-Z]+?)\.")
+_COMPUTE = re.compile(r"(?:Compute|What is) ([-+*/() \dA-Z]+?)[.?]")
 GUESS_RANGE = (2, 99)
 """Where the ``mute`` answerer guesses a value it does not see."""
 

@@ -84,12 +84,14 @@ def test_relay_observations_are_partial(level):
     for name in held[holder]:
         assert f"{name} = {values[name]}" in holder_obs and f"{name} = {values[name]}" not in answerer_obs
     question = env.unwrapped.question(task)
-    assert answerer_obs.endswith(question) and "Compute" not in holder_obs
+    assert answerer_obs.endswith(question) and "What is" not in holder_obs
     assert expression.split()[0] in question  # the holder's first variable is left for the holder
     assert task.prompt not in holder_obs and task.prompt not in answerer_obs
     # The answerer learns the holder's values only through the holder's utterance this round.
-    env.step("a = 1000")
-    assert "a = 1000" in env.observe(answerer)["text"]
+    env.step("a = 1000" + " and some rambling" * 10)
+    answerer_obs = env.observe(answerer)["text"]
+    assert "a = 1000" in answerer_obs and "rambling" * 1 in answerer_obs
+    assert answerer_obs.count("rambling") == 1  # the message is cut at message_chars (40)
 
 
 def test_relay_solo_sees_the_whole_problem():
@@ -222,3 +224,8 @@ def test_coop_oracle_benchmark_prints_every_team_and_passes():
 
     assert re.search(r"marft/Relay-v0\s+1\s+relay\s+oracle\s+1\.000", done.stdout), done.stdout
     assert "noisy+rubber_stamp" in done.stdout and "oracle: 1.000 on every env" in done.stdout
+
+
+def test_relay_message_chars_must_be_positive():
+    with pytest.raises(ValueError, match="message_chars must be a positive int"):
+        marft_envs.make("marft/Relay-v0", message_chars=0)
