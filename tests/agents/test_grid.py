@@ -186,3 +186,16 @@ def test_swap_agent_adapters_exchanges_only_policy_adapters(tiny):
         rotation(["actor_0"])
     with pytest.raises(ValueError, match="distinct agent"):
         swap_agent_adapters(state, policy, {"reasoner_0": "actor_0", "actor_0": "actor_0"})
+
+
+@pytest.mark.parametrize("env_id, profile", [("marft/Relay-v0", "relay"), ("marft/SolveCheck-v0", "solver_checker"),
+                                             ("marft/Relay-v0", "relay_anonymous")])
+def test_cooperative_envs_train_and_evaluate_with_a_tiny_model(tmp_path, tiny, env_id, profile):
+    from marft_agents.trainer import train
+
+    cfg = small_config(tmp_path, **{"env.id": env_id, "env.kwargs": {"profile": profile, "horizon": 2},
+                                    "schedule.num_updates": 1, "eval.at_end": True, "eval.env_kwargs": {"split": "test"}})
+    result = train(cfg, model_and_tokenizer=tiny)
+    assert result.counters["update"] == 1 and result.final_eval.n == 2
+    transcript = result.final_eval.per_task[0]["transcript"]
+    assert [t["agent"] for t in transcript[:2]] == list(result.policy.agent_ids)
