@@ -90,7 +90,7 @@ def test_relay_observations_are_partial(level):
     # The answerer learns the holder's values only through the holder's utterance this round.
     env.step("a = 1000" + " and some rambling" * 10)
     answerer_obs = env.observe(answerer)["text"]
-    assert "a = 1000" in answerer_obs and "rambling" * 1 in answerer_obs
+    assert "a = 1000" in answerer_obs
     assert answerer_obs.count("rambling") == 1  # the message is cut at message_chars (40)
 
 
