@@ -18,8 +18,42 @@ from pathlib import Path
 from leaderboards.build import build
 from leaderboards.records import RECORDS_DIR, Record, git_commit, write_record
 from marft_agents.cli import main as marft_main
-from marft_agents.config import config_to_dict, load_config
+from marft_agents.config import TrainConfig, config_to_dict, load_config
 from marft_agents.metrics import read_metrics
+
+
+def dedupe_by_step(rows: list[dict]) -> list[dict]:
+    """Metric rows with one row per step, the last logged (a resumed run re-logs the updates
+    after its last checkpoint), in step order; step 0 keeps its untrained evaluation."""
+    by_step: dict[int, dict] = {}
+    for row in rows:
+        by_step[row["step"]] = row
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def build_record(cfg: TrainConfig, name: str, commit: str) -> Record:
+    """The leaderboard record of a finished run, read from its ``summary.json`` and ``metrics.jsonl``."""
+    out = Path(cfg.output_dir)
+    summary = json.loads((out / "summary.json").read_text())
+    rows = dedupe_by_step(read_metrics(out / "metrics.jsonl"))
+    wall = sum(r.get("time/rollout_s", 0) + r.get("time/update_s", 0) for r in rows)
+    return Record(
+        name=name,
+        env_id=cfg.env.id,
+        env_kwargs={**cfg.env.kwargs, **cfg.eval.env_kwargs},
+        algorithm=cfg.algorithm,
+        model=cfg.model.name_or_path,
+        eval_before=summary.get("eval_before"),
+        eval_after={**summary["eval_after"], "greedy": cfg.eval.greedy},
+        eval_best=summary.get("eval_best"),
+        eval_curve=[{"update": r["step"], "accuracy": r["eval/accuracy"], "stderr": r["eval/stderr"],
+                     "train_seconds": round(r.get("time/train_seconds", 0.0), 1)}
+                    for r in rows if "eval/accuracy" in r],
+        budget={"updates": summary["counters"]["update"], "episodes": summary["counters"]["episodes"],
+                "tokens": summary["counters"]["tokens"], "wall_clock_s": round(wall, 1)},
+        config=config_to_dict(cfg),
+        commit=commit,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,27 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     cfg = load_config(args.config, {k: yaml.safe_load(v) for k, v in overrides.items()})
-    out = Path(cfg.output_dir)
-    summary = json.loads((out / "summary.json").read_text())
-    rows = read_metrics(out / "metrics.jsonl")
-    wall = sum(r.get("time/rollout_s", 0) + r.get("time/update_s", 0) for r in rows)
-    record = Record(
-        name=args.name or args.config.stem,
-        env_id=cfg.env.id,
-        env_kwargs={**cfg.env.kwargs, **cfg.eval.env_kwargs},
-        algorithm=cfg.algorithm,
-        model=cfg.model.name_or_path,
-        eval_before=summary.get("eval_before"),
-        eval_after={**summary["eval_after"], "greedy": cfg.eval.greedy},
-        eval_best=summary.get("eval_best"),
-        eval_curve=[{"update": r["step"], "accuracy": r["eval/accuracy"], "stderr": r["eval/stderr"],
-                     "train_seconds": round(r.get("time/train_seconds", 0.0), 1)}
-                    for r in rows if "eval/accuracy" in r],
-        budget={"updates": summary["counters"]["update"], "episodes": summary["counters"]["episodes"],
-                "tokens": summary["counters"]["tokens"], "wall_clock_s": round(wall, 1)},
-        config=config_to_dict(cfg),
-        commit=commit,
-    )
+    record = build_record(cfg, args.name or args.config.stem, commit)
     path = write_record(record, args.records)
     (args.records.parent / "README.md").write_text(build(args.records), encoding="utf-8")
     print(f"leaderboard record: {path}")

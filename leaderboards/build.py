@@ -111,7 +111,21 @@ def build(records_dir: Path = RECORDS_DIR) -> str:
         lines += _seed_table(rows)
     if not records:
         lines.append("No records yet: run `python -m baselines.run <config>`.\n")
+    lines += _grid_links(records_dir.parent / "grids")
     return "\n".join(lines)
+
+
+def _grid_links(grids_dir: Path) -> list[str]:
+    """A list of the grid reports (``leaderboards/grids/<name>/README.md``, see ``grid_report``)."""
+    reports = sorted(grids_dir.glob("*/README.md")) if grids_dir.is_dir() else []
+    if not reports:
+        return []
+    lines = ["## Grids", "", "Comparisons declared in `baselines/grids/*.yaml` and run with `python -m baselines.grid`; "
+             "each report has a table over seeds and a plot of accuracy against training minutes.", ""]
+    for report in reports:
+        count = len(list((report.parent / "records").glob("*.json")))
+        lines.append(f"- [{report.parent.name}](grids/{report.parent.name}/README.md): {count} records")
+    return lines + [""]
 
 
 def main() -> None:

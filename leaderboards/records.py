@@ -62,6 +62,11 @@ class Record:
     fills it; for a plugin env this is the plugin's distribution, not marft)."""
     date: str = ""
     """UTC timestamp (filled in automatically)."""
+    grid: dict[str, Any] | None = None
+    """For a run of a declared grid (``baselines/grid.py``): ``{"grid", "cell", "seed", "kind"}``
+    (kind ``train``, ``untrained`` or ``swapped``; a swapped run adds ``source``, the cell whose
+    trained adapters it evaluated, and ``assignment``, agent -> the agent whose adapter it got)
+    and ``wall_s``, the run's whole machine time (training, evaluations, loading)."""
 
 
 def git_commit() -> str:

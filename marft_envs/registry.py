@@ -45,6 +45,9 @@ BUILTIN_ENVS: list[tuple[str, str, dict[str, Any]]] = [
     ("marft/StdioCode-v0", "marft_envs.envs.stdio_code:StdioCodeEnv", {}),
     # -- WebShop (issue 5) --
     ("marft/WebShop-v0", "marft_envs.envs.webshop:WebShopEnv", {}),
+    # -- cooperative tasks (issue 19) --
+    ("marft/Relay-v0", "marft_envs.envs.relay:RelayEnv", {}),
+    ("marft/SolveCheck-v0", "marft_envs.envs.solve_check:SolveCheckEnv", {}),
 ]
 
 

@@ -109,10 +109,19 @@ class TextTaskEnv(AECEnv):
         """Extra per-agent info merged into ``infos`` after every step."""
         return {}
 
+    def agent_view(self, task: Task, agent: str) -> Task:
+        """The task as ``agent`` sees it (default: the whole task, the same for every agent).
+
+        Override for partial observability: return the task with a ``prompt`` holding only what
+        ``agent`` may know (e.g. ``dataclasses.replace(task, prompt=...)``). The default
+        observation shows this view's prompt; ``transcript()`` and evaluation keep the full task.
+        """
+        return task
+
     def compose_observation(self, agent: str) -> str:
         """The text ``agent`` observes now (default: :class:`ObservationTemplate`)."""
         return self.template.render(
-            task=self.task,
+            task=self.agent_view(self.task, agent),
             history=self.history,
             # Parents that have not acted yet (observing out of turn) are simply not shown.
             parents=[(p, self.profile.role_of(p).name, self.round_outputs[p])

@@ -1,0 +1,170 @@
+r"""Scripted teams for the cooperative envs: oracles (solvability) and reference baselines.
+
+A scripted policy maps ``(agent id, observation text, rng) -> utterance``; it reads only what
+the agent observes, never the task object, so an oracle that scores 1.0 proves the task is
+solvable *from the observations* (for Relay: only when the holders pass their values on).
+:func:`play` runs a team of them on a fixed problem set and reports accuracy and the mean
+per-agent rewards. ``benchmarks/coop_oracle.py`` prints every team on every level.
+
+Teams (``TEAMS[env_id][name]``, each a policy for any agent of the env's default profile and of
+``solo``):
+
+``marft/Relay-v0``
+    ``oracle``: holders state their values ("A = 7"); the answerer reads every "X = n" it sees
+    and computes the expression. ``mute``: holders say nothing useful; the answerer computes
+    with the values it sees and guesses each missing one (uniform 2..99): what an answerer
+    alone can do. ``random``: every agent answers a random integer in 0..100.
+
+``marft/SolveCheck-v0``
+    ``oracle``: the solver computes the answer, the checker recomputes it and says CORRECT, or
+    WRONG with the right answer. ``noisy+oracle_checker``: a solver that is off by 1-3 half the
+    time, with the oracle checker. ``noisy+rubber_stamp``: the same solver, a checker that
+    always says CORRECT. ``random``: random integers and random verdicts.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from marft_envs.tasks.arithmetic import _eval_fraction, format_answer
+from marft_envs.tasks.math_grading import extract_boxed
+
+Policy = Callable[[str, str, random.Random], str]
+"""``(agent id, observation text, rng) -> utterance``."""
+
+_ASSIGNMENT = re.compile(r"\b([A-Z]) = (-?\d+)\b")
+_COMPUTE = re.compile(r"(?:Compute|What is) ([-+*/() \dA-Z]+?)[.?]")
+GUESS_RANGE = (2, 99)
+"""Where the ``mute`` answerer guesses a value it does not see."""
+
+
+def _expression(observation: str) -> str | None:
+    match = _COMPUTE.search(observation)
+    return match.group(1).strip() if match else None
+
+
+# -- Relay ----------------------------------------------------------------------------------------
+def _relay_answer(observation: str, rng: random.Random, guess_missing: bool) -> str:
+    expression = _expression(observation)
+    seen = {name: int(value) for name, value in _ASSIGNMENT.findall(observation)}
+    names = re.findall(r"\b[A-Z]\b", expression or "")
+    if expression is None or (not guess_missing and any(n not in seen for n in names)):
+        return "I do not know all the values."
+    values = {n: seen[n] if n in seen else rng.randint(*GUESS_RANGE) for n in names}
+    value = _eval_fraction(re.sub(r"\b[A-Z]\b", lambda m: str(values[m.group()]), expression))
+    return f"\\boxed{{{format_answer(value)}}}"
+
+
+def relay_oracle(agent: str, observation: str, rng: random.Random) -> str:
+    if _expression(observation) is None:  # a holder: pass every value on
+        return ", ".join(f"{n} = {v}" for n, v in _ASSIGNMENT.findall(observation))
+    return _relay_answer(observation, rng, guess_missing=False)
+
+
+def relay_mute(agent: str, observation: str, rng: random.Random) -> str:
+    if _expression(observation) is None:
+        return "Hello."
+    return _relay_answer(observation, rng, guess_missing=True)
+
+
+def random_number(agent: str, observation: str, rng: random.Random) -> str:
+    return f"\\boxed{{{rng.randint(0, 100)}}}"
+
+
+# -- SolveCheck -----------------------------------------------------------------------------------
+def _is_checker(observation: str) -> bool:
+    from marft_envs.envs.solve_check import CHECKER_PROTOCOL
+
+    return CHECKER_PROTOCOL in observation
+
+
+def _true_answer(observation: str) -> str:
+    expression = _expression(observation)
+    if expression is None:
+        raise ValueError("scripted SolveCheck teams need 'Compute <expression>.' problems (arithmetic levels 1-6)")
+    return format_answer(_eval_fraction(expression))
+
+
+def _oracle_checker(observation: str) -> str:
+    truth = _true_answer(observation)
+    proposed = extract_boxed(observation)  # the last box: this round's solver answer (parents come last)
+    return "CORRECT" if proposed == truth else f"WRONG \\boxed{{{truth}}}"
+
+
+def solve_check_oracle(agent: str, observation: str, rng: random.Random) -> str:
+    if _is_checker(observation):
+        return _oracle_checker(observation)
+    return f"\\boxed{{{_true_answer(observation)}}}"
+
+
+def _noisy_solver(observation: str, rng: random.Random) -> str:
+    truth = _true_answer(observation)
+    if "/" in truth or rng.random() < 0.5:
+        return f"\\boxed{{{truth}}}"
+    return f"\\boxed{{{int(truth) + rng.choice([-3, -2, -1, 1, 2, 3])}}}"
+
+
+def noisy_with_oracle_checker(agent: str, observation: str, rng: random.Random) -> str:
+    return _oracle_checker(observation) if _is_checker(observation) else _noisy_solver(observation, rng)
+
+
+def noisy_with_rubber_stamp(agent: str, observation: str, rng: random.Random) -> str:
+    return "CORRECT" if _is_checker(observation) else _noisy_solver(observation, rng)
+
+
+def solve_check_random(agent: str, observation: str, rng: random.Random) -> str:
+    if _is_checker(observation):
+        return rng.choice(["CORRECT", "WRONG"])
+    return random_number(agent, observation, rng)
+
+
+TEAMS: dict[str, dict[str, Policy]] = {
+    "marft/Relay-v0": {"oracle": relay_oracle, "mute": relay_mute, "random": random_number},
+    "marft/SolveCheck-v0": {"oracle": solve_check_oracle, "noisy+oracle_checker": noisy_with_oracle_checker,
+                            "noisy+rubber_stamp": noisy_with_rubber_stamp, "random": solve_check_random},
+}
+"""Scripted teams by env id, then name."""
+
+
+@dataclass
+class PlayResult:
+    """What a scripted team scored on a fixed problem set."""
+
+    accuracy: float
+    """Share of problems solved (the episode terminated) within the horizon."""
+    n: int
+    """Problems played."""
+    agent_rewards: dict[str, float] = field(default_factory=dict)
+    """Mean env-reported per-agent reward (``infos["agent_reward"]``) per agent, over rounds."""
+    rounds: float = 0.0
+    """Mean rounds per episode."""
+
+
+def play(env_id: str, policy: Policy, n: int = 200, seed: int = 0, **env_kwargs) -> PlayResult:
+    """Play problems ``0..n-1`` of ``env_id`` (made with ``env_kwargs``) with ``policy`` for every agent."""
+    import marft_envs
+
+    env = marft_envs.make(env_id, **env_kwargs)
+    rng = random.Random(f"scripted/{seed}")
+    solved = rounds = 0
+    reward_sums: dict[str, float] = {a: 0.0 for a in env.possible_agents}
+    for index in range(n):
+        env.reset(seed=seed, options={"task_index": index})
+        for agent in env.agent_iter():
+            _, _, terminated, truncated, _ = env.last()
+            if terminated or truncated:
+                env.step(None)
+                continue
+            env.step(policy(agent, env.observe(agent)["text"], rng))
+        history = env.unwrapped.history
+        rounds += len(history)
+        solved += bool(history and history[-1].outcome.solved)
+        for record in history:
+            for agent, reward in record.outcome.agent_rewards.items():
+                reward_sums[agent] += reward
+    total_rounds = max(rounds, 1)
+    return PlayResult(accuracy=solved / n, n=n, rounds=rounds / n,
+                      agent_rewards={a: s / total_rounds for a, s in reward_sums.items()})
