@@ -262,6 +262,11 @@ def build_root(cfg: dict, iso: list) -> bool:
         for d, mode in (("/tmp", "1777"), ("/dev/shm", "1777")):
             if not mount("tmpfs", b.at(d), "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode={mode}"):
                 raise Abort(f"cannot mount a tmpfs on {d}")
+        # A declared path under /tmp (e.g. a checkout or data set there) is shadowed by the private
+        # /tmp just mounted: bind it again on top of it, read-only.
+        for p in [p for p in extra if _under(p, ["/tmp"])]:
+            if not b._bind(p, os.path.isdir(p)) or not (set_readonly_recursive(b.at(p)) or _remount_readonly(b.at(p))):
+                raise Abort(f"cannot expose {p} inside the private /tmp")
     except (Abort, OSError) as e:
         _libc.umount2(root.encode(), MNT_DETACH)
         cfg["fsroot_error"] = str(e)

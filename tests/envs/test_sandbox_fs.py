@@ -82,6 +82,10 @@ def leaked_problem_file():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _under_tmp(path: Path) -> bool:
+    return str(path.resolve()).startswith("/tmp/")
+
+
 def _play_attack(path: Path, limits: SandboxLimits):
     env = StdioCodeEnv(path=path, horizon=1, limits=limits)
     env.reset(seed=0)
@@ -122,6 +126,8 @@ def test_control_without_fs_isolation_the_attack_succeeds(leaked_problem_file) -
     """The same reply against the older read-only view of the host: it finds the file. (This is
     what the test above guards against; if this control stops leaking, the attack test proves
     nothing.)"""
+    if _under_tmp(leaked_problem_file):
+        pytest.skip("the checkout is under /tmp, which the older view hides too: no leak to show here")
     reward, info = _play_attack(leaked_problem_file,
                                 SandboxLimits(wall_s=60, cpu_s=30, fs_isolation=False))
     assert reward == 1.0 and info["status"] == "passed", info
