@@ -37,23 +37,19 @@ Train/test split
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import random
 from collections.abc import Callable
 from fractions import Fraction
 
 from marft_envs.core.task import Task
+from marft_envs.tasks.procedural import INDEX_SPACE, SPLITS, ProceduralTasks, split_of  # noqa: F401
 
 LEVELS: dict[int, str] = {
     1: "add_small", 2: "add_two_digit", 3: "add_sub_three", 4: "mul_add",
     5: "parentheses", 6: "fractions", 7: "word_problems",
 }
 """Level number -> name."""
-SPLITS = ("train", "test")
-TEST_MODULUS = 5
-"""A problem is in the test split when its hash is 0 mod this (about 1 in 5)."""
-INDEX_SPACE = 10**9
 
 # (expression, value, canonical key, prompt)
 Problem = tuple[str, Fraction, str, str]
@@ -63,12 +59,6 @@ def format_answer(value: Fraction) -> str:
     """``Fraction(19)`` -> ``"19"``, ``Fraction(-4, 6)`` -> ``"-2/3"`` (always reduced)."""
     value = Fraction(value)
     return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
-
-
-def split_of(canonical: str) -> str:
-    """``"test"`` or ``"train"`` from the SHA-256 of a problem's canonical key."""
-    digest = hashlib.sha256(canonical.encode("utf-8")).digest()
-    return "test" if int.from_bytes(digest[:8], "big") % TEST_MODULUS == 0 else "train"
 
 
 def _compute(expr: str) -> Problem:
@@ -214,7 +204,7 @@ def level_name(level: int | str) -> str:
     raise ValueError(f"unknown arithmetic level {level!r}; use a number or a name: {choices}")
 
 
-class ArithmeticTasks:
+class ArithmeticTasks(ProceduralTasks):
     """A :class:`~marft_envs.core.task.TaskSource` of generated arithmetic problems.
 
     Args:
@@ -223,42 +213,16 @@ class ArithmeticTasks:
         seed: selects the sequence of problems; item ``i`` depends only on (seed, split, level, i).
     """
 
-    def __init__(self, level: int | str = 1, split: str = "train", seed: int = 0):
-        self.level = level_name(level)
-        self.level_number = next(k for k, v in LEVELS.items() if v == self.level)
-        if split not in SPLITS:
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-        self.split, self.seed = split, seed
-        self._generate = _GENERATORS[self.level]
+    dataset = "arithmetic"
+    LEVELS = LEVELS
 
-    def __len__(self) -> int:
-        return INDEX_SPACE
+    def level_name(self, level: int | str) -> str:
+        return level_name(level)
 
-    def __repr__(self) -> str:
-        return f"ArithmeticTasks(level={self.level_number} ({self.level}), split={self.split!r}, seed={self.seed})"
+    def draw(self, rng: random.Random):
+        expr, value, canonical, prompt = _GENERATORS[self.level](rng)
 
-    def __getitem__(self, index: int) -> Task:
-        try:
-            index = operator.index(index)
-        except TypeError:
-            raise TypeError(f"task index must be an int, got {type(index).__name__}") from None
-        if index < 0:
-            index += INDEX_SPACE
-        if not 0 <= index < INDEX_SPACE:
-            raise IndexError(f"task index out of range [0, {INDEX_SPACE})")
-        for attempt in range(1000):  # P(split miss) <= 4/5, so 1000 misses never happen
-            rng = random.Random(f"marft-arithmetic/{self.seed}/{self.split}/{self.level}/{index}/{attempt}")
-            expr, value, canonical, prompt = self._generate(rng)
-            if split_of(f"{self.level}|{canonical}") == self.split:
-                return Task(
-                    task_id=f"arithmetic/{self.level}/{self.split}/seed{self.seed}/{index}",
-                    prompt=prompt,
-                    answer=format_answer(value),
-                    metadata={
-                        "dataset": "arithmetic", "level": self.level_number, "level_name": self.level,
-                        "split": self.split, "seed": self.seed, "index": index, "expression": expr,
-                    },
-                )
-        raise RuntimeError("could not draw a problem for this split")  # pragma: no cover
+        def build(common: dict) -> Task:
+            return Task(task_id=common["task_id"], prompt=prompt, answer=format_answer(value),
+                        metadata={**common["metadata"], "expression": expr})
+        return canonical, build

@@ -26,18 +26,14 @@ Determinism and splits
 
 from __future__ import annotations
 
-import hashlib
-import operator
 import random
 from collections.abc import Callable, Sequence
 
 from marft_envs.core.task import Task
+from marft_envs.tasks.procedural import ProceduralTasks
 
 LEVELS: dict[int, str] = {1: "sum_small", 2: "two_digit", 3: "three_terms"}
 """Level number -> name."""
-SPLITS = ("train", "test")
-TEST_MODULUS = 5
-INDEX_SPACE = 10**9
 
 # (expression over variable names, {variable: value})
 Problem = tuple[str, dict[str, int]]
@@ -110,13 +106,7 @@ def level_name(level: int | str) -> str:
     raise ValueError(f"unknown relay level {level!r}; use a number or a name: {choices}")
 
 
-def split_of(canonical: str) -> str:
-    """``"test"`` or ``"train"`` from the SHA-256 of a problem's canonical key."""
-    digest = hashlib.sha256(canonical.encode("utf-8")).digest()
-    return "test" if int.from_bytes(digest[:8], "big") % TEST_MODULUS == 0 else "train"
-
-
-class RelayTasks:
+class RelayTasks(ProceduralTasks):
     """A :class:`~marft_envs.core.task.TaskSource` of relay problems.
 
     Args:
@@ -125,41 +115,17 @@ class RelayTasks:
         seed: selects the sequence of problems; item ``i`` depends only on (seed, split, level, i).
     """
 
-    def __init__(self, level: int | str = 1, split: str = "train", seed: int = 0):
-        self.level = level_name(level)
-        self.level_number = next(k for k, v in LEVELS.items() if v == self.level)
-        if split not in SPLITS:
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-        self.split, self.seed = split, seed
-        self._generate = _GENERATORS[self.level]
+    dataset = "relay"
+    LEVELS = LEVELS
 
-    def __len__(self) -> int:
-        return INDEX_SPACE
+    def level_name(self, level: int | str) -> str:
+        return level_name(level)
 
-    def __repr__(self) -> str:
-        return f"RelayTasks(level={self.level_number} ({self.level}), split={self.split!r}, seed={self.seed})"
+    def draw(self, rng: random.Random):
+        expression, values = _GENERATORS[self.level](rng)
 
-    def __getitem__(self, index: int) -> Task:
-        try:
-            index = operator.index(index)
-        except TypeError:
-            raise TypeError(f"task index must be an int, got {type(index).__name__}") from None
-        if index < 0:
-            index += INDEX_SPACE
-        if not 0 <= index < INDEX_SPACE:
-            raise IndexError(f"task index out of range [0, {INDEX_SPACE})")
-        for attempt in range(1000):  # P(split miss) <= 4/5 per draw
-            rng = random.Random(f"marft-relay/{self.seed}/{self.split}/{self.level}/{index}/{attempt}")
-            expression, values = self._generate(rng)
-            if split_of(f"{self.level}|{expression}|{format_values(values)}") == self.split:
-                return Task(
-                    task_id=f"relay/{self.level}/{self.split}/seed{self.seed}/{index}",
-                    prompt=full_prompt(expression, values),
-                    answer=str(evaluate_expression(expression, values)),
-                    metadata={"dataset": "relay", "level": self.level_number, "level_name": self.level,
-                              "split": self.split, "seed": self.seed, "index": index,
-                              "expression": expression, "values": dict(values)},
-                )
-        raise RuntimeError("could not draw a problem for this split")  # pragma: no cover
+        def build(common: dict) -> Task:
+            return Task(task_id=common["task_id"], prompt=full_prompt(expression, values),
+                        answer=str(evaluate_expression(expression, values)),
+                        metadata={**common["metadata"], "expression": expression, "values": dict(values)})
+        return f"{expression}|{format_values(values)}", build
