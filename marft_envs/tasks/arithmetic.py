@@ -194,15 +194,6 @@ _GENERATORS: dict[str, Callable[[random.Random], Problem]] = {
 }
 
 
-def level_name(level: int | str) -> str:
-    """Normalise ``level`` (1..7 or a name) to its name, with a clear error otherwise."""
-    if isinstance(level, int) and not isinstance(level, bool) and level in LEVELS:
-        return LEVELS[level]
-    if isinstance(level, str) and (level in _GENERATORS or (level.isdigit() and int(level) in LEVELS)):
-        return LEVELS[int(level)] if level.isdigit() else level
-    choices = ", ".join(f"{k}={v}" for k, v in LEVELS.items())
-    raise ValueError(f"unknown arithmetic level {level!r}; use a number or a name: {choices}")
-
 
 class ArithmeticTasks(ProceduralTasks):
     """A :class:`~marft_envs.core.task.TaskSource` of generated arithmetic problems.
@@ -215,9 +206,6 @@ class ArithmeticTasks(ProceduralTasks):
 
     dataset = "arithmetic"
     LEVELS = LEVELS
-
-    def level_name(self, level: int | str) -> str:
-        return level_name(level)
 
     def draw(self, rng: random.Random):
         expr, value, canonical, prompt = _GENERATORS[self.level](rng)

@@ -5,7 +5,7 @@ Item ``i`` of a source depends only on ``(dataset, seed, split, level, i)``: it 
 ``random.Random`` seeded with those, and redrawn (``attempt`` 1, 2, ...) until the problem's
 canonical key hashes into the requested split, so the two splits never share a problem. A
 subclass declares its ``dataset`` name and ``LEVELS`` and implements ``draw`` (one problem from
-an RNG) and ``level_name``.
+an RNG).
 """
 
 from __future__ import annotations
@@ -53,8 +53,16 @@ class ProceduralTasks:
         self.split, self.seed = split, seed
 
     def level_name(self, level: int | str) -> str:
-        """Normalise ``level`` to its name, with a clear error otherwise."""
-        raise NotImplementedError
+        """Normalise ``level`` (a number of ``LEVELS``, as int or digits, or a name) to its name,
+        with a clear error otherwise."""
+        if isinstance(level, int) and not isinstance(level, bool) and level in self.LEVELS:
+            return self.LEVELS[level]
+        if isinstance(level, str) and level.isdigit() and int(level) in self.LEVELS:
+            return self.LEVELS[int(level)]
+        if isinstance(level, str) and level in self.LEVELS.values():
+            return level
+        choices = ", ".join(f"{k}={v}" for k, v in self.LEVELS.items())
+        raise ValueError(f"unknown {self.dataset} level {level!r}; use a number or a name: {choices}")
 
     def draw(self, rng: random.Random) -> tuple[str, Callable[[dict], Task]]:
         """One problem from ``rng``: its canonical key (decides the split) and a function that

@@ -94,17 +94,6 @@ def deal(variables: Sequence[str], num_agents: int) -> list[list[str]]:
     return hands
 
 
-def level_name(level: int | str) -> str:
-    """Normalise ``level`` (1..3 or a name) to its name, with a clear error otherwise."""
-    if isinstance(level, int) and not isinstance(level, bool) and level in LEVELS:
-        return LEVELS[level]
-    if isinstance(level, str) and level.isdigit() and int(level) in LEVELS:
-        return LEVELS[int(level)]
-    if isinstance(level, str) and level in _GENERATORS:
-        return level
-    choices = ", ".join(f"{k}={v}" for k, v in LEVELS.items())
-    raise ValueError(f"unknown relay level {level!r}; use a number or a name: {choices}")
-
 
 class RelayTasks(ProceduralTasks):
     """A :class:`~marft_envs.core.task.TaskSource` of relay problems.
@@ -117,9 +106,6 @@ class RelayTasks(ProceduralTasks):
 
     dataset = "relay"
     LEVELS = LEVELS
-
-    def level_name(self, level: int | str) -> str:
-        return level_name(level)
 
     def draw(self, rng: random.Random):
         expression, values = _GENERATORS[self.level](rng)
