@@ -25,6 +25,9 @@ Usage::
 
     # the real comparison (4 runs of --budget seconds each, SmolLM2-135M; hours on a CPU)
     python benchmarks/bench_critic.py --budget 3000 --out runs/bench_critic
+    # two processes side by side, one per core, one dependency each
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/bench_critic.py --dependencies independent &
+    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_critic.py --dependencies dag
     # smoke test: tiny random model, 2 updates per run, seconds
     python benchmarks/bench_critic.py --smoke
 """
@@ -66,6 +69,8 @@ def run_config(args: argparse.Namespace, dependency: str, mode: str) -> dict:
         "schedule.time_budget_s": args.budget,
         "eval.keep_best": False,
     }
+    if args.dtype:
+        overrides["model.dtype"] = args.dtype
     if args.smoke:
         overrides.update({
             "model.dtype": "float32", "env.num_envs": 2, "sampling.max_new_tokens": 4,
@@ -112,6 +117,8 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=list(COMPARED_MODES), choices=list(CRITIC_MODES))
     parser.add_argument("--out", default="runs/bench_critic")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = auto (see _common)")
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                        help="override model.dtype (float32 on CPUs without bf16 instructions)")
     args = parser.parse_args()
     set_threads(args.threads)
     rows = []
@@ -119,11 +126,14 @@ def main() -> None:
         for mode in args.modes:
             rows.append(train_one(args, dependency, mode))
             r = rows[-1]
+            # one file per run too, so runs split over processes (--dependencies) keep every row
+            (Path(args.out) / f"{dependency}_{mode}" / "result.json").write_text(json.dumps(r, indent=2), encoding="utf-8")
             print(f"{r['dependency']:<12} {r['mode']:<12} updates {r['updates']:>4}  train_s {r['train_s']:8.1f}  "
                   f"ev_mean {r['ev_mean']:+.3f}  ev_last {r['ev_last']:+.3f}  acc_before {r['acc_before']:.3f}  "
                   f"acc_after {r['acc_after']:.3f} (+/- {r['stderr_after']:.3f})  best {r['best']:.3f}", flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "summary.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    name = "summary.json" if set(args.dependencies) == set(DEPENDENCIES) else f"summary_{'_'.join(args.dependencies)}.json"
+    (Path(args.out) / name).write_text(json.dumps(rows, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -44,3 +45,4 @@ def test_bench_critic_smoke_prints_one_row_per_dependency_and_mode(tmp_path):
     rows = re.findall(r"^(independent|dag)\s+(centralised|local)\s+updates\s+1 .*acc_after ([\d.]+)", done.stdout, re.M)
     assert len(rows) == 4, done.stdout
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "dag_centralised" / "metrics.jsonl").is_file()
+    assert json.loads((tmp_path / "dag_local" / "result.json").read_text())["mode"] == "local"
