@@ -12,7 +12,7 @@ Example::
 
     algorithm: mappo_action
     env: {id: marft/Arithmetic-v0, kwargs: {level: 1, profile: dual}, num_envs: 8}
-    model: {name_or_path: smollm2-135m-instruct, dtype: bfloat16}
+    model: {name_or_path: smollm2-135m-instruct, dtype: auto}
     sampling: {max_new_tokens: 128, temperature: 1.0}
     ppo: {gamma: 1.0, lam: 0.95, clip_eps: 0.2, credit: team}
     schedule: {num_updates: 50, episodes_per_update: 32, minibatch_size: 8}
@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import yaml
 
-from marft_agents.models import DTYPE_NAMES, ModelConfig, alias_typo
+from marft_agents.models import AUTO_DTYPE, DTYPE_NAMES, ModelConfig, alias_typo, auto_dtype
 from marft_agents.policy import CriticConfig, LoraSpec, SamplingConfig
 
 
@@ -255,6 +255,8 @@ class TrainConfig:
         if typo_of:
             raise ConfigError(f"model.name_or_path {self.model.name_or_path!r} is no model alias, folder or Hub id; "
                               f"did you mean {typo_of!r}?")
+        if self.model.dtype == AUTO_DTYPE:  # resolved here so every record names the dtype it ran in
+            self.model.dtype = auto_dtype(self.model.device)
         if self.model.dtype not in DTYPE_NAMES:
             close = ([_DTYPE_SHORTHANDS[self.model.dtype.lower()]] if self.model.dtype.lower() in _DTYPE_SHORTHANDS
                      else difflib.get_close_matches(self.model.dtype, DTYPE_NAMES, n=1, cutoff=0.5))

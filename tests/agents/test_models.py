@@ -168,3 +168,16 @@ def test_unknown_model_fails_fast_when_the_hub_is_unreachable(monkeypatch):
     with pytest.raises(models.ModelNotFoundError, match="Hub is unreachable"):
         load_model_and_tokenizer(ModelConfig(name_or_path="some-lab/no-such-model"))
     assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize("flags, native", [
+    ("fpu avx512f avx512bw avx512_vnni", False),   # AVX512 without BF16: bf16 is emulated
+    ("fpu avx512f avx512_bf16 avx512_vnni", True),
+    ("fpu avx512f amx_bf16 amx_tile", True),
+])
+def test_cpu_has_native_bf16_reads_the_flags_line(flags, native):
+    from marft_agents.models import cpu_has_native_bf16
+
+    cpuinfo = f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n"
+    assert cpu_has_native_bf16(cpuinfo) is native
+    assert cpu_has_native_bf16("processor : 0\n") is False  # no flags line: assume emulated
