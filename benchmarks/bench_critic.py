@@ -71,6 +71,8 @@ def run_config(args: argparse.Namespace, dependency: str, mode: str) -> dict:
     }
     if args.dtype:
         overrides["model.dtype"] = args.dtype
+    if args.eval_problems:
+        overrides["eval.n_problems"] = args.eval_problems
     if args.smoke:
         overrides.update({
             "model.dtype": "float32", "env.num_envs": 2, "sampling.max_new_tokens": 4,
@@ -117,6 +119,8 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=list(COMPARED_MODES), choices=list(CRITIC_MODES))
     parser.add_argument("--out", default="runs/bench_critic")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = auto (see _common)")
+    parser.add_argument("--eval-problems", type=int, default=0,
+                        help="held-out problems per evaluation (same for every run); 0 = the config's")
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                         help="override model.dtype (float32 on CPUs without bf16 instructions)")
     args = parser.parse_args()
