@@ -14,13 +14,13 @@ from marft_agents.rollout import Decision, EpisodeRecord, Rollout
 S3 = 1 / math.sqrt(3)  # std of [1, 1, 0] (unbiased) is sqrt(1/3)
 
 
-def _rollout():
+def _rollout(plan=None):
     """Group 0: ep0 two rounds (team 0 then 1), ep1 solved in round 0 (team 1), ep2 two rounds of
     0. Group 1: two one-round episodes with team 1 each (all equal). Agents r (reasoner) and a
     (actor, graded); a's per-agent reward: ep0 (1, 0), ep1 (1,), ep2 (0, 0), group 1: 1."""
     decisions, episodes = [], []
-    plan = [(0, [0.0, 1.0], [1.0, 0.0]), (0, [1.0], [1.0]), (0, [0.0, 0.0], [0.0, 0.0]),
-            (1, [1.0], [1.0]), (1, [1.0], [1.0])]
+    plan = plan or [(0, [0.0, 1.0], [1.0, 0.0]), (0, [1.0], [1.0]), (0, [0.0, 0.0], [0.0, 0.0]),
+                    (1, [1.0], [1.0]), (1, [1.0], [1.0])]
     for e, (group, team, own) in enumerate(plan):
         ids = []
         for rnd, (reward, mine) in enumerate(zip(team, own)):
@@ -84,6 +84,17 @@ def test_agent_turn_grouping_compares_one_role_at_one_round(normalisation, round
         assert [adv[(e, agent, 0)] for e in range(3)] == pytest.approx(round0, abs=1e-5)
         assert [adv[(0, agent, 1)], adv[(2, agent, 1)]] == pytest.approx(round1, abs=1e-5)
     assert all(adv[(e, agent, 0)] == 0.0 for e in (3, 4) for agent in "ra")
+
+
+@pytest.mark.parametrize("normalisation", gm.NORMALISATIONS)
+@pytest.mark.parametrize("agent_rewards", [False, True])
+def test_agent_turn_equals_agent_when_every_episode_has_one_round(normalisation, agent_rewards):
+    """With horizon 1 each agent acts once per episode, so its (agent, round) group is its agent
+    group: both groupings give the same advantages (a one-round run of either is the other's)."""
+    rollout = _rollout([(0, [1.0], [1.0]), (0, [0.0], [0.0]), (0, [1.0], [0.0]), (1, [0.0], [1.0]), (1, [1.0], [1.0])])
+    by_agent = gm.decision_advantages(rollout, "agent", normalisation, agent_rewards=agent_rewards)
+    by_turn = gm.decision_advantages(rollout, "agent_turn", normalisation, agent_rewards=agent_rewards)
+    assert torch.equal(by_agent, by_turn) and by_agent.abs().sum() > 0
 
 
 @pytest.mark.parametrize("normalisation", gm.NORMALISATIONS)
