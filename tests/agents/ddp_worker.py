@@ -42,15 +42,19 @@ def config(out: Path, algorithm: str, extra: dict | None = None):
 
 
 def update_only(out: Path, algorithm: str) -> dict:
-    """Adapters after 2 updates on sampled rollouts that every rank collects in full alike."""
+    """Adapters and metrics after 2 updates on the same sampled rollouts on every rank."""
     from marft_agents.trainer import Trainer
 
     cfg = config(out, algorithm, {"sampling.do_sample": True, **UPDATE_ONLY[algorithm]})
     trainer = Trainer(cfg, tiny())
+    history = []
     for update in range(2):
-        torch.manual_seed(100 + update)  # the same samples on every rank: the same global batch
-        trainer.learner.update(trainer.collector.collect(cfg.schedule.episodes_per_update), update)
-    return trainer.policy.adapter_state_dict()
+        torch.manual_seed(100 + update)
+        rollout = trainer.collector.collect(cfg.schedule.episodes_per_update)
+        if trainer.data_parallel is not None:  # rank 0's rollout on every rank: the same global batch
+            rollout = trainer.data_parallel.gather(rollout)[0]
+        history.append(trainer.learner.update(rollout, update))
+    return {"adapters": trainer.policy.adapter_state_dict(), "history": history}
 
 
 def tiny():
@@ -71,14 +75,14 @@ def tiny_initial_adapters(algorithm: str, extra: dict | None = None) -> dict:
 
 def run_all(out: Path, rank: int = 0) -> dict:
     """Train every learner for 2 updates, plus an interrupted-and-resumed run of ``RESUMED``;
-    returns (and on every rank saves to ``out/rank<r>.pt``) adapters and evaluations."""
+    returns (and on every rank saves to ``out/rank<r>.pt``) adapters, metrics and evaluations."""
     from marft_agents.trainer import iter_train, train
 
     quiet = {"eval_before": False, "tensorboard": False, "plot": False, "handle_signals": False}
     results: dict = {}
     for algorithm in ALGORITHMS:
         result = train(config(out / "full", algorithm), model_and_tokenizer=tiny(), **quiet)
-        results[algorithm] = result.policy.adapter_state_dict()
+        results[algorithm] = {"adapters": result.policy.adapter_state_dict(), "history": result.history}
         if result.final_eval is not None:
             results["eval"] = result.final_eval.per_task
     for algorithm in UPDATE_ONLY:
