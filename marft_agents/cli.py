@@ -83,11 +83,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     from marft_agents.protocol import run_protocol
     from marft_agents.trainer import prepare_trainer
 
+    from marft_agents.distributed import process_group
+
     cfg, _ = _load(args, {"output_dir": args.output_dir} if args.output_dir else None)
-    trainer = prepare_trainer(cfg, args.resume, None)  # refuses a used output_dir before loading the model
-    outcome = run_protocol(trainer, resume=args.resume, eval_before=args.eval_before,
-                           tensorboard=not args.no_tensorboard, progress=not args.quiet,
-                           config_source=str(args.config), say=print)
+    # Under torchrun (docs/distributed.md): join the job; ranks other than 0 log warnings only.
+    with process_group() as world:
+        if not world.is_main:
+            logging.getLogger().setLevel(logging.WARNING)
+        trainer = prepare_trainer(cfg, args.resume, None)  # refuses a used output_dir before loading the model
+        outcome = run_protocol(trainer, resume=args.resume, eval_before=args.eval_before,
+                               tensorboard=not args.no_tensorboard, progress=not args.quiet,
+                               config_source=str(args.config), say=print)
     if outcome.stopped_by is not None:
         import signal
 

@@ -122,6 +122,7 @@ def evaluate(
     sampling: Any = None,
     num_envs: int = 8,
     progress: str | None = None,
+    world: Any = None,
 ) -> EvalResult:
     """Play ``n_problems`` fixed problems of ``env_id`` with ``policy`` and score them.
 
@@ -132,6 +133,10 @@ def evaluate(
         sampling: a ``SamplingConfig``; None = its defaults. ``greedy`` overrides ``do_sample``.
         num_envs: env instances played in lock-step (batching generation).
         progress: show a progress bar over the problems with this label (None: no bar).
+        world: a ``WorldInfo`` of several ranks (``marft_agents/distributed.py``; every rank must
+            call): each plays its contiguous share of the problems and the results are gathered
+            in problem order, so every rank returns the figures of the whole set. With greedy
+            decoding they equal one process's; sampled decoding draws per-rank samples.
     """
     from marft_agents.policy import SamplingConfig
 
@@ -150,23 +155,33 @@ def evaluate(
 
         bar = tqdm(total=len(indices), desc=progress, unit="problem", leave=False, dynamic_ncols=True)
         envs = [_TickWhenDone(env, bar) for env in envs]
-    collector = RolloutCollector(envs[: len(indices)], policy, sampling, values=None, seed=seed)
-    plans = [(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]), {"task_index": i}) for i in indices]
+    mine = list(indices) if world is None else [indices[k] for k in world.share(len(indices))]
+    plans = [(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]), {"task_index": i}) for i in mine]
     py_state, np_state = random.getstate(), np.random.get_state()
+    per_task: list[dict[str, Any]] = []
     try:
         with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
             torch.manual_seed(seed)
-            rollout = collector.collect(len(plans), plans)
+            if plans:
+                collector = RolloutCollector(envs[: len(plans)], policy, sampling, values=None, seed=seed)
+                rollout = collector.collect(len(plans), plans)
+                per_task = [
+                    {"task_index": i, "task_id": ep.task_id, "solved": ep.solved, "reward": ep.team_return,
+                     "rounds": ep.rounds,
+                     "transcript": [{"agent": d.agent_id, "round": d.round, "text": d.text} for d in decisions]}
+                    for i, ep, decisions in zip(mine, rollout.episodes, rollout.episode_decisions())
+                ]
     finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
         if bar is not None:
             bar.close()
-    per_task = [
-        {"task_index": i, "task_id": ep.task_id, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds,
-         "transcript": [{"agent": d.agent_id, "round": d.round, "text": d.text} for d in decisions]}
-        for i, ep, decisions in zip(indices, rollout.episodes, rollout.episode_decisions())
-    ]
+    if world is not None:
+        import torch.distributed as dist
+
+        parts: list[Any] = [None] * world.world_size
+        dist.all_gather_object(parts, per_task)
+        per_task = [task for part in parts for task in part]
     prompts = [tasks[i].prompt for i in indices]
     n = len(per_task)
     accuracy = sum(t["solved"] for t in per_task) / n

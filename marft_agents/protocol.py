@@ -139,13 +139,19 @@ def run_protocol(
     from tqdm import tqdm
 
     cfg, out = trainer.cfg, Path(trainer.cfg.output_dir)
+    # Under torchrun every rank runs the protocol (evaluations and updates are collective), but
+    # only rank 0 writes metrics, summary.json and the plot, and speaks.
+    main = getattr(getattr(trainer, "world", None), "is_main", True)
+    if not main:
+        say, plot, progress = _silent, False, False
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     summary_path = out / SUMMARY_FILE
     summary = json.loads(summary_path.read_text()) if resume and summary_path.exists() else {}
     summary.pop("eval_after", None)  # describes an earlier end of the run; this call writes its own
     # Resume: keep what was logged up to the checkpoint (step 0 = the baseline); fresh: nothing.
-    logger = MetricsLogger(out, tensorboard=tensorboard, keep_until=trainer.counters["update"] if resume else -1)
+    logger = (MetricsLogger(out, tensorboard=tensorboard, keep_until=trainer.counters["update"] if resume else -1)
+              if main else _NoMetrics())
     history: list[dict[str, float]] = []
     final: EvalResult | None = None
     try:
@@ -159,7 +165,8 @@ def run_protocol(
                 summary["eval_before"] = eval_dict(result)
                 logger.log(0, {"eval/accuracy": result.accuracy, "eval/stderr": result.stderr,
                                "eval/n": result.n, "eval/mean_reward": result.mean_reward})
-                summary_path.write_text(json.dumps(summary, indent=2))  # survives a crash mid-training
+                if main:
+                    summary_path.write_text(json.dumps(summary, indent=2))  # survives a crash mid-training
                 say(f"eval before training: {describe(result)}")
             bar = tqdm(total=cfg.schedule.num_updates, initial=trainer.counters["update"], desc="updates",
                        disable=not progress, dynamic_ncols=True)
@@ -194,7 +201,8 @@ def run_protocol(
         summary["stopped_by"] = stopped_by
         say(f"stopped by {stopped_by} after {trainer.counters['update']} updates; checkpoint "
             f"{trainer.last_checkpoint}; continue with `marft train --resume` (Python: resume=True)")
-    summary_path.write_text(json.dumps(summary, indent=2))
+    if main:
+        summary_path.write_text(json.dumps(summary, indent=2))
     png = None
     if plot:
         png = plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png",
@@ -203,3 +211,17 @@ def run_protocol(
             say(f"learning curve: {png}")
     say(f"metrics: {out / 'metrics.csv'}  summary: {summary_path}")
     return RunOutcome(history=history, summary=summary, final_eval=final, stopped_by=stopped_by, plot=png)
+
+
+def _silent(_line: str) -> None:
+    """``say`` of the ranks other than 0."""
+
+
+class _NoMetrics:
+    """The metrics logger of the ranks other than 0: rank 0 logs the (identical) global metrics."""
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

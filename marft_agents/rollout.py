@@ -213,14 +213,27 @@ class RolloutCollector:
         self._cursor = int(state["cursor"])
 
     # -- collection ----------------------------------------------------------------------------
-    def collect(self, num_episodes: int, plans: Sequence[tuple[int | None, dict[str, Any]]] | None = None) -> Rollout:
+    def collect(self, num_episodes: int, plans: Sequence[tuple[int | None, dict[str, Any]]] | None = None,
+                share: tuple[int, int] | None = None) -> Rollout:
         """Play ``num_episodes`` episodes in groups of ``group_size`` (or exactly the given
-        ``(seed, options)`` ``plans``, each its own group)."""
+        ``(seed, options)`` ``plans``, each its own group).
+
+        ``share = (rank, world_size)``: draw the plan of all ``num_episodes`` (so the task order
+        and this collector's state do not depend on the world size) but play only the rank's
+        contiguous share of whole groups; groups keep their global index
+        (``marft_agents/distributed.py``)."""
         if plans is None:
             k = self.group_size
             if num_episodes < 1 or num_episodes % k:
                 raise ValueError(f"num_episodes must be a positive multiple of group_size {k}, got {num_episodes}")
             planned = [(plan, g) for g in range(num_episodes // k) for plan in [self._next_plan()] * k]
+            if share is not None:
+                rank, world_size = share
+                if (num_episodes // k) % world_size:
+                    raise ValueError(f"{num_episodes // k} task groups of {k} cannot be split evenly over "
+                                     f"{world_size} ranks")
+                per_rank = num_episodes // world_size
+                planned = planned[rank * per_rank: (rank + 1) * per_rank]
         else:
             planned = [(plan, i) for i, plan in enumerate(plans)]
         queue = planned[::-1]  # pop() from the end = first plan first

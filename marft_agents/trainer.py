@@ -43,6 +43,7 @@ import marft_envs
 from marft_agents.checkpoint import (
     capture_rng_state,
     checkpoint_name,
+    checkpoint_root,
     latest_checkpoint,
     load_best_meta,
     load_checkpoint,
@@ -50,6 +51,7 @@ from marft_agents.checkpoint import (
     save_best_adapters,
     save_checkpoint,
 )
+from marft_agents import distributed
 from marft_agents.config import ConfigError, TrainConfig, config_to_dict
 from marft_agents.env_check import check_env_config
 from marft_agents.evaluation import EvalResult, evaluate
@@ -153,6 +155,9 @@ class Trainer:
         self.final_eval: EvalResult | None = None
         # The best evaluation during training; best/meta.json holds it, so a resume reads it back.
         self.best_eval: dict[str, float] | None = None
+        # Under torchrun: this rank's place and the collectives (None in one process).
+        self.world = distributed.current_world()
+        self.data_parallel = distributed.attach(self)
 
     # -- checkpoints ---------------------------------------------------------------------------
     def save(self) -> Path:
@@ -163,6 +168,10 @@ class Trainer:
             "rng": capture_rng_state(),
             "agent_ids": self.agent_ids,
         }
+        state.update(distributed.rank_states(self, state["rng"]))
+        if not self.world.is_main:  # rank 0 writes the checkpoint, with every rank's RNG state
+            self.last_checkpoint = checkpoint_root(self.output_dir) / checkpoint_name(self.counters["update"])
+            return self.last_checkpoint
         self.last_checkpoint = save_checkpoint(
             self.output_dir, self.counters["update"], self.policy.adapter_state_dict(), state,
             config=config_to_dict(self.cfg), keep_last=self.cfg.schedule.keep_checkpoints,
@@ -184,7 +193,9 @@ class Trainer:
         self.learner.load_state_dict(state["learner"])
         self.collector.load_state_dict(state["collector"])
         self.counters = dict(state["counters"])
-        restore_rng_state(state["rng"])
+        rng = distributed.rng_state_to_restore(self, state)
+        if rng is not None:
+            restore_rng_state(rng)
         self.best_eval = self._best_on_disk()
         self.last_checkpoint = path
         log.info("resumed from %s after %d updates", path, self.counters["update"])
@@ -218,7 +229,9 @@ class Trainer:
         e = self.cfg.eval
         return evaluate(self.policy, self.cfg.env.id, {**self.cfg.env.kwargs, **e.env_kwargs},
                         n_problems=e.n_problems, greedy=e.greedy, seed=e.seed,
-                        sampling=self.cfg.sampling, num_envs=e.num_envs, progress=progress)
+                        sampling=self.cfg.sampling, num_envs=e.num_envs,
+                        progress=progress if self.world.is_main else None,
+                        world=self.world if self.data_parallel is not None else None)
 
     def _save_unless_saved(self) -> None:
         if self.last_checkpoint is None or self.last_checkpoint.name != checkpoint_name(self.counters["update"]):
@@ -230,14 +243,15 @@ class Trainer:
         if not self.cfg.eval.keep_best or (self.best_eval and result.accuracy <= self.best_eval["accuracy"]):
             return
         self.best_eval = {"update": self.counters["update"], "accuracy": result.accuracy, "stderr": result.stderr}
-        save_best_adapters(self.output_dir, self.policy.adapter_state_dict(),
-                           {**self.best_eval, "n": result.n, "distinct": result.distinct})
+        if self.world.is_main:
+            save_best_adapters(self.output_dir, self.policy.adapter_state_dict(),
+                               {**self.best_eval, "n": result.n, "distinct": result.distinct})
 
     def run(self) -> Iterator[dict[str, float]]:
         """Run the remaining updates, yielding each update's metrics."""
         s = self.cfg.schedule
         while self.counters["update"] < s.num_updates:
-            if self.stop_requested:  # arrived between updates (or before the first)
+            if distributed.agree_on_stop(self):  # arrived between updates (or before the first)
                 self._save_unless_saved()
                 log.info("%s: stopped after %d updates", self.stop_requested, self.counters["update"])
                 break
@@ -247,7 +261,7 @@ class Trainer:
                 break
             update = self.counters["update"]
             t0 = time.perf_counter()
-            rollout = self.collector.collect(s.episodes_per_update)
+            rollout = distributed.collect(self, s.episodes_per_update)
             t1 = time.perf_counter()
             metrics = self.learner.update(rollout, update)
             t2 = time.perf_counter()
@@ -256,7 +270,8 @@ class Trainer:
             self.counters["episodes"] += len(rollout.episodes)
             self.counters["decisions"] += len(rollout.decisions)
             self.counters["tokens"] += rollout.num_tokens
-            self.counters["train_seconds"] = self.counters.get("train_seconds", 0.0) + (t2 - t0)
+            self.counters["train_seconds"] = (self.counters.get("train_seconds", 0.0)
+                                              + distributed.agree_on_seconds(self, t2 - t0))
             out_of_time = s.time_budget_s is not None and self.counters["train_seconds"] >= s.time_budget_s
             metrics.update({f"counters/{k}": float(v) for k, v in self.counters.items() if k != "train_seconds"})
             metrics.update({"time/rollout_s": t1 - t0, "time/update_s": t2 - t1,
@@ -271,7 +286,7 @@ class Trainer:
                 metrics.update({"eval/accuracy": result.accuracy, "eval/stderr": result.stderr,
                                 "eval/n": float(result.n), "eval/mean_reward": result.mean_reward})
                 self.keep_if_best(result)
-            stopping = self.stop_requested is not None  # read once: a signal may arrive any time
+            stopping = distributed.agree_on_stop(self) is not None  # read once: a signal may arrive any time
             if last or stopping or (s.checkpoint_interval and done % s.checkpoint_interval == 0):
                 self.save()
             yield metrics

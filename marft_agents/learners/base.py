@@ -92,6 +92,11 @@ class BaseLearner:
     response token) or None (no critic: no critic pass, no critic optimizer)."""
     unit = "decision"
     """What the policy loss averages over: ``"decision"`` or ``"token"`` (see ``units``)."""
+    data_parallel: Any = None
+    """Set by the Trainer when several ranks train together
+    (:class:`marft_agents.distributed.DataParallel`): every rank then holds the global rollout,
+    runs the forward/backward passes of its share of each minibatch with the global minibatch's
+    normalisers, and the gradients are summed across ranks before clipping. None: one process."""
 
     def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]):
         self.policy, self.cfg = policy, cfg
@@ -215,28 +220,39 @@ class BaseLearner:
             s.advantages = white[offset: offset + n].reshape(s.advantages.shape)
             offset += n
 
+    def _local(self, samples: list[Sample]) -> list[int]:
+        """Indices of ``samples`` whose forward passes this rank runs (all of them in one process)."""
+        dp = self.data_parallel
+        return list(range(len(samples))) if dp is None else dp.local_indices(samples)
+
     @torch.no_grad()
     def _attach_reference_logprobs(self, samples: list[Sample]) -> None:
-        for chunk in self._micro_batches(samples):
+        local = self._local(samples)
+        for chunk in self._micro_batches([samples[i] for i in local]):
             stats = self.policy.reference_logprobs(
                 [s.prompt_ids for s in chunk], [s.response_ids for s in chunk], self.temperature,
                 prefix_lens=[s.prefix_len for s in chunk],
             )
             for b, s in enumerate(chunk):
                 s.ref_logprobs = stats.logprobs[b, : len(s.response_ids)].detach().float().cpu()
+        if self.data_parallel is not None:
+            self.data_parallel.share_attribute(samples, local, "ref_logprobs")
 
     @torch.no_grad()
     def _rescore_old_logprobs(self, batches: list[list[Sample]]) -> None:
         """Old log-probs from the learner's own forward pass, micro-batch by micro-batch exactly
         as ``_step`` will run them (``ppo.recompute_old_logprobs``)."""
         for batch in batches:
-            for micro in self._micro_batches(batch, by="adapter"):
+            local = self._local(batch)
+            for micro in self._micro_batches([batch[i] for i in local], by="adapter"):
                 stats = self.policy.token_logprobs(
                     micro[0].adapter, [s.prompt_ids for s in micro], [s.response_ids for s in micro],
                     self.temperature, with_entropy=False, prefix_lens=[s.prefix_len for s in micro],
                 )
                 for b, s in enumerate(micro):
                     s.old_logprobs = stats.logprobs[b, : len(s.response_ids)].float().cpu()
+            if self.data_parallel is not None:
+                self.data_parallel.share_attribute(batch, local, "old_logprobs")
 
     def _minibatches(self, samples: list[Sample]) -> list[list[Sample]]:
         if not samples:
@@ -310,7 +326,8 @@ class BaseLearner:
         return loss, {"losses/value_clipfrac": float(pm.masked_sum(clipped.to(mask.dtype), mask)) / norm["units"]}
 
     def _accumulate(self, batch: list[Sample], critic: bool) -> tuple[float, dict[str, float]]:
-        """Backward every micro-batch of ``batch``; returns the minibatch loss and stats."""
+        """Backward every micro-batch of ``batch`` (of this rank's share of it, with several
+        ranks); returns the minibatch loss and stats."""
         if critic:
             norm = {"units": sum(self.value_units(s) for s in batch)}
         else:
@@ -319,7 +336,8 @@ class BaseLearner:
         norm = {k: max(v, 1.0) for k, v in norm.items()}  # all-empty responses: sums are 0 anyway
         sums: dict[str, float] = defaultdict(float)
         loss_total = 0.0
-        for micro in self._micro_batches(batch, by="critic" if critic else "adapter"):
+        local = batch if self.data_parallel is None else self.data_parallel.share(batch)
+        for micro in self._micro_batches(local, by="critic" if critic else "adapter"):
             loss, stats = self._critic_micro(micro, norm) if critic else self._policy_micro(micro, norm)
             loss.backward()
             loss_total += float(loss.detach())
@@ -335,6 +353,8 @@ class BaseLearner:
         if not batch:
             return {}
         loss_total, sums = self._accumulate(batch, critic)
+        if self.data_parallel is not None:  # the global minibatch's gradient, loss and statistics
+            loss_total, sums = self.data_parallel.reduce_step(optimizers, loss_total, sums)
         norms = {}
         finite = math.isfinite(loss_total)
         for name, opt in zip(adapters, optimizers):

@@ -16,6 +16,8 @@ class EvalOnly:
     """A learner whose update does nothing (same interface as :class:`BaseLearner`)."""
 
     value_mode: str | None = None
+    data_parallel: Any = None
+    """Set under torch.distributed; unused: nothing to synchronise in an update that trains nothing."""
 
     def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]):
         self.policy, self.cfg, self.agent_ids = policy, cfg, list(agent_ids)

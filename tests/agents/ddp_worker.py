@@ -1,0 +1,107 @@
+"""The runs ``test_distributed.py`` compares: called in-process for the one-process reference,
+and as ``python ddp_worker.py OUT_DIR`` with torchrun's environment variables for each rank.
+
+Greedy sampling makes the rollouts a function of the policy alone, so a 2-rank run and a
+1-process run see the same global batch (up to float rounding in generation).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # agent_helpers when run as a script
+
+import torch  # noqa: E402
+
+from agent_helpers import SOLO, small_config  # noqa: E402
+
+ALGORITHMS = {
+    # name: config overrides (minibatches of 2 decisions: each rank runs one of every minibatch)
+    "mappo_action": {"eval.at_end": True, "eval.n_problems": 5},
+    "mappo_token": {},
+    "ppo": {"env.kwargs": {"profile": SOLO}},
+}
+"""Learners compared on whole training runs (greedy rollouts: the same global batch)."""
+UPDATE_ONLY = {
+    # Greedy groups of one task are identical (zero advantages): GRPO needs sampled rollouts.
+    "grpo": {"learner": {"group_size": 2, "kl_coef": 0.1}, "ppo.recompute_old_logprobs": True},
+    "mappo_action": {"ppo.kl_coef": 0.1, "ppo.recompute_old_logprobs": True},
+}
+"""Learners compared on their updates of the same sampled global rollouts (every rank collects
+the whole rollout with the same seed); these settings also run the sharded reference and
+rescoring passes."""
+RESUMED = "mappo_action"
+
+
+def config(out: Path, algorithm: str, extra: dict | None = None):
+    overrides = {"algorithm": algorithm, "sampling.do_sample": False, "schedule.episodes_per_update": 4,
+                 "schedule.ppo_epochs": 2, "schedule.num_updates": 2, "eval.at_end": False, "ppo.gamma": 0.9,
+                 **ALGORITHMS.get(algorithm, {}), **(extra or {})}
+    return small_config(out / algorithm, **overrides)
+
+
+def update_only(out: Path, algorithm: str) -> dict:
+    """Adapters and metrics after 2 updates on the same sampled rollouts on every rank."""
+    from marft_agents.trainer import Trainer
+
+    cfg = config(out, algorithm, {"sampling.do_sample": True, **UPDATE_ONLY[algorithm]})
+    trainer = Trainer(cfg, tiny())
+    history = []
+    for update in range(2):
+        torch.manual_seed(100 + update)
+        rollout = trainer.collector.collect(cfg.schedule.episodes_per_update)
+        if trainer.data_parallel is not None:  # rank 0's rollout on every rank: the same global batch
+            rollout = trainer.data_parallel.gather(rollout)[0]
+        history.append(trainer.learner.update(rollout, update))
+    return {"adapters": trainer.policy.adapter_state_dict(), "history": history}
+
+
+def tiny():
+    from marft_agents.models import tiny_model_and_tokenizer
+
+    return tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+
+
+def tiny_initial_adapters(algorithm: str, extra: dict | None = None) -> dict:
+    """The adapters every run of ``algorithm`` starts from (built as the Trainer builds them)."""
+    import tempfile
+
+    from marft_agents.trainer import Trainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return Trainer(config(Path(tmp), algorithm, extra), tiny()).policy.adapter_state_dict()
+
+
+def run_all(out: Path, rank: int = 0) -> dict:
+    """Train every learner for 2 updates, plus an interrupted-and-resumed run of ``RESUMED``;
+    returns (and on every rank saves to ``out/rank<r>.pt``) adapters, metrics and evaluations."""
+    from marft_agents.trainer import iter_train, train
+
+    quiet = {"eval_before": False, "tensorboard": False, "plot": False, "handle_signals": False}
+    results: dict = {}
+    for algorithm in ALGORITHMS:
+        result = train(config(out / "full", algorithm), model_and_tokenizer=tiny(), **quiet)
+        results[algorithm] = {"adapters": result.policy.adapter_state_dict(), "history": result.history}
+        if result.final_eval is not None:
+            results["eval"] = result.final_eval.per_task
+    for algorithm in UPDATE_ONLY:
+        results[f"update/{algorithm}"] = update_only(out / "update", algorithm)
+    # GRPO end to end (sampled, so not compared): whole groups per rank, gathered.
+    grpo = config(out / "full", "grpo", {"sampling.do_sample": True, **UPDATE_ONLY["grpo"]})
+    results["grpo_history"] = train(grpo, model_and_tokenizer=tiny(), **quiet).history
+    cut = config(out / "cut", RESUMED)
+    first = iter_train(cut, model_and_tokenizer=tiny())
+    next(first)  # update 1, checkpointed; then the "crash"
+    first.close()
+    results["resumed"] = train(cut, resume=True, model_and_tokenizer=tiny(), **quiet).policy.adapter_state_dict()
+    torch.save(results, out / f"rank{rank}.pt")
+    return results
+
+
+if __name__ == "__main__":
+    from marft_agents.distributed import process_group
+
+    torch.set_num_threads(1)
+    with process_group() as world:
+        run_all(Path(sys.argv[1]), world.rank)
