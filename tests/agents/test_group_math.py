@@ -98,6 +98,15 @@ def test_agent_turn_equals_agent_when_every_episode_has_one_round(normalisation,
 
 
 @pytest.mark.parametrize("normalisation", gm.NORMALISATIONS)
+def test_agent_grouping_without_agent_rewards_is_team_grouping_when_every_agent_acts(normalisation):
+    """Shared team rewards give each agent the same scores as its episode: the same advantages."""
+    rollout = _rollout()
+    team = gm.decision_advantages(rollout, "team", normalisation)
+    assert torch.equal(gm.decision_advantages(rollout, "agent", normalisation), team)
+    assert not torch.equal(gm.decision_advantages(rollout, "agent", normalisation, agent_rewards=True), team)
+
+
+@pytest.mark.parametrize("normalisation", gm.NORMALISATIONS)
 def test_singletons_and_equal_scores_give_zero_never_nan(normalisation):
     out = gm.group_relative([3.0, 5.0, 5.0, 5.0, 0.0], ["a", "b", "b", "b", "c"], normalisation)
     assert torch.equal(out, torch.zeros(5))
