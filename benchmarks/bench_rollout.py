@@ -35,8 +35,27 @@ with the critic's value pass left out of the collector's time: the critic is ext
 forward of the critic adapter over every prompt, or prompt + response for ``--values token``)
 that ``generate`` does not do, so that figure isolates the collector's own overhead.
 
+Compute bound, in the same run (``benchmarks/_bound.py``): one decode step of the model's own
+linear layers and LM head as bare GEMMs at the batch of each ``generate`` call (same weights,
+dtype and threads), timed right after the repeats; a call of ``rows`` rows that produced
+``tokens`` tokens is credited ``tokens * step_seconds(rows) / rows`` bound seconds (prefill is
+not in the bound: it is work the collector must do on top). ``collector/bound`` is the bound's
+time over the collector's time for the same tokens, ``generate/bound`` the same for the raw
+``generate`` reference. The last line printed is ``rollout/bound ratio: X`` with X the
+collector's figure for the first engine given (``fast`` by default).
+
+Engines (``--engine``, ``sampling.engine``): ``fast`` and ``legacy`` decoding loops; ``both``
+(default) runs one collector per engine on the same task order, their repeats interleaved, and
+prints the speed-up of the first over the second in collector tok/s.
+
+``--train-settings``: the shipped dual-team training configs' rollout (bfloat16, 2 threads,
+batch 32, temperature 0.5, 32 new tokens, eos stops, state values, shared prefixes, LoRA on);
+flags given explicitly still win.
+
 Usage::
 
+    python benchmarks/bench_rollout.py --train-settings      # the acceptance setting
+    python benchmarks/bench_rollout.py --train-settings --dtype float32   # on CPUs without bf16
     python benchmarks/bench_rollout.py                       # SmolLM2-135M, float32, batch 8
     python benchmarks/bench_rollout.py --dtype bfloat16 --batch 16 --new-tokens 64
     python benchmarks/bench_rollout.py --tiny                # tiny random model, seconds
@@ -45,6 +64,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -57,13 +77,18 @@ import torch  # noqa: E402
 from transformers import GenerationConfig  # noqa: E402
 
 import marft_envs  # noqa: E402
+from benchmarks._bound import decode_step_seconds, model_linears  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads  # noqa: E402
-from marft_agents.generation import left_pad  # noqa: E402
+from marft_agents.generation import ENGINES, left_pad  # noqa: E402
 from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy, SamplingConfig  # noqa: E402
 from marft_agents.rollout import RolloutCollector  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.85
+BOUND_TARGET = 0.6
+TRAIN_SETTINGS = {"dtype": "bfloat16", "threads": 2, "batch": 32, "temperature": 0.5, "new_tokens": 32,
+                  "stop": "eos", "values": "state"}
+"""The dual-team training configs' rollout (baselines/configs/marft_a_arithmetic.yaml)."""
 
 
 def load_models(tiny: bool, dtype: str) -> tuple[Any, Any, Any, str]:
@@ -169,7 +194,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-share-prefix", action="store_true",
                     help="sampling.share_prefix=False: every row runs its whole prompt, the system "
                          "turn included (as generate does)")
+    ap.add_argument("--engine", default="both", choices=[*ENGINES, "both"],
+                    help="sampling.engine of the collector; both = one collector per engine, same tasks")
+    ap.add_argument("--train-settings", action="store_true",
+                    help="defaults of the dual-team training configs: " + ", ".join(
+                        f"{k}={v}" for k, v in TRAIN_SETTINGS.items()))
     add_common_args(ap)
+    if "--train-settings" in (sys.argv[1:] if argv is None else argv):
+        ap.set_defaults(**TRAIN_SETTINGS)
     args = ap.parse_args(argv)
     set_threads(args.threads)
     torch.manual_seed(0)
@@ -183,44 +215,69 @@ def main(argv: list[str] | None = None) -> None:
                               recompute_logprobs=args.recompute_logprobs,
                               share_prefix=not args.no_share_prefix)
     rec = Recorder(policy, replay=lambda call: raw_generate(raw, tok, call, sampling))
-    collector = RolloutCollector(envs, policy, sampling, values=None if args.values == "none" else args.values, seed=0)
+    engines = list(ENGINES) if args.engine == "both" else [args.engine]
+    values = None if args.values == "none" else args.values
+    collectors = {e: RolloutCollector(envs, policy, dataclasses.replace(sampling, engine=e), values=values, seed=0)
+                  for e in engines}
 
     print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
-          f"values {args.values}  stop {args.stop}  horizon {args.horizon}  "
-          f"recompute {args.recompute_logprobs}  share prefix {not args.no_share_prefix}  "
+          f"temperature {args.temperature}  values {args.values}  stop {args.stop}  horizon {args.horizon}  "
+          f"recompute {args.recompute_logprobs}  share prefix {not args.no_share_prefix}  engines {engines}  "
           f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
-    # Warm-up: one collect with its replays (first-call allocations, grader worker start-up).
-    collector.collect(args.batch)
+    for collector in collectors.values():  # warm-up: first-call allocations, grader worker start-up
+        collector.collect(args.batch)
 
-    rows = []
+    rows: dict[str, list[tuple]] = {e: [] for e in engines}
+    shapes: dict[str, list[tuple[int, int]]] = {e: [] for e in engines}  # (rows, tokens) per generate call
     for rep in range(args.repeats):
-        rec.reset()
-        start = now()
-        rollout = collector.collect(args.batch)
-        end = now()
-        # The collector's time is the collect() call minus the reference replays run inside it.
-        coll = [end[0] - start[0] - rec.raw[0], end[1] - start[1] - rec.raw[1]]
-        tokens = rollout.num_tokens
-        if tokens != sum(len(r) for _, rs in rec.calls for r in rs):
-            raise RuntimeError("the rollout's tokens are not those of the recorded generate calls")
-        rows.append((tokens / coll[0], tokens / rec.raw[0], rec.raw[0] / coll[0], rec.raw[1] / coll[1],
-                     rec.raw[0] / (coll[0] - rec.values[0])))
-        shapes = " ".join(f"{len(p)}x{max(len(r) for r in rs)}" for p, rs in rec.calls)
-        print(f"  repeat {rep}: {tokens} tokens in calls [{shapes}] (rows x steps)  "
-              f"collector {coll[0]:.2f}s = generate {rec.gen[0]:.2f} + values {rec.values[0]:.2f} + "
-              f"rest {coll[0] - rec.gen[0] - rec.values[0]:.2f}  |  raw {rec.raw[0]:.2f}s  "
-              f"ratio {rec.raw[0] / coll[0]:.3f} (cpu-time ratio {rec.raw[1] / coll[1]:.3f})  [{load_avg()}]",
-              flush=True)
-    coll_tps = statistics.median(r[0] for r in rows)
-    raw_tps = statistics.median(r[1] for r in rows)
-    ratio = statistics.median(r[2] for r in rows)
-    cpu_ratio = statistics.median(r[3] for r in rows)
-    no_values = statistics.median(r[4] for r in rows)
-    verdict = "PASS" if ratio >= TARGET else "MISS"
-    print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
-          f"collector {coll_tps:.1f} tok/s  raw generate {raw_tps:.1f} tok/s  ratio {ratio:.3f} "
-          f"(target >= {TARGET}: {verdict}; cpu-time ratio {cpu_ratio:.3f}; without the critic's value pass "
-          f"{no_values:.3f})  median of {args.repeats}  [{load_avg()}]")
+        for engine, collector in collectors.items():
+            rec.reset()
+            start = now()
+            rollout = collector.collect(args.batch)
+            end = now()
+            # The collector's time is the collect() call minus the reference replays run inside it.
+            coll = [end[0] - start[0] - rec.raw[0], end[1] - start[1] - rec.raw[1]]
+            tokens = rollout.num_tokens
+            if tokens != sum(len(r) for _, rs in rec.calls for r in rs):
+                raise RuntimeError("the rollout's tokens are not those of the recorded generate calls")
+            shapes[engine].append([(len(p), sum(len(r) for r in rs)) for p, rs in rec.calls])
+            rows[engine].append((tokens / coll[0], tokens / rec.raw[0], rec.raw[0] / coll[0], rec.raw[1] / coll[1],
+                                 rec.raw[0] / (coll[0] - rec.values[0]), coll[0], rec.raw[0], tokens))
+            desc = " ".join(f"{len(p)}x{max(len(r) for r in rs)}" for p, rs in rec.calls)
+            print(f"  {engine} repeat {rep}: {tokens} tokens in calls [{desc}] (rows x steps)  "
+                  f"collector {coll[0]:.2f}s = generate {rec.gen[0]:.2f} + values {rec.values[0]:.2f} + "
+                  f"rest {coll[0] - rec.gen[0] - rec.values[0]:.2f}  |  raw {rec.raw[0]:.2f}s  "
+                  f"ratio {rec.raw[0] / coll[0]:.3f} (cpu-time ratio {rec.raw[1] / coll[1]:.3f})  [{load_avg()}]",
+                  flush=True)
+
+    # The bound: bare GEMMs of one decode step at each call's row count, same weights and threads.
+    linears = model_linears(policy.lm)
+    step_s = {b: decode_step_seconds(linears, b) for b in sorted({b for e in engines for rep in shapes[e]
+                                                                  for b, _ in rep})}
+    print("bound (bare GEMMs of one decode step, incl. LM head): " + "  ".join(
+        f"batch {b}: {1e3 * t:.1f} ms = {b / t:.1f} tok/s" for b, t in step_s.items()) + f"  [{load_avg()}]")
+    summary = {}
+    for engine in engines:
+        bound_s = [sum(n * step_s[b] / b for b, n in rep) for rep in shapes[engine]]
+        got = rows[engine]
+        med = lambda i: statistics.median(r[i] for r in got)  # noqa: E731
+        coll_bound = statistics.median(b / r[5] for b, r in zip(bound_s, got))
+        raw_bound = statistics.median(b / r[6] for b, r in zip(bound_s, got))
+        bound_tps = statistics.median(r[7] / b for b, r in zip(bound_s, got))
+        summary[engine] = (med(0), coll_bound)
+        verdict = "PASS" if med(2) >= TARGET else "MISS"
+        print(f"engine {engine}: collector {med(0):.1f} tok/s  raw generate {med(1):.1f} tok/s  bound {bound_tps:.1f} "
+              f"tok/s  |  generate/collector ratio {med(2):.3f} (target >= {TARGET}: {verdict}; cpu-time ratio "
+              f"{med(3):.3f}; without the critic's value pass {med(4):.3f})  |  collector/bound {coll_bound:.3f}  "
+              f"generate/bound {raw_bound:.3f}  median of {args.repeats}")
+    if len(engines) > 1:
+        first, second = engines[0], engines[1]
+        print(f"{first} vs {second}: speed-up {summary[first][0] / summary[second][0]:.2f}x in collector tok/s "
+              f"(same run, same tasks)")
+    ratio = summary[engines[0]][1]
+    print(f"model {name}  dtype {args.dtype}  batch {args.batch}  threads {torch.get_num_threads()}  engine "
+          f"{engines[0]}  target >= {BOUND_TARGET}: {'PASS' if ratio >= BOUND_TARGET else 'MISS'}  [{load_avg()}]")
+    print(f"rollout/bound ratio: {ratio:.3f}")
 
 
 if __name__ == "__main__":
