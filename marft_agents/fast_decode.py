@@ -5,8 +5,9 @@ prefix computed once, finished rows pruned, log-probs those of ``scaled_logprobs
 changes that the rollout profile (docs/performance.md, "rollout profile") pointed at:
 
 * **preallocated KV cache** (``ReservedLayer``): the cache of every layer is written in place
-  into a buffer sized for the whole response, instead of ``torch.cat``-ing the full cache with
-  each new token (a copy of the whole cache per layer per step);
+  into a buffer sized for prefix + prompt + response, instead of ``torch.cat``-ing the full
+  cache with each new token (a copy of the whole cache per layer per step); the shared prefix's
+  batch-1 KV is broadcast straight into it (no ``repeat_interleave`` copy first);
 * **one pass over the vocabulary to score, one to draw**: the temperature is applied in place,
   the log-normaliser comes from one max pass and one exp pass (``exp`` written into a reused
   buffer), and the draw is a two-level inverse CDF: per-block sums of those probabilities pick
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from marft_agents.generation import (
     SamplingConfig,
@@ -35,7 +36,6 @@ from marft_agents.generation import (
     _Sampled,
     after_prefix,
     left_pad,
-    prefix_cache,
     scaled_logprobs,
 )
 
@@ -44,54 +44,84 @@ BLOCK = 512
 
 
 class ReservedLayer(DynamicLayer):
-    """A ``DynamicLayer`` whose keys/values live in a buffer with room for ``reserve`` more
-    tokens: ``update`` writes the new states in place and exposes a view of the filled part."""
+    """A ``DynamicLayer`` whose keys/values live in a buffer with room for ``capacity`` tokens:
+    ``update`` writes the new states in place and exposes a view of the filled part (the buffer
+    is allocated on the first update, or taken from a shared prefix by ``from_prefix``)."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, reserve: int) -> None:
+    def __init__(self, capacity: int) -> None:
         super().__init__()
-        batch, heads, length, dim = keys.shape  # [B, H, L, D]
-        self._k = keys.new_empty(batch, heads, length + reserve, dim)
-        self._v = values.new_empty(batch, heads, length + reserve, values.shape[-1])
-        self._k[:, :, :length] = keys
-        self._v[:, :, :length] = values
-        self._len = length
+        self.capacity = capacity
+        self._len = 0
+
+    @classmethod
+    def from_prefix(cls, keys: torch.Tensor, values: torch.Tensor, rows: int, capacity: int,
+                    ) -> ReservedLayer:
+        """A layer for ``rows`` rows whose first tokens are the batch-1 ``keys``/``values``
+        ``[1, H, s, D]`` (broadcast into the buffer: no repeated copy is made first)."""
+        layer = cls(capacity)
+        layer._allocate(keys, values, rows)
+        length = keys.shape[-2]
+        layer._k[:, :, :length] = keys
+        layer._v[:, :, :length] = values
+        layer._set_len(length)
+        return layer
+
+    def _allocate(self, keys: torch.Tensor, values: torch.Tensor, rows: int) -> None:
+        _, heads, length, dim = keys.shape  # [B, H, L, D]
+        size = max(self.capacity, length)
+        self._k = keys.new_empty(rows, heads, size, dim)
+        self._v = values.new_empty(rows, heads, size, values.shape[-1])
         self.dtype, self.device = keys.dtype, keys.device
-        self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
         self.is_initialized = True
+
+    def _set_len(self, length: int) -> None:
+        self._len = length
+        self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs,
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        new = key_states.shape[-2]
-        end = self._len + new
+        if not self.is_initialized:
+            self._allocate(key_states, value_states, key_states.shape[0])
+        end = self._len + key_states.shape[-2]
         if end > self._k.shape[-2]:  # out of room: grow like a DynamicLayer would
             self._k = torch.cat([self._k[:, :, :self._len], key_states], dim=-2)
             self._v = torch.cat([self._v[:, :, :self._len], value_states], dim=-2)
         else:
             self._k[:, :, self._len:end] = key_states
             self._v[:, :, self._len:end] = value_states
-        self._len = end
-        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+        self._set_len(end)
         return self.keys, self.values
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self._k, self._v = self._k[indices], self._v[indices]
-        self.keys, self.values = self._k[:, :, :self._len], self._v[:, :, :self._len]
+        self._set_len(self._len)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         self._k = self._k.repeat_interleave(repeats, dim=0)
         self._v = self._v.repeat_interleave(repeats, dim=0)
-        self.keys, self.values = self._k[:, :, :self._len], self._v[:, :, :self._len]
+        self._set_len(self._len)
 
 
-def reserve_cache(cache: object, reserve: int) -> bool:
-    """Swap every plain ``DynamicLayer`` of ``cache`` for a ``ReservedLayer`` with room for
-    ``reserve`` more tokens; False (cache untouched) when it has layers of another kind."""
-    layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer) is not DynamicLayer or not layer.is_initialized
-                         for layer in layers):
-        return False
-    cache.layers = [ReservedLayer(layer.keys, layer.values, reserve) for layer in layers]
-    return True
+def reserved_cache(model: torch.nn.Module, prefix: Sequence[int], rows: int, capacity: int,
+                   device: torch.device | str) -> DynamicCache:
+    """A cache of ``ReservedLayer``s with room for ``capacity`` tokens per row, holding the KV
+    of the shared ``prefix`` (computed once, as a batch-1 forward) if there is one. Models whose
+    cache layers are not plain ``DynamicLayer``s (sliding windows, ...) keep their own layers."""
+    cache = DynamicCache(config=model.config)
+    plain = bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
+    if prefix:
+        ids = torch.as_tensor([list(prefix)], dtype=torch.long, device=device)  # [1, s]
+        pos = torch.arange(ids.shape[1], device=device)[None]  # [1, s]
+        model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True,
+              logits_to_keep=1)
+        if not plain:
+            cache.batch_repeat_interleave(rows)
+            return cache
+        cache.layers = [ReservedLayer.from_prefix(layer.keys, layer.values, rows, capacity)
+                        for layer in cache.layers]
+    elif plain:
+        cache.layers = [ReservedLayer(capacity) for _ in cache.layers]
+    return cache
 
 
 def draw_and_score(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
@@ -148,15 +178,14 @@ def fast_sample_batch(
     """``generation.sample_batch`` (same arguments and results) with the changes listed in the
     module docstring."""
     device = next(model.parameters()).device
-    cache = None
-    if prefix_len:
-        shared = list(prompts[0][:prefix_len])
-        if any(list(p[:prefix_len]) != shared or len(p) <= prefix_len for p in prompts):
-            raise ValueError(f"prefix_len={prefix_len}: every prompt must start with the same "
-                             f"{prefix_len} tokens and have at least one token after them")
-        cache = prefix_cache(model, shared, len(prompts), device)
-        prompts = [p[prefix_len:] for p in prompts]
+    shared = list(prompts[0][:prefix_len])
+    if prefix_len and any(list(p[:prefix_len]) != shared or len(p) <= prefix_len for p in prompts):
+        raise ValueError(f"prefix_len={prefix_len}: every prompt must start with the same "
+                         f"{prefix_len} tokens and have at least one token after them")
+    prompts = [p[prefix_len:] for p in prompts]
     ids, mask = left_pad(prompts, pad_id, device)  # [B, P]
+    cache = reserved_cache(model, shared, ids.shape[0],
+                           prefix_len + ids.shape[1] + cfg.max_new_tokens, device)
     mask, pos = after_prefix(mask, prefix_len)  # [B, s + P], [B, P]
     batch, steps = ids.shape[0], cfg.max_new_tokens
     width = mask.shape[1]
@@ -173,7 +202,6 @@ def fast_sample_batch(
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
                 use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
-    reserve_cache(cache, steps)
     blocked = cfg.do_sample and cfg.top_k == 0 and cfg.top_p >= 1.0
     scratch = torch.empty(batch * out.logits.shape[-1], dtype=torch.float32, device=device)
     pos = pos[:, -1:]  # [b, 1]

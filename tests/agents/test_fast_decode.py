@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_policy import make_policy, prompts
 
-from marft_agents.fast_decode import BLOCK, draw_and_score
+from marft_agents.fast_decode import BLOCK, ReservedLayer, draw_and_score, reserved_cache
 from marft_agents.generation import ENGINES, SamplingConfig, scaled_logprobs
 from marft_agents.policy import GenRequest
 
@@ -93,3 +93,23 @@ def test_fast_sampled_logprobs_match_the_training_forward_pass(policy, share):
 def test_unknown_engine_is_rejected():
     with pytest.raises(ValueError, match="sampling.engine must be one of"):
         SamplingConfig(engine="turbo")
+
+
+def test_reserved_cache_writes_in_place_and_holds_the_prefix_once_per_row(policy):
+    lm = policy.lm
+    prefix = [5, 6, 7, 8]
+    cache = reserved_cache(lm, prefix, rows=3, capacity=10, device="cpu")
+    assert all(isinstance(layer, ReservedLayer) for layer in cache.layers)
+    layer = cache.layers[0]
+    assert layer.keys.shape[0] == 3 and layer.get_seq_length() == len(prefix)
+    assert torch.equal(layer.keys[0], layer.keys[2])  # every row sees the same prefix
+    buffer = layer._k.data_ptr()
+    ids = torch.tensor([[9, 10]] * 3)
+    with torch.no_grad():
+        lm(input_ids=ids, attention_mask=torch.ones(3, 6, dtype=torch.long),
+           position_ids=torch.tensor([[4, 5]] * 3), past_key_values=cache, use_cache=True)
+    assert layer.get_seq_length() == 6 and layer._k.data_ptr() == buffer  # no reallocation
+    # the same numbers as an unshared forward of prefix + suffix
+    with torch.no_grad():
+        full = lm(input_ids=torch.tensor([prefix + [9, 10]]), use_cache=True).past_key_values
+    torch.testing.assert_close(layer.keys[1:2], full.layers[0].keys, atol=1e-5, rtol=0)
