@@ -44,6 +44,14 @@ time over the collector's time for the same tokens, ``generate/bound`` the same 
 ``generate`` reference. The last line printed is ``rollout/bound ratio: X`` with X the
 collector's figure for the first engine given (``fast`` by default).
 
+``collector/work-bound`` is the same ratio against the bare GEMMs of EVERY forward pass the
+collector ran: the decode steps above plus each sampling prefill (the prompt tokens after the
+shared prefix, the prefix once, one LM-head row per prompt) and each critic value pass (its
+prompt tokens, ``token`` values: and the response, no LM head). With ``--values state`` (MARFT-A)
+the critic reads a global-state prompt longer than the response, so its pass alone holds more
+GEMM work than the decode: the decode-only ratio cannot approach 1 while that pass is inside the
+collector's time (``--values none`` measures the sampler alone).
+
 Engines (``--engine``, ``sampling.engine``): ``fast`` and ``legacy`` decoding loops; ``both``
 (default) runs one collector per engine on the same task order, their repeats interleaved, and
 prints the speed-up of the first over the second in collector tok/s.
@@ -77,9 +85,9 @@ import torch  # noqa: E402
 from transformers import GenerationConfig  # noqa: E402
 
 import marft_envs  # noqa: E402
-from benchmarks._bound import decode_step_seconds, model_linears  # noqa: E402
+from benchmarks._bound import decode_step_seconds, model_linears, train_pass_seconds  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads  # noqa: E402
-from marft_agents.generation import ENGINES, left_pad  # noqa: E402
+from marft_agents.generation import ENGINES, effective_prefix_len, left_pad  # noqa: E402
 from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy, SamplingConfig  # noqa: E402
 from marft_agents.rollout import RolloutCollector  # noqa: E402
 
@@ -116,6 +124,9 @@ class Recorder:
     values: list[float] = field(default_factory=lambda: [0.0, 0.0])
     raw: list[float] = field(default_factory=lambda: [0.0, 0.0])
     """[wall, cpu] seconds in policy.generate / the value methods / the reference replays."""
+    passes: list[tuple[int, int]] = field(default_factory=list)
+    """(tokens computed, rows through the LM head) of every full-prompt forward pass the collector
+    ran: the sampling prefills (one head row per prompt) and the critic's value passes (none)."""
 
     def __post_init__(self) -> None:
         p = self.policy
@@ -132,26 +143,39 @@ class Recorder:
             add(self.gen, start)
             call = ([list(r.prompt_ids) for r in requests], [list(g.response_ids) for g in out])
             self.calls.append(call)
+            self.passes.append((computed_tokens(call[0], [g.prefix_len for g in out]), len(requests)))
             if self.replay is not None:
                 start = now()
                 self.replay(call)
                 add(self.raw, start)
             return out
 
-        def timed(fn):
-            def wrapper(*args, **kwargs):
+        def timed(fn, with_responses):
+            def wrapper(ids, *args, **kwargs):
                 start = now()
-                out = fn(*args, **kwargs)
+                out = fn(ids, *args, **kwargs)
                 add(self.values, start)
+                extra = sum(len(r) for r in args[0]) if with_responses else 0
+                self.passes.append((computed_tokens(ids, kwargs.get("prefix_lens")) + extra, 0))
                 return out
             return wrapper
 
         p.generate = timed_generate
-        p.state_values, p.token_values = timed(state_values), timed(token_values)
+        p.state_values, p.token_values = timed(state_values, False), timed(token_values, True)
 
     def reset(self) -> None:
-        self.calls = []
+        self.calls, self.passes = [], []
         self.gen, self.values, self.raw = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+
+
+def computed_tokens(prompts: list[list[int]], prefix_lens: list[int] | None) -> int:
+    """Tokens a forward pass over ``prompts`` computes: each shared prefix once, then every
+    row's own tokens (padding excluded)."""
+    prefix_lens = prefix_lens or [0] * len(prompts)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for prompt, n in zip(prompts, prefix_lens):
+        groups.setdefault(tuple(prompt[:effective_prefix_len(prompt, n)]), []).append(len(prompt))
+    return sum(len(prefix) + sum(n - len(prefix) for n in lengths) for prefix, lengths in groups.items())
 
 
 def raw_generate(model: Any, tok: Any, call: Call, sampling: SamplingConfig) -> None:
@@ -229,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
 
     rows: dict[str, list[tuple]] = {e: [] for e in engines}
     shapes: dict[str, list[tuple[int, int]]] = {e: [] for e in engines}  # (rows, tokens) per generate call
+    passes: dict[str, list[list[tuple[int, int]]]] = {e: [] for e in engines}  # per repeat: Recorder.passes
     for rep in range(args.repeats):
         for engine, collector in collectors.items():
             rec.reset()
@@ -241,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
             if tokens != sum(len(r) for _, rs in rec.calls for r in rs):
                 raise RuntimeError("the rollout's tokens are not those of the recorded generate calls")
             shapes[engine].append([(len(p), sum(len(r) for r in rs)) for p, rs in rec.calls])
+            passes[engine].append(list(rec.passes))
             rows[engine].append((tokens / coll[0], tokens / rec.raw[0], rec.raw[0] / coll[0], rec.raw[1] / coll[1],
                                  rec.raw[0] / (coll[0] - rec.values[0]), coll[0], rec.raw[0], tokens))
             desc = " ".join(f"{len(p)}x{max(len(r) for r in rs)}" for p, rs in rec.calls)
@@ -256,20 +282,29 @@ def main(argv: list[str] | None = None) -> None:
                                                                   for b, _ in rep})}
     print("bound (bare GEMMs of one decode step, incl. LM head): " + "  ".join(
         f"batch {b}: {1e3 * t:.1f} ms = {b / t:.1f} tok/s" for b, t in step_s.items()) + f"  [{load_avg()}]")
+    pass_s: dict[tuple[int, int], float] = {}
+    for key in sorted({key for e in engines for rep in passes[e] for key in rep}):
+        pass_s[key] = train_pass_seconds(linears, key[0], key[1], grad=False)
     summary = {}
     for engine in engines:
         bound_s = [sum(n * step_s[b] / b for b, n in rep) for rep in shapes[engine]]
+        # every forward the collector ran: decode steps + prefills + the critic's passes
+        work_s = [b + sum(pass_s[key] for key in rep) for b, rep in zip(bound_s, passes[engine])]
         got = rows[engine]
         med = lambda i: statistics.median(r[i] for r in got)  # noqa: E731
         coll_bound = statistics.median(b / r[5] for b, r in zip(bound_s, got))
         raw_bound = statistics.median(b / r[6] for b, r in zip(bound_s, got))
         bound_tps = statistics.median(r[7] / b for b, r in zip(bound_s, got))
+        work_bound = statistics.median(w / r[5] for w, r in zip(work_s, got))
+        decode_share = statistics.median(b / w for b, w in zip(bound_s, work_s))
         summary[engine] = (med(0), coll_bound)
         verdict = "PASS" if med(2) >= TARGET else "MISS"
         print(f"engine {engine}: collector {med(0):.1f} tok/s  raw generate {med(1):.1f} tok/s  bound {bound_tps:.1f} "
               f"tok/s  |  generate/collector ratio {med(2):.3f} (target >= {TARGET}: {verdict}; cpu-time ratio "
               f"{med(3):.3f}; without the critic's value pass {med(4):.3f})  |  collector/bound {coll_bound:.3f}  "
-              f"generate/bound {raw_bound:.3f}  median of {args.repeats}")
+              f"generate/bound {raw_bound:.3f}  |  collector/work-bound {work_bound:.3f} (decode steps are "
+              f"{decode_share:.0%} of the collector's GEMM work; the rest: prefills, critic passes)  "
+              f"median of {args.repeats}")
     if len(engines) > 1:
         first, second = engines[0], engines[1]
         print(f"{first} vs {second}: speed-up {summary[first][0] / summary[second][0]:.2f}x in collector tok/s "

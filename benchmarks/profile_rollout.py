@@ -58,6 +58,7 @@ class Marked(nn.Module):
     def __init__(self, lm: nn.Module) -> None:
         super().__init__()
         self.lm = lm
+        self.config = lm.config  # the fast engine sizes its KV cache from it
 
     def forward(self, **kwargs):
         with torch.profiler.record_function("marft.forward"):
