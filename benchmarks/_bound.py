@@ -123,3 +123,16 @@ def train_pass_seconds(linears: Linears, tokens: int, head_tokens: int, grad: bo
                 torch.mm(gh, a)  # input gradient through the adapter: [n, in]
 
     return _median_time(run, repeats)
+
+
+@torch.inference_mode()
+def head_layout_seconds(linears: Linears, batch: int, repeats: int = 5) -> tuple[float, float]:
+    """Median seconds of the LM head's product at ``batch`` rows as the model runs it
+    (``F.linear`` on the ``[V, H]`` weight) and on a prepacked ``[H, V]`` contiguous copy: a
+    measurement for deciding whether a decode-time copy of the head in that layout would pay."""
+    head = linears.head
+    x = torch.randn(batch, head.shape[1], dtype=head.dtype, device=head.device)
+    packed = head.t().contiguous()  # [H, V]
+    as_is = _median_time(lambda: F.linear(x, head), repeats)
+    prepacked = _median_time(lambda: torch.mm(x, packed), repeats)
+    return as_is, prepacked

@@ -85,7 +85,7 @@ import torch  # noqa: E402
 from transformers import GenerationConfig  # noqa: E402
 
 import marft_envs  # noqa: E402
-from benchmarks._bound import decode_step_seconds, model_linears, train_pass_seconds  # noqa: E402
+from benchmarks._bound import decode_step_seconds, head_layout_seconds, model_linears, train_pass_seconds  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads  # noqa: E402
 from marft_agents.generation import ENGINES, effective_prefix_len, left_pad  # noqa: E402
 from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy, SamplingConfig  # noqa: E402
@@ -282,6 +282,10 @@ def main(argv: list[str] | None = None) -> None:
                                                                   for b, _ in rep})}
     print("bound (bare GEMMs of one decode step, incl. LM head): " + "  ".join(
         f"batch {b}: {1e3 * t:.1f} ms = {b / t:.1f} tok/s" for b, t in step_s.items()) + f"  [{load_avg()}]")
+    widest = max(step_s)
+    as_is, prepacked = head_layout_seconds(linears, widest)
+    print(f"LM head at batch {widest}: {1e3 * as_is:.1f} ms as the model runs it ([V, H] weight), "
+          f"{1e3 * prepacked:.1f} ms on a prepacked [H, V] copy; whole bare decode step {1e3 * step_s[widest]:.1f} ms")
     pass_s: dict[tuple[int, int], float] = {}
     for key in sorted({key for e in engines for rep in passes[e] for key in rep}):
         pass_s[key] = train_pass_seconds(linears, key[0], key[1], grad=False)
