@@ -35,8 +35,35 @@ with the critic's value pass left out of the collector's time: the critic is ext
 forward of the critic adapter over every prompt, or prompt + response for ``--values token``)
 that ``generate`` does not do, so that figure isolates the collector's own overhead.
 
+Compute bound, in the same run (``benchmarks/_bound.py``): one decode step of the model's own
+linear layers and LM head as bare GEMMs at the batch of each ``generate`` call (same weights,
+dtype and threads), timed right after the repeats; a call of ``rows`` rows that produced
+``tokens`` tokens is credited ``tokens * step_seconds(rows) / rows`` bound seconds (prefill is
+not in the bound: it is work the collector must do on top). ``collector/bound`` is the bound's
+time over the collector's time for the same tokens, ``generate/bound`` the same for the raw
+``generate`` reference. The last line printed is ``rollout/bound ratio: X`` with X the
+collector's figure for the first engine given (``fast`` by default).
+
+``collector/work-bound`` is the same ratio against the bare GEMMs of EVERY forward pass the
+collector ran: the decode steps above plus each sampling prefill (the prompt tokens after the
+shared prefix, the prefix once, one LM-head row per prompt) and each critic value pass (its
+prompt tokens, ``token`` values: and the response, no LM head). With ``--values state`` (MARFT-A)
+the critic reads a global-state prompt longer than the response, so its pass alone holds more
+GEMM work than the decode: the decode-only ratio cannot approach 1 while that pass is inside the
+collector's time (``--values none`` measures the sampler alone).
+
+Engines (``--engine``, ``sampling.engine``): ``fast`` and ``legacy`` decoding loops; ``both``
+(default) runs one collector per engine on the same task order, their repeats interleaved, and
+prints the speed-up of the first over the second in collector tok/s.
+
+``--train-settings``: the shipped dual-team training configs' rollout (bfloat16, 2 threads,
+batch 32, temperature 0.5, 32 new tokens, eos stops, state values, shared prefixes, LoRA on);
+flags given explicitly still win.
+
 Usage::
 
+    python benchmarks/bench_rollout.py --train-settings      # the acceptance setting
+    python benchmarks/bench_rollout.py --train-settings --dtype float32   # on CPUs without bf16
     python benchmarks/bench_rollout.py                       # SmolLM2-135M, float32, batch 8
     python benchmarks/bench_rollout.py --dtype bfloat16 --batch 16 --new-tokens 64
     python benchmarks/bench_rollout.py --tiny                # tiny random model, seconds
@@ -45,6 +72,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -57,13 +85,18 @@ import torch  # noqa: E402
 from transformers import GenerationConfig  # noqa: E402
 
 import marft_envs  # noqa: E402
+from benchmarks._bound import decode_step_seconds, head_layout_seconds, model_linears, train_pass_seconds  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads  # noqa: E402
-from marft_agents.generation import left_pad  # noqa: E402
+from marft_agents.generation import ENGINES, effective_prefix_len, left_pad  # noqa: E402
 from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy, SamplingConfig  # noqa: E402
 from marft_agents.rollout import RolloutCollector  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.85
+BOUND_TARGET = 0.6
+TRAIN_SETTINGS = {"dtype": "bfloat16", "threads": 2, "batch": 32, "temperature": 0.5, "new_tokens": 32,
+                  "stop": "eos", "values": "state"}
+"""The dual-team training configs' rollout (baselines/configs/marft_a_arithmetic.yaml)."""
 
 
 def load_models(tiny: bool, dtype: str) -> tuple[Any, Any, Any, str]:
@@ -91,6 +124,9 @@ class Recorder:
     values: list[float] = field(default_factory=lambda: [0.0, 0.0])
     raw: list[float] = field(default_factory=lambda: [0.0, 0.0])
     """[wall, cpu] seconds in policy.generate / the value methods / the reference replays."""
+    passes: list[tuple[int, int]] = field(default_factory=list)
+    """(tokens computed, rows through the LM head) of every full-prompt forward pass the collector
+    ran: the sampling prefills (one head row per prompt) and the critic's value passes (none)."""
 
     def __post_init__(self) -> None:
         p = self.policy
@@ -107,26 +143,39 @@ class Recorder:
             add(self.gen, start)
             call = ([list(r.prompt_ids) for r in requests], [list(g.response_ids) for g in out])
             self.calls.append(call)
+            self.passes.append((computed_tokens(call[0], [g.prefix_len for g in out]), len(requests)))
             if self.replay is not None:
                 start = now()
                 self.replay(call)
                 add(self.raw, start)
             return out
 
-        def timed(fn):
-            def wrapper(*args, **kwargs):
+        def timed(fn, with_responses):
+            def wrapper(ids, *args, **kwargs):
                 start = now()
-                out = fn(*args, **kwargs)
+                out = fn(ids, *args, **kwargs)
                 add(self.values, start)
+                extra = sum(len(r) for r in args[0]) if with_responses else 0
+                self.passes.append((computed_tokens(ids, kwargs.get("prefix_lens")) + extra, 0))
                 return out
             return wrapper
 
         p.generate = timed_generate
-        p.state_values, p.token_values = timed(state_values), timed(token_values)
+        p.state_values, p.token_values = timed(state_values, False), timed(token_values, True)
 
     def reset(self) -> None:
-        self.calls = []
+        self.calls, self.passes = [], []
         self.gen, self.values, self.raw = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+
+
+def computed_tokens(prompts: list[list[int]], prefix_lens: list[int] | None) -> int:
+    """Tokens a forward pass over ``prompts`` computes: each shared prefix once, then every
+    row's own tokens (padding excluded)."""
+    prefix_lens = prefix_lens or [0] * len(prompts)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for prompt, n in zip(prompts, prefix_lens):
+        groups.setdefault(tuple(prompt[:effective_prefix_len(prompt, n)]), []).append(len(prompt))
+    return sum(len(prefix) + sum(n - len(prefix) for n in lengths) for prefix, lengths in groups.items())
 
 
 def raw_generate(model: Any, tok: Any, call: Call, sampling: SamplingConfig) -> None:
@@ -169,7 +218,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-share-prefix", action="store_true",
                     help="sampling.share_prefix=False: every row runs its whole prompt, the system "
                          "turn included (as generate does)")
+    ap.add_argument("--engine", default="both", choices=[*ENGINES, "both"],
+                    help="sampling.engine of the collector; both = one collector per engine, same tasks")
+    ap.add_argument("--train-settings", action="store_true",
+                    help="defaults of the dual-team training configs: " + ", ".join(
+                        f"{k}={v}" for k, v in TRAIN_SETTINGS.items()))
     add_common_args(ap)
+    if "--train-settings" in (sys.argv[1:] if argv is None else argv):
+        ap.set_defaults(**TRAIN_SETTINGS)
     args = ap.parse_args(argv)
     set_threads(args.threads)
     torch.manual_seed(0)
@@ -183,44 +239,84 @@ def main(argv: list[str] | None = None) -> None:
                               recompute_logprobs=args.recompute_logprobs,
                               share_prefix=not args.no_share_prefix)
     rec = Recorder(policy, replay=lambda call: raw_generate(raw, tok, call, sampling))
-    collector = RolloutCollector(envs, policy, sampling, values=None if args.values == "none" else args.values, seed=0)
+    engines = list(ENGINES) if args.engine == "both" else [args.engine]
+    values = None if args.values == "none" else args.values
+    collectors = {e: RolloutCollector(envs, policy, dataclasses.replace(sampling, engine=e), values=values, seed=0)
+                  for e in engines}
 
     print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
-          f"values {args.values}  stop {args.stop}  horizon {args.horizon}  "
-          f"recompute {args.recompute_logprobs}  share prefix {not args.no_share_prefix}  "
+          f"temperature {args.temperature}  values {args.values}  stop {args.stop}  horizon {args.horizon}  "
+          f"recompute {args.recompute_logprobs}  share prefix {not args.no_share_prefix}  engines {engines}  "
           f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
-    # Warm-up: one collect with its replays (first-call allocations, grader worker start-up).
-    collector.collect(args.batch)
+    for collector in collectors.values():  # warm-up: first-call allocations, grader worker start-up
+        collector.collect(args.batch)
 
-    rows = []
+    rows: dict[str, list[tuple]] = {e: [] for e in engines}
+    shapes: dict[str, list[tuple[int, int]]] = {e: [] for e in engines}  # (rows, tokens) per generate call
+    passes: dict[str, list[list[tuple[int, int]]]] = {e: [] for e in engines}  # per repeat: Recorder.passes
     for rep in range(args.repeats):
-        rec.reset()
-        start = now()
-        rollout = collector.collect(args.batch)
-        end = now()
-        # The collector's time is the collect() call minus the reference replays run inside it.
-        coll = [end[0] - start[0] - rec.raw[0], end[1] - start[1] - rec.raw[1]]
-        tokens = rollout.num_tokens
-        if tokens != sum(len(r) for _, rs in rec.calls for r in rs):
-            raise RuntimeError("the rollout's tokens are not those of the recorded generate calls")
-        rows.append((tokens / coll[0], tokens / rec.raw[0], rec.raw[0] / coll[0], rec.raw[1] / coll[1],
-                     rec.raw[0] / (coll[0] - rec.values[0])))
-        shapes = " ".join(f"{len(p)}x{max(len(r) for r in rs)}" for p, rs in rec.calls)
-        print(f"  repeat {rep}: {tokens} tokens in calls [{shapes}] (rows x steps)  "
-              f"collector {coll[0]:.2f}s = generate {rec.gen[0]:.2f} + values {rec.values[0]:.2f} + "
-              f"rest {coll[0] - rec.gen[0] - rec.values[0]:.2f}  |  raw {rec.raw[0]:.2f}s  "
-              f"ratio {rec.raw[0] / coll[0]:.3f} (cpu-time ratio {rec.raw[1] / coll[1]:.3f})  [{load_avg()}]",
-              flush=True)
-    coll_tps = statistics.median(r[0] for r in rows)
-    raw_tps = statistics.median(r[1] for r in rows)
-    ratio = statistics.median(r[2] for r in rows)
-    cpu_ratio = statistics.median(r[3] for r in rows)
-    no_values = statistics.median(r[4] for r in rows)
-    verdict = "PASS" if ratio >= TARGET else "MISS"
-    print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
-          f"collector {coll_tps:.1f} tok/s  raw generate {raw_tps:.1f} tok/s  ratio {ratio:.3f} "
-          f"(target >= {TARGET}: {verdict}; cpu-time ratio {cpu_ratio:.3f}; without the critic's value pass "
-          f"{no_values:.3f})  median of {args.repeats}  [{load_avg()}]")
+        for engine, collector in collectors.items():
+            rec.reset()
+            start = now()
+            rollout = collector.collect(args.batch)
+            end = now()
+            # The collector's time is the collect() call minus the reference replays run inside it.
+            coll = [end[0] - start[0] - rec.raw[0], end[1] - start[1] - rec.raw[1]]
+            tokens = rollout.num_tokens
+            if tokens != sum(len(r) for _, rs in rec.calls for r in rs):
+                raise RuntimeError("the rollout's tokens are not those of the recorded generate calls")
+            shapes[engine].append([(len(p), sum(len(r) for r in rs)) for p, rs in rec.calls])
+            passes[engine].append(list(rec.passes))
+            rows[engine].append((tokens / coll[0], tokens / rec.raw[0], rec.raw[0] / coll[0], rec.raw[1] / coll[1],
+                                 rec.raw[0] / (coll[0] - rec.values[0]), coll[0], rec.raw[0], tokens))
+            desc = " ".join(f"{len(p)}x{max(len(r) for r in rs)}" for p, rs in rec.calls)
+            print(f"  {engine} repeat {rep}: {tokens} tokens in calls [{desc}] (rows x steps)  "
+                  f"collector {coll[0]:.2f}s = generate {rec.gen[0]:.2f} + values {rec.values[0]:.2f} + "
+                  f"rest {coll[0] - rec.gen[0] - rec.values[0]:.2f}  |  raw {rec.raw[0]:.2f}s  "
+                  f"ratio {rec.raw[0] / coll[0]:.3f} (cpu-time ratio {rec.raw[1] / coll[1]:.3f})  [{load_avg()}]",
+                  flush=True)
+
+    # The bound: bare GEMMs of one decode step at each call's row count, same weights and threads.
+    linears = model_linears(policy.lm)
+    step_s = {b: decode_step_seconds(linears, b) for b in sorted({b for e in engines for rep in shapes[e]
+                                                                  for b, _ in rep})}
+    print("bound (bare GEMMs of one decode step, incl. LM head): " + "  ".join(
+        f"batch {b}: {1e3 * t:.1f} ms = {b / t:.1f} tok/s" for b, t in step_s.items()) + f"  [{load_avg()}]")
+    widest = max(step_s)
+    as_is, prepacked = head_layout_seconds(linears, widest)
+    print(f"LM head at batch {widest}: {1e3 * as_is:.1f} ms as the model runs it ([V, H] weight), "
+          f"{1e3 * prepacked:.1f} ms on a prepacked [H, V] copy; whole bare decode step {1e3 * step_s[widest]:.1f} ms")
+    pass_s: dict[tuple[int, int], float] = {}
+    for key in sorted({key for e in engines for rep in passes[e] for key in rep}):
+        pass_s[key] = train_pass_seconds(linears, key[0], key[1], grad=False)
+    summary = {}
+    for engine in engines:
+        bound_s = [sum(n * step_s[b] / b for b, n in rep) for rep in shapes[engine]]
+        # every forward the collector ran: decode steps + prefills + the critic's passes
+        work_s = [b + sum(pass_s[key] for key in rep) for b, rep in zip(bound_s, passes[engine])]
+        got = rows[engine]
+        med = lambda i: statistics.median(r[i] for r in got)  # noqa: E731
+        coll_bound = statistics.median(b / r[5] for b, r in zip(bound_s, got))
+        raw_bound = statistics.median(b / r[6] for b, r in zip(bound_s, got))
+        bound_tps = statistics.median(r[7] / b for b, r in zip(bound_s, got))
+        work_bound = statistics.median(w / r[5] for w, r in zip(work_s, got))
+        decode_share = statistics.median(b / w for b, w in zip(bound_s, work_s))
+        summary[engine] = (med(0), coll_bound)
+        verdict = "PASS" if med(2) >= TARGET else "MISS"
+        print(f"engine {engine}: collector {med(0):.1f} tok/s  raw generate {med(1):.1f} tok/s  bound {bound_tps:.1f} "
+              f"tok/s  |  generate/collector ratio {med(2):.3f} (target >= {TARGET}: {verdict}; cpu-time ratio "
+              f"{med(3):.3f}; without the critic's value pass {med(4):.3f})  |  collector/bound {coll_bound:.3f}  "
+              f"generate/bound {raw_bound:.3f}  |  collector/work-bound {work_bound:.3f} (decode steps are "
+              f"{decode_share:.0%} of the collector's GEMM work; the rest: prefills, critic passes)  "
+              f"median of {args.repeats}")
+    if len(engines) > 1:
+        first, second = engines[0], engines[1]
+        print(f"{first} vs {second}: speed-up {summary[first][0] / summary[second][0]:.2f}x in collector tok/s "
+              f"(same run, same tasks)")
+    ratio = summary[engines[0]][1]
+    print(f"model {name}  dtype {args.dtype}  batch {args.batch}  threads {torch.get_num_threads()}  engine "
+          f"{engines[0]}  target >= {BOUND_TARGET}: {'PASS' if ratio >= BOUND_TARGET else 'MISS'}  [{load_avg()}]")
+    print(f"rollout/bound ratio: {ratio:.3f}")
 
 
 if __name__ == "__main__":

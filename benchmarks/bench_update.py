@@ -25,8 +25,18 @@ a warm-up update on a one-episode slice of the rollout (and its replay) comes fi
 over repeats are printed, with the same ratio in process CPU time (steadier when other
 processes share the machine).
 
+Compute bound, in the same run (``benchmarks/_bound.py``): every recorded pass again as bare
+GEMMs of the model's own weights (same dtype and threads): each linear's forward product over
+the tokens the pass computes (a shared prefix once, then every row's own tokens, no padding),
+the LM head over the response tokens of policy passes, and, for passes with grad, each linear's
+input-gradient product and the LoRA adapter's weight-gradient products. ``update/bound`` is the
+bound's time over the update's; the last line printed is ``update/bound ratio: X`` for the first
+learner of ``--learners``.
+
 Usage::
 
+    python benchmarks/bench_update.py --dtype bfloat16 --threads 2 --batch 32 --minibatch 16 \
+        --recompute-old-logprobs --learners A        # the shipped MARFT-A config's update
     python benchmarks/bench_update.py                         # SmolLM2-135M, float32
     python benchmarks/bench_update.py --dtype bfloat16 --batch 8 --new-tokens 64
     python benchmarks/bench_update.py --tiny                  # tiny random model, seconds
@@ -49,6 +59,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import marft_envs  # noqa: E402
+from benchmarks._bound import model_linears, train_pass_seconds  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads, since  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
 from marft_agents.generation import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
@@ -169,6 +180,22 @@ def replay(policy: Any, calls: list[Call]) -> tuple[float, float]:
     return since(start)
 
 
+def bound_seconds(policy: Any, calls: list[Call], cache: dict) -> float:
+    """Seconds of the bare GEMMs of ``calls`` (see the module docstring); ``cache`` keeps the
+    time of each (adapter, tokens, head tokens, grad) already measured."""
+    total = 0.0
+    for call in calls:
+        for prefix_len, rows in policy._prefix_groups(call.prompts, call.prefix_lens):
+            resp = [len(call.responses[r]) for r in rows] if call.responses is not None else [0] * len(rows)
+            tokens = prefix_len + sum(len(call.prompts[r]) - prefix_len + n for r, n in zip(rows, resp))
+            head = sum(resp) if call.kind == "token_logprobs" else 0
+            key = (call.adapter, tokens, head, call.grad)
+            if key not in cache:
+                cache[key] = train_pass_seconds(model_linears(policy.lm, call.adapter), tokens, head, call.grad)
+            total += cache[key]
+    return total
+
+
 def sub_rollout(rollout: Rollout, episodes: int) -> Rollout:
     """The first ``episodes`` episodes of ``rollout`` (decision indices renumbered)."""
     out = Rollout()
@@ -230,7 +257,9 @@ def main(argv: list[str] | None = None) -> None:
 
     rec = Recorder(policy)
     warm = sub_rollout(rollout, 1)
-    summary = []
+    summary: list[str] = []
+    bound_ratios: list[float] = []
+    bound_cache: dict = {}
     for key in args.learners:
         learner = make_learner(LEARNERS[key], policy, cfg, agents)
         learner.update(warm, 0)
@@ -244,24 +273,32 @@ def main(argv: list[str] | None = None) -> None:
             tokens = sum(c.tokens for c in calls)
             bare_s, bare_cpu = replay(policy, calls)
             rec.take()
-            rows.append((tokens / update_s, tokens / bare_s, bare_s / update_s, bare_cpu / update_cpu))
+            bound_s = bound_seconds(policy, calls, bound_cache)
+            rows.append((tokens / update_s, tokens / bare_s, bare_s / update_s, bare_cpu / update_cpu,
+                         bound_s / update_s, bound_s / bare_s))
             kinds = ", ".join(f"{sum(c.kind == k for c in calls)} {k}" for k in
                               ("token_logprobs", "state_values", "token_values") if any(c.kind == k for c in calls))
             print(f"  MARFT-{key} repeat {rep}: {tokens} tokens in {len(calls)} passes ({kinds})  "
                   f"update {update_s:.2f}s  bare {bare_s:.2f}s  ratio {bare_s / update_s:.3f} "
-                  f"(cpu-time ratio {bare_cpu / update_cpu:.3f})  "
+                  f"(cpu-time ratio {bare_cpu / update_cpu:.3f})  bound {bound_s:.2f}s  "
+                  f"update/bound {bound_s / update_s:.3f}  "
                   f"skipped steps {metrics.get('guard/skipped_steps', 0):.0f}  [{load_avg()}]", flush=True)
         upd = statistics.median(r[0] for r in rows)
         bare = statistics.median(r[1] for r in rows)
         ratio = statistics.median(r[2] for r in rows)
         cpu_ratio = statistics.median(r[3] for r in rows)
+        to_bound = statistics.median(r[4] for r in rows)
+        bare_bound = statistics.median(r[5] for r in rows)
+        bound_ratios.append(to_bound)
         summary.append(f"MARFT-{key} ({LEARNERS[key]}): update {upd:.1f} tok/s  bare fwd+bwd {bare:.1f} tok/s  "
-                       f"ratio {ratio:.3f} (target >= {TARGET}: {'PASS' if ratio >= TARGET else 'MISS'}; "
-                       f"cpu-time ratio {cpu_ratio:.3f})")
+                       f"ratio {ratio:.3f} (cpu-time ratio {cpu_ratio:.3f})  |  update/bound {to_bound:.3f} "
+                       f"(target >= {TARGET}: {'PASS' if to_bound >= TARGET else 'MISS'})  "
+                       f"bare/bound {bare_bound:.3f}")
     print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
           f"median of {args.repeats}  [{load_avg()}]")
     for line in summary:
         print("  " + line)
+    print(f"update/bound ratio: {bound_ratios[0]:.3f}")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ from dataclasses import dataclass, field
 import torch
 
 
+ENGINES = ("fast", "legacy")
+"""Decoding loops ``SamplingConfig.engine`` can name (``sampler_for`` returns the function)."""
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How to decode one batch of requests."""
@@ -72,7 +76,15 @@ class SamplingConfig:
     32-token utterance 0.16 vs 0.20), so a training minibatch padded differently from the
     sampling batch sees most of that noise again; in float32 both are ~1e-5."""
 
+    engine: str = "fast"
+    """Decoding loop (one of ``ENGINES``): ``fast`` (``fast_decode``: one fused log-softmax
+    pass and a blocked inverse-CDF draw per step, a preallocated KV cache, fewer Python-level
+    operations) or ``legacy`` (``sample_batch``, kept for same-run comparisons). Both sample the
+    same distribution and return the same log-probs up to float rounding."""
+
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"sampling.engine must be one of {list(ENGINES)}, got {self.engine!r}")
         if self.stop_token_ids is not None and not isinstance(self.stop_token_ids, tuple):
             # YAML gives lists; keep the config hashable (frozen dataclass)
             object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
@@ -351,3 +363,15 @@ def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], p
         position_ids=positions.to(device), response_ids=resp.to(device),
         response_mask=resp_mask.to(device), prompt_width=ids.shape[1], prefix_ids=prefix,
     )
+
+
+def sampler_for(engine: str):
+    """The decoding function of ``engine`` (see ``SamplingConfig.engine``); all share
+    ``sample_batch``'s signature."""
+    if engine == "legacy":
+        return sample_batch
+    if engine == "fast":
+        from marft_agents.fast_decode import fast_sample_batch  # imports this module
+
+        return fast_sample_batch
+    raise ValueError(f"unknown sampling engine {engine!r}; choose one of {list(ENGINES)}")

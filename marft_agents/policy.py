@@ -42,7 +42,7 @@ from marft_agents.generation import (
     Generation,
     SamplingConfig,
     effective_prefix_len,
-    sample_batch,
+    sampler_for,
 )
 from marft_agents.models import prepare_tokenizer
 from marft_agents.scoring import ScoringMixin, TokenStats
@@ -301,6 +301,7 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
         if len(idxs) > sampling.max_batch_size:  # similar lengths together: less padding
             idxs = sorted(idxs, key=lambda i: -len(requests[i].prompt_ids))
         stop = self._stop_ids if sampling.stop_token_ids is None else sampling.stop_token_ids
+        sample_batch = sampler_for(sampling.engine)
         for start in range(0, len(idxs), sampling.max_batch_size):
             chunk = idxs[start:start + sampling.max_batch_size]
             prompts = [requests[i].prompt_ids for i in chunk]

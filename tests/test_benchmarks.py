@@ -21,12 +21,25 @@ def _run(script: str, *args: str) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("extra", [[], ["--no-share-prefix"]])
-def test_bench_rollout_prints_collector_against_raw_generate(extra):
+@pytest.mark.parametrize("extra", [[], ["--no-share-prefix", "--engine", "legacy"]])
+def test_bench_rollout_prints_collector_against_raw_generate_and_the_bound(extra):
     out = _run("bench_rollout.py", *extra)
-    summary = re.search(r"collector ([\d.]+) tok/s\s+raw generate ([\d.]+) tok/s\s+ratio ([\d.]+)", out)
-    assert summary, out
-    assert all(float(x) > 0 for x in summary.groups())
+    engines = ["legacy"] if extra else ["fast", "legacy"]
+    for engine in engines:
+        line = re.search(rf"engine {engine}: collector ([\d.]+) tok/s\s+raw generate ([\d.]+) tok/s\s+"
+                         rf"bound ([\d.]+) tok/s.*collector/bound ([\d.]+)\s+generate/bound ([\d.]+)", out)
+        assert line, out
+        assert all(float(x) > 0 for x in line.groups())
+    assert ("fast vs legacy: speed-up" in out) == (len(engines) == 2)
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"rollout/bound ratio: [\d.]+", last) and float(last.split()[-1]) > 0, out
+
+
+def test_profile_rollout_fills_every_bucket_it_can():
+    out = _run("profile_rollout.py")
+    for bucket in ("linear (base)", "LM head", "attention", "sampling + bookkeeping"):
+        row = re.search(rf"^{re.escape(bucket)}\s+([\d.]+)\s+([\d.]+)", out, re.M)
+        assert row and float(row.group(2)) > 0, out  # ms per step
 
 
 def test_bench_update_prints_both_learners_against_bare_passes():
@@ -35,6 +48,8 @@ def test_bench_update_prints_both_learners_against_bare_passes():
         line = re.search(rf"{learner} \(\w+\): update ([\d.]+) tok/s\s+bare fwd\+bwd ([\d.]+) tok/s\s+ratio ([\d.]+)", out)
         assert line, out
         assert all(float(x) > 0 for x in line.groups())
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"update/bound ratio: [\d.]+", last) and float(last.split()[-1]) > 0, out
 
 
 def test_bench_critic_smoke_prints_one_row_per_dependency_and_mode(tmp_path):

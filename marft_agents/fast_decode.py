@@ -1,0 +1,245 @@
+"""The ``fast`` decoding loop (``SamplingConfig.engine``): ``sample_batch`` with less work per step.
+
+Same contract, layout and numbers as ``generation.sample_batch`` (prompts left padded, shared
+prefix computed once, finished rows pruned, log-probs those of ``scaled_logprobs``), with three
+changes that the rollout profile (docs/performance.md, "rollout profile") pointed at:
+
+* **preallocated KV cache** (``ReservedLayer``): the cache of every layer is written in place
+  into a buffer sized for prefix + prompt + response, instead of ``torch.cat``-ing the full
+  cache with each new token (a copy of the whole cache per layer per step); the shared prefix's
+  batch-1 KV is broadcast straight into it (no ``repeat_interleave`` copy first);
+* **one pass over the vocabulary to score, one to draw**: the temperature is applied in place,
+  the log-normaliser comes from one max pass and one exp pass (``exp`` written into a reused
+  buffer), and the draw is a two-level inverse CDF: per-block sums of those probabilities pick
+  a block, and a cumulative sum over that block only (``BLOCK`` entries per row) picks the
+  token. The sampled token's log-prob is ``(x - max) - log(sum(exp(x - max)))`` on ``x =
+  logits.float() / temperature``: the formula ``log_softmax`` evaluates, with the sum
+  accumulated in a different order (a difference of float rounding, ~1e-7 relative);
+* **fewer tensor operations per step** in the bookkeeping (one preallocated attention mask
+  that each step views a longer slice of; token and log-prob columns written per step).
+
+Filtered sampling (``top_k``/``top_p``) and greedy decoding use ``generation._pick`` on the full
+log-probs, exactly as the legacy loop does; only plain temperature sampling (the training
+setting) takes the blocked draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from marft_agents.generation import (
+    SamplingConfig,
+    _pick,
+    _Sampled,
+    after_prefix,
+    left_pad,
+    scaled_logprobs,
+)
+
+BLOCK = 512
+"""Vocabulary entries per block of the two-level draw (the last block may be shorter)."""
+
+
+class ReservedLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys/values live in a buffer with room for ``capacity`` tokens:
+    ``update`` writes the new states in place and exposes a view of the filled part (the buffer
+    is allocated on the first update, or taken from a shared prefix by ``from_prefix``)."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self._len = 0
+
+    @classmethod
+    def from_prefix(cls, keys: torch.Tensor, values: torch.Tensor, rows: int, capacity: int,
+                    ) -> ReservedLayer:
+        """A layer for ``rows`` rows whose first tokens are the batch-1 ``keys``/``values``
+        ``[1, H, s, D]`` (broadcast into the buffer: no repeated copy is made first)."""
+        layer = cls(capacity)
+        layer._allocate(keys, values, rows)
+        length = keys.shape[-2]
+        layer._k[:, :, :length] = keys
+        layer._v[:, :, :length] = values
+        layer._set_len(length)
+        return layer
+
+    def _allocate(self, keys: torch.Tensor, values: torch.Tensor, rows: int) -> None:
+        _, heads, length, dim = keys.shape  # [B, H, L, D]
+        size = max(self.capacity, length)
+        self._k = keys.new_empty(rows, heads, size, dim)
+        self._v = values.new_empty(rows, heads, size, values.shape[-1])
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+
+    def _set_len(self, length: int) -> None:
+        self._len = length
+        self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs,
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self._allocate(key_states, value_states, key_states.shape[0])
+        end = self._len + key_states.shape[-2]
+        if end > self._k.shape[-2]:  # out of room: grow like a DynamicLayer would
+            self._k = torch.cat([self._k[:, :, :self._len], key_states], dim=-2)
+            self._v = torch.cat([self._v[:, :, :self._len], value_states], dim=-2)
+        else:
+            self._k[:, :, self._len:end] = key_states
+            self._v[:, :, self._len:end] = value_states
+        self._set_len(end)
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._set_len(self._len)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._k = self._k.repeat_interleave(repeats, dim=0)
+        self._v = self._v.repeat_interleave(repeats, dim=0)
+        self._set_len(self._len)
+
+
+def reserved_cache(model: torch.nn.Module, prefix: Sequence[int], rows: int, capacity: int,
+                   device: torch.device | str) -> DynamicCache:
+    """A cache of ``ReservedLayer``s with room for ``capacity`` tokens per row, holding the KV
+    of the shared ``prefix`` (computed once, as a batch-1 forward) if there is one. Models whose
+    cache layers are not plain ``DynamicLayer``s (sliding windows, ...) keep their own layers."""
+    cache = DynamicCache(config=model.config)
+    plain = bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
+    if prefix:
+        ids = torch.as_tensor([list(prefix)], dtype=torch.long, device=device)  # [1, s]
+        pos = torch.arange(ids.shape[1], device=device)[None]  # [1, s]
+        model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True,
+              logits_to_keep=1)
+        if not plain:
+            cache.batch_repeat_interleave(rows)
+            return cache
+        cache.layers = [ReservedLayer.from_prefix(layer.keys, layer.values, rows, capacity)
+                        for layer in cache.layers]
+    elif plain:
+        cache.layers = [ReservedLayer(capacity) for _ in cache.layers]
+    return cache
+
+
+def draw_and_score(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
+                   probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row from ``softmax(logits / T)`` and return it with its log-prob.
+
+    ``logits [b, V]`` is overwritten (it is the step's own output); ``probs`` is a float32
+    scratch buffer of at least ``b * V`` entries. Returns ``(token [b], logp [b])``.
+    """
+    x = logits.float() if logits.dtype != torch.float32 else logits  # [b, V]
+    x.div_(temperature)  # x = logits / T, as scaled_logprobs computes it
+    top = x.amax(dim=-1, keepdim=True)  # [b, 1]
+    x.sub_(top)  # x - max
+    rows, vocab = x.shape
+    p = probs[:rows * vocab].view(rows, vocab)
+    torch.exp(x, out=p)  # [b, V] unnormalised probabilities
+    blocks = -(-vocab // BLOCK)
+    if vocab % BLOCK:  # the last block is short: sum it apart
+        full = (vocab // BLOCK) * BLOCK
+        block_sums = torch.cat([p[:, :full].view(rows, -1, BLOCK).sum(-1),
+                                p[:, full:].sum(-1, keepdim=True)], dim=1)  # [b, nb]
+    else:
+        block_sums = p.view(rows, blocks, BLOCK).sum(-1)  # [b, nb]
+    block_cdf = block_sums.cumsum(-1)  # [b, nb]
+    total = block_cdf[:, -1:]  # [b, 1]
+    u = torch.rand(rows, 1, generator=generator, device=x.device, dtype=torch.float32) * total
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # [b, 1] in [0, total)
+    block = torch.searchsorted(block_cdf, u, right=True).clamp_(max=blocks - 1)  # [b, 1]
+    before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp_(min=0)), 0.0)  # [b, 1]
+    # cumulative sum inside the chosen block only: [b, BLOCK] (padded with 0 past the vocab)
+    cols = block * BLOCK + torch.arange(BLOCK, device=x.device)  # [b, BLOCK]
+    inside = p.gather(-1, cols.clamp(max=vocab - 1)).masked_fill_(cols >= vocab, 0.0).cumsum(-1)
+    chosen = block_sums.gather(-1, block)  # [b, 1]
+    # u's offset into the block, rescaled to the in-block sum (they differ by rounding) and
+    # kept below it, so the pick is always a token with a non-empty interval
+    offset = ((u - before).clamp_(min=0) * (inside[:, -1:] / chosen))
+    offset = torch.minimum(offset, torch.nextafter(inside[:, -1:], torch.zeros_like(chosen)))
+    within = torch.searchsorted(inside, offset, right=True).clamp_(max=BLOCK - 1)  # [b, 1]
+    token = (block * BLOCK + within).squeeze(-1).clamp_(max=vocab - 1)  # [b]
+    logp = x.gather(-1, token[:, None]).squeeze(-1) - total.squeeze(-1).log()  # [b]
+    return token, logp
+
+
+def fast_sample_batch(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    cfg: SamplingConfig,
+    stop_ids: Sequence[int],
+    pad_id: int,
+    generator: torch.Generator | None = None,
+    prune_fraction: float = 0.25,
+    prefix_len: int = 0,
+) -> list[_Sampled]:
+    """``generation.sample_batch`` (same arguments and results) with the changes listed in the
+    module docstring."""
+    device = next(model.parameters()).device
+    shared = list(prompts[0][:prefix_len])
+    if prefix_len and any(list(p[:prefix_len]) != shared or len(p) <= prefix_len for p in prompts):
+        raise ValueError(f"prefix_len={prefix_len}: every prompt must start with the same "
+                         f"{prefix_len} tokens and have at least one token after them")
+    prompts = [p[prefix_len:] for p in prompts]
+    ids, mask = left_pad(prompts, pad_id, device)  # [B, P]
+    cache = reserved_cache(model, shared, ids.shape[0],
+                           prefix_len + ids.shape[1] + cfg.max_new_tokens, device)
+    mask, pos = after_prefix(mask, prefix_len)  # [B, s + P], [B, P]
+    batch, steps = ids.shape[0], cfg.max_new_tokens
+    width = mask.shape[1]
+    # the whole run's attention mask at once: step t attends to the first width + t columns
+    full_mask = torch.cat([mask, mask.new_ones(batch, steps)], dim=1)  # [B, s + P + steps]
+    stop = torch.as_tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
+    out_tokens = torch.full((batch, steps), pad_id, dtype=torch.long, device=device)
+    out_logp = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    rows = torch.arange(batch, device=device)  # original index of each row still in the batch
+    done = torch.zeros(batch, dtype=torch.bool, device=device)  # per row still in the batch
+
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    blocked = cfg.do_sample and cfg.top_k == 0 and cfg.top_p >= 1.0
+    scratch = torch.empty(batch * out.logits.shape[-1], dtype=torch.float32, device=device)
+    pos = pos[:, -1:]  # [b, 1]
+    for step in range(steps):
+        logits = out.logits[:, -1]  # [b, V]
+        if blocked:
+            token, token_logp = draw_and_score(logits, cfg.temperature, generator, scratch)
+        else:
+            logp = scaled_logprobs(logits, cfg.temperature)  # [b, V]
+            token = _pick(logp, cfg, generator)  # [b]
+            token_logp = logp.gather(-1, token[:, None]).squeeze(-1)  # [b]
+        live = ~done
+        live_rows = rows[live]
+        out_tokens[live_rows, step] = token[live]
+        out_logp[live_rows, step] = token_logp[live]
+        lengths[live_rows] += 1
+        now_stopped = live & torch.isin(token, stop)
+        finished[rows[now_stopped]] = True
+        done |= now_stopped
+        n_done = int(done.sum())
+        if n_done == done.numel() or step == steps - 1:
+            break
+        if n_done > 0 and n_done >= prune_fraction * done.numel():
+            keep = (~done).nonzero().squeeze(-1)  # [b']
+            try:
+                cache.batch_select_indices(keep)
+            except (AttributeError, NotImplementedError):
+                prune_fraction = float("inf")  # an exotic cache type: keep decoding finished rows
+            else:
+                rows, done, token, full_mask, pos = (rows[keep], done[keep], token[keep],
+                                                     full_mask[keep], pos[keep])
+        pos = pos + 1  # [b, 1]
+        out = model(input_ids=token[:, None], attention_mask=full_mask[:, :width + step + 1],
+                    position_ids=pos, past_key_values=cache, use_cache=True, logits_to_keep=1)
+
+    tokens_cpu, logp_cpu = out_tokens.cpu(), out_logp.cpu()
+    lengths_cpu, finished_cpu = lengths.cpu().tolist(), finished.cpu().tolist()
+    return [
+        _Sampled(tokens_cpu[row, :n].tolist(), logp_cpu[row, :n].tolist(), bool(fin))
+        for row, (n, fin) in enumerate(zip(lengths_cpu, finished_cpu))
+    ]
