@@ -96,12 +96,15 @@ def train_pass_seconds(linears: Linears, tokens: int, head_tokens: int, grad: bo
     transformer, ``head_tokens`` through the LM head (0 for a critic pass); with ``grad``, the
     backward products too (input gradients of every linear, LoRA weight gradients)."""
     weights = linears.body + ([linears.head] if head_tokens else [])
-    pool: dict[tuple[int, int], torch.Tensor] = {}  # one random input per (rows, width)
+    # One random input per (rows, width, dtype): peft keeps LoRA weights in float32 under a bf16
+    # base (it casts the layer input up for them), so the same shape comes in two dtypes.
+    pool: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
 
     def rand(rows: int, width: int, like: torch.Tensor) -> torch.Tensor:
-        if (rows, width) not in pool:
-            pool[rows, width] = torch.randn(rows, width, dtype=like.dtype, device=like.device)
-        return pool[rows, width]
+        key = (rows, width, like.dtype)
+        if key not in pool:
+            pool[key] = torch.randn(rows, width, dtype=like.dtype, device=like.device)
+        return pool[key]
 
     plan = [(w, rand(head_tokens if w is linears.head else tokens, w.shape[1], w),
              rand(head_tokens if w is linears.head else tokens, w.shape[0], w) if grad else None)

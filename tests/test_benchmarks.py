@@ -21,7 +21,8 @@ def _run(script: str, *args: str) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("extra", [[], ["--no-share-prefix", "--engine", "legacy"]])
+@pytest.mark.parametrize("extra", [[], ["--no-share-prefix", "--engine", "legacy"],
+                                   ["--engine", "legacy", "--dtype", "bfloat16"]])
 def test_bench_rollout_prints_collector_against_raw_generate_and_the_bound(extra):
     out = _run("bench_rollout.py", *extra)
     engines = ["legacy"] if extra else ["fast", "legacy"]
@@ -42,8 +43,10 @@ def test_profile_rollout_fills_every_bucket_it_can():
         assert row and float(row.group(2)) > 0, out  # ms per step
 
 
-def test_bench_update_prints_both_learners_against_bare_passes():
-    out = _run("bench_update.py", "--minibatch", "2", "--recompute-old-logprobs")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bench_update_prints_both_learners_against_bare_passes(dtype):
+    # bfloat16: peft keeps the LoRA weights in float32 under a bf16 base, the bound must too
+    out = _run("bench_update.py", "--minibatch", "2", "--recompute-old-logprobs", "--dtype", dtype)
     for learner in ("MARFT-A", "MARFT-T"):
         line = re.search(rf"{learner} \(\w+\): update ([\d.]+) tok/s\s+bare fwd\+bwd ([\d.]+) tok/s\s+ratio ([\d.]+)", out)
         assert line, out
@@ -61,3 +64,18 @@ def test_bench_critic_smoke_prints_one_row_per_dependency_and_mode(tmp_path):
     assert len(rows) == 4, done.stdout
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "dag_centralised" / "metrics.jsonl").is_file()
     assert json.loads((tmp_path / "dag_local" / "result.json").read_text())["mode"] == "local"
+
+
+def test_bench_ddp_smoke_prints_phases_the_ceiling_and_the_efficiency():
+    """2 gloo processes, 1 process and two independent ones on a tiny model (~30 s)."""
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_ddp.py"), "--smoke", "--side-by-side"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    for processes in (1, 2):
+        assert re.search(rf"{processes} process\(es\).*: [\d.]+ episodes/s .*collection [\d.]+ s, update [\d.]+ s", out), out
+    assert re.search(r"rollout efficiency: [\d.]+", out) and re.search(r"update efficiency: [\d.]+", out), out
+    assert re.search(r"ceiling without communication: [\d.]+", out), out
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"scaling efficiency \(2 processes vs 1, target >= 0.8\): [\d.]+", last), out
+    assert float(last.split()[-1]) > 0
