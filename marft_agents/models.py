@@ -67,10 +67,12 @@ _DTYPES: dict[str, torch.dtype] = {
 AUTO_DTYPE = "auto"
 DTYPE_NAMES: tuple[str, ...] = (*_DTYPES, AUTO_DTYPE)
 """The accepted values of ``ModelConfig.dtype``; "auto" is resolved by :func:`auto_dtype`."""
-# CPU feature flags (Linux /proc/cpuinfo) of native bf16 matrix products: x86 AVX512-BF16 and AMX,
-# and the Armv8.6 BF16 extension. Without them torch emulates bf16 matmuls, which measured ~4x
-# slower than float32 on an AVX512 core (README, Quick start).
-_NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+# CPU feature flags (Linux /proc/cpuinfo) under which torch's bf16 matrix products beat float32:
+# x86 AMX tiles, and the Armv8.6 BF16 extension (not measured here). Without bf16 instructions
+# torch emulates bf16 matmuls, measured ~4x slower than float32 on an AVX512 core. AVX512-BF16
+# alone is NOT enough: on such a core (torch 2.13, 1 thread) bf16 ran 81 GFLOP/s against 100 for
+# float32 on a [32, 576] x [576, 1536] product, 92 against 175 at 512 rows (docs/performance.md).
+_FAST_BF16_CPU_FLAGS = frozenset({"amx_bf16", "bf16"})
 
 HUB_PROBE_TIMEOUT_S = 1.0
 """How long the check "is the Hugging Face Hub reachable?" waits (name lookup plus connect)."""
@@ -94,8 +96,9 @@ class ModelConfig:
     """An alias (see ``PACKAGED_GGUF``), a local Hugging Face folder, or a Hub id."""
     dtype: str = "float32"
     """Parameter dtype: "float32" (exact, the tested default), "bfloat16" (about 2x faster on
-    CPUs with native bf16 and on GPUs, ~4x slower on CPUs without it), "float16" (GPU only in
-    practice), or "auto": bfloat16 where the device computes it natively, else float32. "auto" is
+    GPUs and CPUs with AMX, slower on CPUs without it), "float16" (GPU only in
+    practice), or "auto": bfloat16 where the device computes it faster than float32 (CUDA with bf16,
+    CPUs with AMX or Arm BF16; not AVX512-BF16 alone, measured slower), else float32. "auto" is
     replaced by the concrete name when the config is validated, so runs record what they used."""
     device: str = "cpu"
     """Any torch device string ("cpu", "cuda", "cuda:1", "mps"); "auto" = cuda if available,
@@ -122,7 +125,7 @@ def resolve_dtype(name: str) -> torch.dtype:
 
 
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU multiplies bf16 matrices in hardware (see ``_NATIVE_BF16_CPU_FLAGS``).
+    """Whether this CPU multiplies bf16 matrices faster than float32 (see ``_FAST_BF16_CPU_FLAGS``).
 
     Reads /proc/cpuinfo (``cpuinfo`` overrides it, for tests); False where it cannot be read."""
     if cpuinfo is None:
@@ -133,12 +136,13 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         if key.strip().lower() in ("flags", "features"):
-            return bool(_NATIVE_BF16_CPU_FLAGS & set(value.split()))
+            return bool(_FAST_BF16_CPU_FLAGS & set(value.split()))
     return False
 
 
 def auto_dtype(device: str) -> str:
-    """The dtype name "auto" stands for on ``device``: bfloat16 where native, else float32."""
+    """The dtype name "auto" stands for on ``device``: bfloat16 where it is faster (CUDA with bf16,
+    CPUs with AMX or Arm BF16), else float32."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"

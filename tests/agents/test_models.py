@@ -172,7 +172,7 @@ def test_unknown_model_fails_fast_when_the_hub_is_unreachable(monkeypatch):
 
 @pytest.mark.parametrize("flags, native", [
     ("fpu avx512f avx512bw avx512_vnni", False),   # AVX512 without BF16: bf16 is emulated
-    ("fpu avx512f avx512_bf16 avx512_vnni", True),
+    ("fpu avx512f avx512_bf16 avx512_vnni", False),  # AVX512-BF16 alone: measured slower than fp32 in torch
     ("fpu avx512f amx_bf16 amx_tile", True),
 ])
 def test_cpu_has_native_bf16_reads_the_flags_line(flags, native):
