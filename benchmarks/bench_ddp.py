@@ -43,6 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from marft_agents.models import DTYPE_NAMES  # noqa: E402  (after the sys.path line)
+
 MODEL = "smollm2-135m-instruct"
 TARGET = 0.8
 """Scaling efficiency the issue asks for (docs/distributed.md)."""
@@ -155,8 +157,8 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=None, help="episodes per update (global batch)")
     parser.add_argument("--updates", type=int, default=None, help="updates (the first is warm-up)")
     parser.add_argument("--new-tokens", type=int, default=None, help="sampling.max_new_tokens")
-    parser.add_argument("--dtype", default="float32",
-                        help="model.dtype of the measured runs (float32, bfloat16 or auto; default float32)")
+    parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
+                        help="model.dtype of the measured runs (default float32)")
     parser.add_argument("--side-by-side", action="store_true",
                         help="also run two independent 1-process runs at once (the no-communication ceiling)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

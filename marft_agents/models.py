@@ -124,7 +124,7 @@ def resolve_dtype(name: str) -> torch.dtype:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}") from None
 
 
-def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     """Whether this CPU multiplies bf16 matrices faster than float32 (see ``_FAST_BF16_CPU_FLAGS``).
 
     Reads /proc/cpuinfo (``cpuinfo`` overrides it, for tests); False where it cannot be read."""
@@ -147,7 +147,7 @@ def auto_dtype(device: str) -> str:
     if dev.type == "cuda":
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
     if dev.type == "cpu":
-        return "bfloat16" if cpu_has_native_bf16() else "float32"
+        return "bfloat16" if cpu_has_fast_bf16() else "float32"
     return "float32"
 
 

@@ -121,7 +121,7 @@ def test_every_shipped_config_loads_and_validates(path):
 def test_auto_dtype_is_resolved_at_validation_to_what_the_cpu_runs_natively(monkeypatch, native, expected):
     from marft_agents import models
 
-    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: native)
+    monkeypatch.setattr(models, "cpu_has_fast_bf16", lambda cpuinfo=None: native)
     cfg = C.config_from_dict({"model": {"dtype": "auto", "device": "cpu"}})
     assert cfg.model.dtype == expected  # the record names the dtype the run used, never "auto"
     assert C.config_from_dict({"model": {"dtype": "float32"}}).model.dtype == "float32"  # explicit wins

@@ -170,14 +170,14 @@ def test_unknown_model_fails_fast_when_the_hub_is_unreachable(monkeypatch):
     assert time.perf_counter() - started < 2.0
 
 
-@pytest.mark.parametrize("flags, native", [
+@pytest.mark.parametrize("flags, fast", [
     ("fpu avx512f avx512bw avx512_vnni", False),   # AVX512 without BF16: bf16 is emulated
     ("fpu avx512f avx512_bf16 avx512_vnni", False),  # AVX512-BF16 alone: measured slower than fp32 in torch
     ("fpu avx512f amx_bf16 amx_tile", True),
 ])
-def test_cpu_has_native_bf16_reads_the_flags_line(flags, native):
-    from marft_agents.models import cpu_has_native_bf16
+def test_cpu_has_fast_bf16_reads_the_flags_line(flags, fast):
+    from marft_agents.models import cpu_has_fast_bf16
 
     cpuinfo = f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n"
-    assert cpu_has_native_bf16(cpuinfo) is native
-    assert cpu_has_native_bf16("processor : 0\n") is False  # no flags line: assume emulated
+    assert cpu_has_fast_bf16(cpuinfo) is fast
+    assert cpu_has_fast_bf16("processor : 0\n") is False  # no flags line: assume emulated
