@@ -218,8 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-share-prefix", action="store_true",
                     help="sampling.share_prefix=False: every row runs its whole prompt, the system "
                          "turn included (as generate does)")
-    ap.add_argument("--engine", default="both", choices=[*ENGINES, "both"],
-                    help="sampling.engine of the collector; both = one collector per engine, same tasks")
+    ap.add_argument("--engine", default="all", choices=[*ENGINES, "all"],
+                    help="sampling.engine of the collector; all = one collector per engine, same tasks")
     ap.add_argument("--train-settings", action="store_true",
                     help="defaults of the dual-team training configs: " + ", ".join(
                         f"{k}={v}" for k, v in TRAIN_SETTINGS.items()))
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
                               recompute_logprobs=args.recompute_logprobs,
                               share_prefix=not args.no_share_prefix)
     rec = Recorder(policy, replay=lambda call: raw_generate(raw, tok, call, sampling))
-    engines = list(ENGINES) if args.engine == "both" else [args.engine]
+    engines = list(ENGINES) if args.engine == "all" else [args.engine]
     values = None if args.values == "none" else args.values
     collectors = {e: RolloutCollector(envs, policy, dataclasses.replace(sampling, engine=e), values=values, seed=0)
                   for e in engines}
@@ -309,9 +309,9 @@ def main(argv: list[str] | None = None) -> None:
               f"generate/bound {raw_bound:.3f}  |  collector/work-bound {work_bound:.3f} (decode steps are "
               f"{decode_share:.0%} of the collector's GEMM work; the rest: prefills, critic passes)  "
               f"median of {args.repeats}")
-    if len(engines) > 1:
-        first, second = engines[0], engines[1]
-        print(f"{first} vs {second}: speed-up {summary[first][0] / summary[second][0]:.2f}x in collector tok/s "
+    for other in engines[1:]:
+        first = engines[0]
+        print(f"{first} vs {other}: speed-up {summary[first][0] / summary[other][0]:.2f}x in collector tok/s "
               f"(same run, same tasks)")
     ratio = summary[engines[0]][1]
     print(f"model {name}  dtype {args.dtype}  batch {args.batch}  threads {torch.get_num_threads()}  engine "

@@ -43,26 +43,35 @@ from torch import nn  # noqa: E402
 
 import marft_envs  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, set_threads  # noqa: E402
+from marft_agents.direct_decode import DirectDecoder  # noqa: E402
 from marft_agents.generation import ENGINES, SamplingConfig, effective_prefix_len, sampler_for  # noqa: E402
 from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy  # noqa: E402
 
-BUCKETS = ("linear (base)", "LoRA", "LM head", "attention", "other model ops",
+BUCKETS = ("prefill", "linear (base)", "LoRA", "LM head", "attention", "other model ops",
            "sampling + bookkeeping", "Python / untraced")
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
 
 
-class Marked(nn.Module):
-    """The LM with its forward pass wrapped in a profiler range (everything outside it is
-    sampling and bookkeeping)."""
+def mark_forward_passes(lm: nn.Module) -> None:
+    """Wrap the LM's forward (and the ``direct`` engine's decode step) in profiler ranges:
+    ``marft.prefill`` for passes over more than one token per row, ``marft.forward`` for decode
+    steps; everything outside them is sampling and bookkeeping."""
+    forward = lm.forward
 
-    def __init__(self, lm: nn.Module) -> None:
-        super().__init__()
-        self.lm = lm
-        self.config = lm.config  # the fast engine sizes its KV cache from it
+    def marked(*args, **kwargs):
+        ids = kwargs.get("input_ids")
+        name = "marft.prefill" if ids is not None and ids.shape[1] > 1 else "marft.forward"
+        with torch.profiler.record_function(name):
+            return forward(*args, **kwargs)
 
-    def forward(self, **kwargs):
+    lm.forward = marked
+    step = DirectDecoder.step
+
+    def marked_step(self, *args, **kwargs):
         with torch.profiler.record_function("marft.forward"):
-            return self.lm(**kwargs)
+            return step(self, *args, **kwargs)
+
+    DirectDecoder.step = marked_step
 
 
 def rollout_prompts(policy: MultiAgentPolicy, batch: int) -> tuple[list[list[int]], int]:
@@ -85,6 +94,8 @@ def bucket_of(event, vocab: int, rank: int) -> str:
         chain.append(node)
         node = node.cpu_parent
     names = [e.name for e in chain]
+    if "marft.prefill" in names:
+        return "prefill"
     if "marft.forward" not in names:
         return "sampling + bookkeeping"
     if any("scaled_dot_product_attention" in n for n in names):
@@ -95,7 +106,7 @@ def bucket_of(event, vocab: int, rank: int) -> str:
         dims = {d for s in shapes for d in s[-2:]}
         if vocab in dims:
             return "LM head"
-        if rank in dims:
+        if dims & {rank * k for k in range(1, 8)}:  # one adapter, or the direct engine's stacked ones
             return "LoRA"
         return "linear (base)"
     if any(n.startswith("marft.lora") for n in names):
@@ -121,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = SamplingConfig(max_new_tokens=args.new_tokens, temperature=args.temperature,
                          stop_token_ids=(), engine=args.engine)
     sample = sampler_for(args.engine)
-    lm = Marked(policy.lm)
+    lm = policy.lm
+    mark_forward_passes(lm)
     vocab = policy.lm.get_output_embeddings().weight.shape[0]
 
     def call() -> None:

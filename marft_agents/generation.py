@@ -28,6 +28,7 @@ forward all use the row's own ``prefix_len``, never one inferred from whatever b
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 
-ENGINES = ("fast", "legacy")
+ENGINES = ("direct", "fast", "legacy")
 """Decoding loops ``SamplingConfig.engine`` can name (``sampler_for`` returns the function)."""
 
 
@@ -370,8 +371,8 @@ def sampler_for(engine: str):
     ``sample_batch``'s signature."""
     if engine == "legacy":
         return sample_batch
-    if engine == "fast":
+    if engine in ("fast", "direct"):
         from marft_agents.fast_decode import fast_sample_batch  # imports this module
 
-        return fast_sample_batch
+        return functools.partial(fast_sample_batch, direct=True) if engine == "direct" else fast_sample_batch
     raise ValueError(f"unknown sampling engine {engine!r}; choose one of {list(ENGINES)}")
