@@ -184,7 +184,9 @@ def test_example_learner_trains_through_marft_train_by_entry_point(tmp_path, tin
     config = tmp_path / "rloo.yaml"
     config.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE), str(REPO)])}
+           # an inherited PYTHONPATH is kept (where the dependencies come from one, with no venv)
+           "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE), str(REPO)]
+                                         + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
     run = subprocess.run([sys.executable, "-m", "marft_agents.cli", "train", "--config", str(config), "--quiet",
                           "--no-tensorboard", "--no-eval-before"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
