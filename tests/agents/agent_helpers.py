@@ -2,9 +2,18 @@
 
 Not a ``conftest.py`` on purpose: ``tests/envs`` does ``from conftest import ...`` (the root
 conftest), which a second module named ``conftest`` would shadow. Tests import from here.
+
+Device: the model tests run on ``DEVICE``, read once from the environment variable
+``MARFT_TEST_DEVICE`` (default ``cpu``), so that ``MARFT_TEST_DEVICE=cuda pytest tests/agents``
+runs the same tests on a GPU. ``small_config`` sets ``model.device`` to it, the ``tiny`` fixture,
+``tiny_on_device`` and ``load_tiny_model`` put the tiny model there, and ``seeded_generator``
+gives a sampling generator on it. Asking for a device this machine lacks is an error at import,
+not a silent fallback to the CPU.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -15,6 +24,29 @@ from marft_envs import RoundOutcome, Task, TextTaskEnv
 # Tiny models gain nothing from intra-op threads, and on a loaded machine OpenMP threads that
 # spin-wait for a busy core make each matmul ~100x slower (measured: 0.3 s vs 2 ms a forward).
 torch.set_num_threads(1)
+
+DEVICE_VARIABLE = "MARFT_TEST_DEVICE"
+
+
+def _device_from_environment() -> torch.device:
+    name = os.environ.get(DEVICE_VARIABLE, "").strip() or "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise RuntimeError(f"{DEVICE_VARIABLE}={name!r} is not a torch device string such as 'cpu', "
+                           f"'cuda' or 'cuda:1' ({err})") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"{DEVICE_VARIABLE}={name!r} but torch.cuda.is_available() is False on this "
+                               f"machine; unset {DEVICE_VARIABLE} to run the tests on the CPU")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise RuntimeError(f"{DEVICE_VARIABLE}={name!r} but this machine has "
+                               f"{torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
+DEVICE = _device_from_environment()
+"""Where the model tests run (``MARFT_TEST_DEVICE``, default cpu)."""
 
 # Short system prompts keep the byte-level tiny tokenizer's prompts short (fast tests).
 DUAL = {"name": "tdual", "roles": [{"name": "reasoner", "system_prompt": "Think."},
@@ -53,19 +85,40 @@ if LETTERS_ID not in marft_envs.list_envs():
     marft_envs.register(LETTERS_ID, LettersEnv)
 
 
-@pytest.fixture
-def tiny():
+def tiny_on_device(**kwargs):
+    """``tiny_model_and_tokenizer(**kwargs)`` with the model moved to ``DEVICE``."""
     from marft_agents.models import tiny_model_and_tokenizer
 
-    return tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+    model, tokenizer = tiny_model_and_tokenizer(**kwargs)
+    return model.to(DEVICE), tokenizer
+
+
+def load_tiny_model(cfg):
+    """A stand-in for ``models.load_model_and_tokenizer`` (tests monkeypatch it): the tiny model
+    of the ``tiny`` fixture, on the configured ``cfg.device`` like the real loader."""
+    from marft_agents.models import resolve_device, tiny_model_and_tokenizer
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+    return model.to(resolve_device(cfg.device)), tokenizer
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """A sampling generator on ``DEVICE`` (``policy.generate`` needs one on the model's device)."""
+    return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+@pytest.fixture
+def tiny():
+    return tiny_on_device(seed=0, hidden_size=32, num_layers=1)
 
 
 def small_config(tmp_path, **sections):
-    """A TrainConfig small enough for CPU tests; ``sections`` override dotted keys."""
+    """A TrainConfig small enough for CPU tests, on ``DEVICE``; ``sections`` override dotted keys."""
     from marft_agents.config import load_config
 
     data = {
         "algorithm": "mappo_action",
+        "model": {"device": str(DEVICE)},
         "env": {"id": LETTERS_ID, "kwargs": {}, "num_envs": 2},
         "sampling": {"max_new_tokens": 4, "temperature": 1.0},
         "schedule": {"num_updates": 2, "episodes_per_update": 2, "ppo_epochs": 1, "minibatch_size": 2,

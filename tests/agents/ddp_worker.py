@@ -35,7 +35,10 @@ RESUMED = "mappo_action"
 
 
 def config(out: Path, algorithm: str, extra: dict | None = None):
-    overrides = {"algorithm": algorithm, "sampling.do_sample": False, "schedule.episodes_per_update": 4,
+    # model.device cpu whatever MARFT_TEST_DEVICE says: the ranks are gloo processes with CUDA hidden,
+    # and this process's reference must run where they do.
+    overrides = {"algorithm": algorithm, "model.device": "cpu", "sampling.do_sample": False,
+                 "schedule.episodes_per_update": 4,
                  "schedule.ppo_epochs": 2, "schedule.num_updates": 2, "eval.at_end": False, "ppo.gamma": 0.9,
                  **ALGORITHMS.get(algorithm, {}), **(extra or {})}
     return small_config(out / algorithm, **overrides)

@@ -7,7 +7,7 @@ import json
 import yaml
 
 import marft_agents.models as models
-from agent_helpers import small_config
+from agent_helpers import load_tiny_model, small_config
 from baselines.run import main
 from marft_agents.config import config_to_dict
 
@@ -17,8 +17,7 @@ def test_record_holds_the_run_s_curve_best_and_budget(tmp_path, monkeypatch):
 
     commits = iter(["abc1234", "moved-on"])  # HEAD when training starts, then a later one
     monkeypatch.setattr(baselines.run, "git_commit", lambda: next(commits))
-    monkeypatch.setattr(models, "load_model_and_tokenizer",
-                        lambda cfg: models.tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
+    monkeypatch.setattr(models, "load_model_and_tokenizer", load_tiny_model)
     cfg = small_config(tmp_path, **{"eval.interval": 1, "eval.at_end": True, "schedule.num_updates": 2})
     config = tmp_path / "tiny_baseline.yaml"
     config.write_text(yaml.safe_dump(config_to_dict(cfg)))

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import marft_agents.models as models
-from agent_helpers import LETTERS_ID, small_config
+from agent_helpers import LETTERS_ID, load_tiny_model, small_config
 from marft_agents.bench import evaluate_scripted, load_scripted, run_bench
 from marft_agents.cli import main
 from marft_agents.config import config_to_dict
@@ -77,7 +77,7 @@ def test_config_bench_evaluates_once_without_training(tmp_path, monkeypatch):
 
     def loader(cfg):
         calls.append(cfg.name_or_path)
-        return models.tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+        return load_tiny_model(cfg)
 
     monkeypatch.setattr(models, "load_model_and_tokenizer", loader)
     import marft_agents.rollout as rollout

@@ -8,15 +8,14 @@ import pytest
 import yaml
 
 import marft_agents.models as models
-from agent_helpers import small_config
+from agent_helpers import load_tiny_model, small_config
 from marft_agents.cli import main
 from marft_agents.config import config_to_dict
 
 
 @pytest.fixture
 def tiny_loader(monkeypatch):
-    monkeypatch.setattr(models, "load_model_and_tokenizer",
-                        lambda cfg: models.tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
+    monkeypatch.setattr(models, "load_model_and_tokenizer", load_tiny_model)
 
 
 def _write_config(tmp_path, **overrides):

@@ -93,7 +93,9 @@ def test_debug_shows_the_traceback(tmp_path, no_model_load):
 
 
 def test_the_real_command_prints_one_line_and_exits_2(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    # keep an inherited PYTHONPATH: where the dependencies come from one (no venv), the command needs it
+    path = os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     done = subprocess.run([sys.executable, "-m", "marft_agents.cli", "train", "--config",
                            _config(tmp_path, env__kwargs__levle=2)], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=300)

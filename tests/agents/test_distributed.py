@@ -54,7 +54,8 @@ def runs(tmp_path_factory):
     for rank in range(WORLD_SIZE):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD_SIZE),
                "LOCAL_WORLD_SIZE": str(WORLD_SIZE), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": path}
+               "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "MARFT_TEST_DEVICE": "cpu",
+               "PYTHONPATH": path}
         procs.append(subprocess.Popen([sys.executable, str(worker), str(out / "ddp")], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     single = ddp_worker.run_all(out / "single")

@@ -37,9 +37,12 @@ def test_greedy_evaluation_is_deterministic_and_leaves_rng_alone(tiny):
     sampling = SamplingConfig(max_new_tokens=4)
     torch.manual_seed(0)
     state = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+    cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     first = evaluate(policy, LETTERS_ID, {}, n_problems=3, greedy=True, seed=5, sampling=sampling, num_envs=2)
     assert random.getstate() == state[0] and (np.random.get_state()[1] == state[1]).all()
     assert torch.equal(torch.get_rng_state(), state[2])
+    if cuda_state:  # evaluate seeds the CUDA generators too, inside a fork
+        assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), cuda_state))
     second = evaluate(policy, LETTERS_ID, {}, n_problems=3, greedy=True, seed=5, sampling=sampling, num_envs=3)
     assert first.per_task == second.per_task  # batch layout does not change greedy results
     assert first.n == 3 and first.distinct == 3 and [t["task_index"] for t in first.per_task] == problem_indices(20, 3, 5)

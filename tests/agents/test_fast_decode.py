@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 import torch
+from agent_helpers import DEVICE, seeded_generator
 from test_policy import make_policy, prompts
 
 from marft_agents.fast_decode import BLOCK, ReservedLayer, draw_and_score, reserved_cache
@@ -79,13 +80,13 @@ def test_fast_sampled_logprobs_match_the_training_forward_pass(policy, share):
     cfg = SamplingConfig(max_new_tokens=12, temperature=0.5, stop_token_ids=tuple(range(3, 130)),
                          engine="fast")
     gens = policy.generate([GenRequest("actor_0", q, n) for q, n in zip(p, prefix)], cfg,
-                           generator=torch.Generator().manual_seed(3))
+                           generator=seeded_generator(3))
     with torch.no_grad():
         stats = policy.token_logprobs("policy_actor_0", p, [g.response_ids for g in gens], 0.5,
                                       prefix_lens=[g.prefix_len for g in gens])
     for row, g in enumerate(gens):
         n = len(g.response_ids)
-        torch.testing.assert_close(stats.logprobs[row, :n], torch.tensor(g.logprobs),
+        torch.testing.assert_close(stats.logprobs[row, :n].cpu(), torch.tensor(g.logprobs),
                                    atol=1e-5, rtol=0)
         assert stats.mask[row].sum() == n
 
@@ -98,18 +99,18 @@ def test_unknown_engine_is_rejected():
 def test_reserved_cache_writes_in_place_and_holds_the_prefix_once_per_row(policy):
     lm = policy.lm
     prefix = [5, 6, 7, 8]
-    cache = reserved_cache(lm, prefix, rows=3, capacity=10, device="cpu")
+    cache = reserved_cache(lm, prefix, rows=3, capacity=10, device=DEVICE)
     assert all(isinstance(layer, ReservedLayer) for layer in cache.layers)
     layer = cache.layers[0]
     assert layer.keys.shape[0] == 3 and layer.get_seq_length() == len(prefix)
     assert torch.equal(layer.keys[0], layer.keys[2])  # every row sees the same prefix
     buffer = layer._k.data_ptr()
-    ids = torch.tensor([[9, 10]] * 3)
+    ids = torch.tensor([[9, 10]] * 3, device=DEVICE)
     with torch.no_grad():
-        lm(input_ids=ids, attention_mask=torch.ones(3, 6, dtype=torch.long),
-           position_ids=torch.tensor([[4, 5]] * 3), past_key_values=cache, use_cache=True)
+        lm(input_ids=ids, attention_mask=torch.ones(3, 6, dtype=torch.long, device=DEVICE),
+           position_ids=torch.tensor([[4, 5]] * 3, device=DEVICE), past_key_values=cache, use_cache=True)
     assert layer.get_seq_length() == 6 and layer._k.data_ptr() == buffer  # no reallocation
     # the same numbers as an unshared forward of prefix + suffix
     with torch.no_grad():
-        full = lm(input_ids=torch.tensor([prefix + [9, 10]]), use_cache=True).past_key_values
+        full = lm(input_ids=torch.tensor([prefix + [9, 10]], device=DEVICE), use_cache=True).past_key_values
     torch.testing.assert_close(layer.keys[1:2], full.layers[0].keys, atol=1e-5, rtol=0)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import marft_agents.models as models
-from agent_helpers import small_config, tiny  # noqa: F401 (fixture)
+from agent_helpers import load_tiny_model, small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from baselines import grid as grid_mod
 from baselines.ablations import rotation, swap_agent_adapters
 from marft_agents.config import config_to_dict
@@ -20,8 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def tiny_models(monkeypatch):
-    monkeypatch.setattr(models, "load_model_and_tokenizer",
-                        lambda cfg: models.tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
+    monkeypatch.setattr(models, "load_model_and_tokenizer", load_tiny_model)
 
 
 def _grid(tmp_path, cells, seeds=(0, 1), **extra):
@@ -179,7 +178,7 @@ def test_swap_agent_adapters_exchanges_only_policy_adapters(tiny):
         assert bool((value == expected).all()), key
     policy.load_adapter_state_dict(swapped)
     assert swap_agent_adapters(swapped, policy, assignment).keys() == state.keys()
-    other, other_tokenizer = models.tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+    other, other_tokenizer = tiny_on_device(seed=0, hidden_size=32, num_layers=1)
     shared = MultiAgentPolicy(other, other_tokenizer, ["reasoner_0", "actor_0"], shared_adapter=True, critic=None)
     with pytest.raises(ValueError, match="shared_adapter: false"):
         swap_agent_adapters(shared.adapter_state_dict(), shared, assignment)

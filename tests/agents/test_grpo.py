@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agent_helpers import small_config, tiny  # noqa: F401 (fixture)
+from agent_helpers import small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from marft_agents.config import ConfigError
 from marft_agents.learners import GRPO, GRPOOptions
 from marft_agents.trainer import prepare_trainer, train
@@ -76,11 +76,9 @@ def test_kl_penalty_uses_the_reference_and_ppo_kl_is_refused(tmp_path, tiny):
     cfg = _grpo_config(tmp_path, learner={"group_size": 2, "kl_coef": 0.1, "aggregation": "sequence"})
     metrics = train(cfg, model_and_tokenizer=tiny).history[-1]
     assert metrics["losses/kl_ref"] == pytest.approx(0.0, abs=1e-6)  # adapters start at the base model
-    from marft_agents.models import tiny_model_and_tokenizer
-
     with pytest.raises(ValueError, match="learner.kl_coef"):
         prepare_trainer(_grpo_config(tmp_path / "b", **{"ppo.kl_coef": 0.1}),
-                        model_and_tokenizer=tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
+                        model_and_tokenizer=tiny_on_device(seed=0, hidden_size=32, num_layers=1))
 
 
 def test_options_are_validated_like_the_rest_of_the_config(tmp_path):
@@ -92,11 +90,10 @@ def test_options_are_validated_like_the_rest_of_the_config(tmp_path):
 
 
 def test_grouped_grpo_run_resumes_exactly(tmp_path):
-    from marft_agents.models import tiny_model_and_tokenizer
     from marft_agents.trainer import iter_train
 
     def tiny_model():
-        return tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+        return tiny_on_device(seed=0, hidden_size=32, num_layers=1)
 
     overrides = {"schedule.num_updates": 3, "schedule.minibatch_size": 4, "env.kwargs": {"horizon": 2},
                  "learner": {"group_size": 2, "grouping": "agent_turn"}}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent_helpers import small_config, tiny  # noqa: F401 (fixture)
+from agent_helpers import DEVICE, load_tiny_model, small_config, tiny  # noqa: F401 (fixture)
 from marft_agents.config import ConfigError, config_to_dict, load_config
 from marft_agents.learners import EvalOnly, Learner, get_learner, list_learners, make_learner, register_learner
 from marft_agents.learners.registry import BUILTIN_LEARNERS
@@ -176,7 +176,7 @@ def test_example_learner_trains_through_marft_train_by_entry_point(tmp_path, tin
     site = tmp_path / "site"
     _fake_install(site)
     cfg = yaml.safe_load((EXAMPLE / "rloo_arithmetic.yaml").read_text())
-    cfg.update(output_dir=str(tmp_path / "run"), model={"name_or_path": str(model_dir), "threads": 1})
+    cfg.update(output_dir=str(tmp_path / "run"), model={"name_or_path": str(model_dir), "threads": 1, "device": str(DEVICE)})
     cfg["env"]["num_envs"] = 4
     cfg["sampling"]["max_new_tokens"] = 4
     cfg["schedule"] = {"num_updates": 2, "episodes_per_update": 8, "checkpoint_interval": 1}
@@ -184,7 +184,9 @@ def test_example_learner_trains_through_marft_train_by_entry_point(tmp_path, tin
     config = tmp_path / "rloo.yaml"
     config.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE), str(REPO)])}
+           # an inherited PYTHONPATH is kept (where the dependencies come from one, with no venv)
+           "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE), str(REPO)]
+                                         + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
     run = subprocess.run([sys.executable, "-m", "marft_agents.cli", "train", "--config", str(config), "--quiet",
                           "--no-tensorboard", "--no-eval-before"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -204,8 +206,7 @@ def test_leaderboard_record_carries_the_learner_options(tmp_path, monkeypatch):
     import marft_agents.models as models
 
     monkeypatch.setattr(baselines.run, "git_commit", lambda: "abc1234")
-    monkeypatch.setattr(models, "load_model_and_tokenizer",
-                        lambda cfg: models.tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
+    monkeypatch.setattr(models, "load_model_and_tokenizer", load_tiny_model)
     cfg = small_config(tmp_path, algorithm="test_counting", learner={"group_size": 2, "tag": "y"},
                        **{"schedule.num_updates": 1, "eval.at_end": True})
     config = tmp_path / "counting.yaml"

@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from agent_helpers import SOLO, small_config, tiny  # noqa: F401 (fixture)
+from agent_helpers import SOLO, small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from marft_agents.learners import ActionLevelMAPPO, TokenLevelMAPPO, assign_credit, make_learner
 from marft_agents.rollout import Decision, EpisodeRecord, Rollout
 from marft_agents.trainer import train
@@ -204,8 +204,6 @@ def test_learner_side_old_logprobs_give_ratio_exactly_one_in_bfloat16(tmp_path, 
     # bf16, several minibatches with different padding: the learner's own no-grad pass over its
     # micro-batches is the same arithmetic as the policy step's forward, so with nothing moving
     # every ratio is exactly 1 (approx-KL exactly 0), which sampling-time log-probs are not.
-    from marft_agents.models import tiny_model_and_tokenizer
-
     overrides = {"schedule.num_updates": 1, "schedule.actor_lr": 0.0, "schedule.critic_lr": 0.0,
                  "schedule.episodes_per_update": 4, "schedule.minibatch_size": 3,
                  "sampling.temperature": 0.7, "sampling.max_new_tokens": 6, "model.dtype": "bfloat16"}
@@ -213,7 +211,7 @@ def test_learner_side_old_logprobs_give_ratio_exactly_one_in_bfloat16(tmp_path, 
     def first_update(recompute: bool) -> dict:
         cfg = small_config(tmp_path / str(recompute), algorithm=algorithm,
                            **overrides, **{"ppo.recompute_old_logprobs": recompute})
-        return train(cfg, model_and_tokenizer=tiny_model_and_tokenizer(seed=0, dtype="bfloat16")).history[0]
+        return train(cfg, model_and_tokenizer=tiny_on_device(seed=0, dtype="bfloat16")).history[0]
 
     exact, sampled = first_update(True), first_update(False)
     assert exact["losses/approx_kl"] == 0.0 and exact["losses/clipfrac"] == 0.0

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 import torch
+from agent_helpers import DEVICE, seeded_generator, tiny_on_device
 
 from marft_agents.adapters import base_parameters
 from marft_agents.generation import _pick, scaled_logprobs
-from marft_agents.models import tiny_model_and_tokenizer
 from marft_agents.policy import (
     CriticConfig,
     GenRequest,
@@ -22,16 +22,17 @@ AGENTS = ["reasoner_0", "actor_0"]
 
 
 def perturb(policy: MultiAgentPolicy, seed: int, scale: float = 0.1) -> None:
-    """Give every adapter random weights (LoRA starts as an exact no-op: B = 0)."""
+    """Give every adapter random weights (LoRA starts as an exact no-op: B = 0); drawn on the
+    CPU, so a policy gets the same weights on every device."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name in policy.adapter_names:
             for param in policy.adapter_parameters(name):
-                param.add_(torch.randn(param.shape, generator=gen) * scale)
+                param.add_((torch.randn(param.shape, generator=gen) * scale).to(param.device))
 
 
 def make_policy(agents=AGENTS, seed: int | None = 1, **kwargs) -> MultiAgentPolicy:
-    model, tok = tiny_model_and_tokenizer(seed=0)
+    model, tok = tiny_on_device(seed=0)
     policy = MultiAgentPolicy(model, tok, agents, **kwargs)
     if seed is not None:
         perturb(policy, seed)
@@ -49,7 +50,7 @@ def prompts(policy: MultiAgentPolicy, n: int) -> list[list[int]]:
 
 
 def test_one_base_copy_and_distinct_adapters():
-    model, tok = tiny_model_and_tokenizer()
+    model, tok = tiny_on_device()
     before = {p.data_ptr() for p in model.parameters()}
     numel = sum(p.numel() for p in model.parameters())
     policy = MultiAgentPolicy(model, tok, ["a", "b", "c", "d"])
@@ -75,17 +76,17 @@ def test_adapters_change_the_distribution_independently(policy):
 
 
 def test_disabled_adapters_give_the_base_model_and_zero_init_is_a_no_op():
-    base, tok = tiny_model_and_tokenizer(seed=0)  # an untouched copy of the same weights
+    base, tok = tiny_on_device(seed=0)  # an untouched copy of the same weights
     policy = make_policy(seed=None)
     p, r = prompts(policy, 3), [[50, 51, 52, 2], [60], [70, 71]]
     fresh = policy.token_logprobs("policy_actor_0", p, r)  # B = 0: identical to the base
     perturb(policy, 3)
     ref = policy.reference_logprobs(p, r, with_entropy=True)
     for row, (prompt, resp) in enumerate(zip(p, r)):
-        ids = torch.tensor([prompt + resp])
+        ids = torch.tensor([prompt + resp], device=DEVICE)
         with torch.no_grad():
             logits = base(input_ids=ids).logits[0, len(prompt) - 1:-1]  # [T, V]
-        want = scaled_logprobs(logits, 1.0).gather(-1, torch.tensor(resp)[:, None])[:, 0]
+        want = scaled_logprobs(logits, 1.0).gather(-1, torch.tensor(resp, device=DEVICE)[:, None])[:, 0]
         torch.testing.assert_close(ref.logprobs[row, :len(resp)], want, atol=1e-5, rtol=0)
         torch.testing.assert_close(fresh.logprobs[row, :len(resp)].detach(), want, atol=1e-5,
                                    rtol=0)
@@ -102,8 +103,8 @@ def test_generation_is_seeded_ordered_and_grouped(policy):
     first = policy.generate(reqs, cfg)
     torch.manual_seed(0)
     second = policy.generate(reqs, cfg)
-    third = policy.generate(reqs, cfg, generator=torch.Generator().manual_seed(5))
-    fourth = policy.generate(reqs, cfg, generator=torch.Generator().manual_seed(5))
+    third = policy.generate(reqs, cfg, generator=seeded_generator(5))
+    fourth = policy.generate(reqs, cfg, generator=seeded_generator(5))
     assert [g.response_ids for g in first] == [g.response_ids for g in second]
     assert [g.response_ids for g in third] == [g.response_ids for g in fourth]
     assert [g.response_ids for g in first] != [g.response_ids for g in third]
@@ -131,17 +132,17 @@ def test_sampled_logprobs_match_the_training_forward_pass(policy, temperature):
                                       temperature)
     for row, g in enumerate(gens):
         n = len(g.response_ids)
-        torch.testing.assert_close(stats.logprobs[row, :n], torch.tensor(g.logprobs),
+        torch.testing.assert_close(stats.logprobs[row, :n].cpu(), torch.tensor(g.logprobs),
                                    atol=1e-5, rtol=0)
         assert stats.mask[row].sum() == n
     exact = policy.generate([GenRequest("actor_0", q) for q in p],
                             dataclasses.replace(cfg, recompute_logprobs=True),
-                            generator=torch.Generator().manual_seed(1))
+                            generator=seeded_generator(1))
     with torch.no_grad():
         stats = policy.token_logprobs("policy_actor_0", p, [g.response_ids for g in exact],
                                       temperature)
     for row, g in enumerate(exact):
-        torch.testing.assert_close(stats.logprobs[row, :len(g.logprobs)],
+        torch.testing.assert_close(stats.logprobs[row, :len(g.logprobs)].cpu(),
                                    torch.tensor(g.logprobs), atol=1e-6, rtol=0)
 
 
@@ -186,7 +187,7 @@ def test_critic_values_shapes_and_initial_value():
     values = policy.token_values(p, r)
     assert values.shape == (3, 3) and values.dtype == torch.float32
     assert values.requires_grad
-    torch.testing.assert_close(values, torch.tensor([[0.5] * 3, [0.5, 0, 0], [0.5, 0.5, 0]]))
+    torch.testing.assert_close(values, torch.tensor([[0.5] * 3, [0.5, 0, 0], [0.5, 0.5, 0]], device=values.device))
     perturb(policy, 2)
     with torch.no_grad():
         policy.value_heads["critic"].linear.weight.normal_()

@@ -11,15 +11,14 @@ import signal
 import pytest
 import torch
 
-from agent_helpers import small_config
+from agent_helpers import small_config, tiny_on_device
 from marft_agents.checkpoint import list_checkpoints
 from marft_agents.metrics import read_metrics
-from marft_agents.models import tiny_model_and_tokenizer
 from marft_agents.trainer import train
 
 
 def _tiny():
-    return tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+    return tiny_on_device(seed=0, hidden_size=32, num_layers=1)
 
 
 def _steps(out) -> tuple[list[int], list[int]]:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent_helpers import small_config
+from agent_helpers import small_config, tiny_on_device
 from marft_agents.checkpoint import list_checkpoints
-from marft_agents.models import tiny_model_and_tokenizer
 from marft_agents.trainer import iter_train, train
 
 
 def _tiny():
-    return tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+    return tiny_on_device(seed=0, hidden_size=32, num_layers=1)
 
 
 @pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])

@@ -169,7 +169,7 @@ def test_global_state_critic_sees_every_earlier_output(tiny, dependency, mode):
         again = torch.cat([policy.state_values([d.critic_prompt_ids], d.agent_id) for d in rollout.decisions[:6]])
     stored = torch.tensor([d.value for d in rollout.decisions[:6]])
     assert stored.unique().numel() > 1  # a non-trivial head: equal values would prove nothing
-    torch.testing.assert_close(again, stored, atol=1e-5, rtol=0)
+    torch.testing.assert_close(again.cpu(), stored, atol=1e-5, rtol=0)
 
 
 def test_local_critic_misses_what_the_agent_cannot_see(tiny):
@@ -185,4 +185,4 @@ def test_token_level_values_append_the_response_to_the_critic_input(tiny):
     d = next(d for d in rollout.decisions if len(d.response_ids) > 1)
     with torch.no_grad():
         again = policy.token_values([d.critic_prompt_ids], [d.response_ids], d.agent_id)[0]
-    torch.testing.assert_close(again, torch.tensor(d.token_values), atol=1e-5, rtol=0)
+    torch.testing.assert_close(again.cpu(), torch.tensor(d.token_values), atol=1e-5, rtol=0)

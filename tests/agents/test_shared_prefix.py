@@ -7,18 +7,17 @@ import dataclasses
 
 import pytest
 import torch
-from agent_helpers import LETTERS_ID
+from agent_helpers import LETTERS_ID, seeded_generator, tiny_on_device
 from test_policy import AGENTS, perturb
 
 import marft_envs
 from marft_agents.generation import pack
-from marft_agents.models import tiny_model_and_tokenizer
 from marft_agents.policy import GenRequest, MultiAgentPolicy, SamplingConfig
 from marft_agents.rollout import RolloutCollector
 
 
 def make(dtype: str = "float32") -> MultiAgentPolicy:
-    model, tok = tiny_model_and_tokenizer(seed=0, dtype=dtype)
+    model, tok = tiny_on_device(seed=0, dtype=dtype)
     policy = MultiAgentPolicy(model, tok, AGENTS)
     perturb(policy, 1)
     return policy
@@ -84,12 +83,12 @@ def test_generation_with_a_shared_prefix_scores_like_training(policy):
     assert [g.prefix_len for g in shared] == prefix_lens
     sampled = policy.generate([GenRequest("reasoner_0", p, n) for p, n in zip(prompts, prefix_lens)],
                               dataclasses.replace(greedy, do_sample=True, temperature=0.7),
-                              generator=torch.Generator().manual_seed(0))
+                              generator=seeded_generator(0))
     with torch.no_grad():
         stats = policy.token_logprobs("policy_reasoner_0", prompts, [g.response_ids for g in sampled],
                                       0.7, prefix_lens=prefix_lens)
     for row, g in enumerate(sampled):
-        torch.testing.assert_close(stats.logprobs[row], torch.tensor(g.logprobs), atol=1e-5, rtol=0)
+        torch.testing.assert_close(stats.logprobs[row].cpu(), torch.tensor(g.logprobs), atol=1e-5, rtol=0)
 
 
 def test_bfloat16_recompute_equals_the_training_forward_with_the_same_split():
@@ -99,12 +98,12 @@ def test_bfloat16_recompute_equals_the_training_forward_with_the_same_split():
     prompts, prefix_lens = mixed_rows(policy)
     cfg = SamplingConfig(max_new_tokens=6, temperature=0.7, stop_token_ids=(), recompute_logprobs=True)
     gens = policy.generate([GenRequest("actor_0", p, n) for p, n in zip(prompts, prefix_lens)], cfg,
-                           generator=torch.Generator().manual_seed(0))
+                           generator=seeded_generator(0))
     with torch.no_grad():  # a different batch: reversed rows, so groups are formed anew
         stats = policy.token_logprobs("policy_actor_0", prompts[::-1], [g.response_ids for g in gens][::-1],
                                       0.7, prefix_lens=prefix_lens[::-1])
     for row, g in enumerate(gens[::-1]):
-        assert torch.equal(stats.logprobs[row], torch.tensor(g.logprobs))
+        assert torch.equal(stats.logprobs[row].cpu(), torch.tensor(g.logprobs))
 
 
 def test_inconsistent_prefixes_are_rejected(policy):
