@@ -60,12 +60,20 @@ def model_linears(lm: nn.Module, adapter: str | None = None) -> Linears:
     return Linears(body, head.weight, lora)
 
 
+def _synchronize() -> None:
+    """Wait for queued GPU work (CUDA kernels run asynchronously: a timer must wait for them)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def _median_time(fn, repeats: int) -> float:
     fn()  # warm-up (first-call allocations, kernel selection)
     times = []
     for _ in range(repeats):
+        _synchronize()
         start = time.perf_counter()
         fn()
+        _synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -77,16 +85,32 @@ def _inputs(weights: list[torch.Tensor], rows: int) -> dict[int, torch.Tensor]:
 
 
 @torch.inference_mode()
+def decode_step_layouts(linears: Linears, batch: int, repeats: int = 5) -> dict[str, float]:
+    """Median seconds of one decode step's bare GEMMs at ``batch`` rows, per weight layout:
+    ``linear`` (``F.linear`` on the weights as the model holds them) and, where oneDNN can
+    prepack them (bfloat16 on CPU, ``marft_agents.direct_decode.packs``), ``prepacked`` (the
+    same products on weights laid out once for the matrix unit, as the ``direct`` engine runs
+    them; bit-identical results)."""
+    from marft_agents.direct_decode import _Linear, packs
+
+    weights = linears.body + [linears.head]
+    xs = _inputs(weights, batch)
+
+    def chain(products) -> None:
+        for w, product in products:
+            product(xs[w.shape[1]])
+
+    out = {"linear": _median_time(lambda: chain([(w, lambda x, w=w: F.linear(x, w)) for w in weights]), repeats)}
+    if all(packs(w) for w in weights):
+        packed = [(w, _Linear(w, None, rows_hint=batch)) for w in weights]
+        out["prepacked"] = _median_time(lambda: chain(packed), repeats)
+    return out
+
+
 def decode_step_seconds(linears: Linears, batch: int, repeats: int = 5) -> float:
-    """Median seconds of one decode step's bare GEMMs at ``batch`` rows."""
-    xs = _inputs(linears.body + [linears.head], batch)
-
-    def step() -> None:
-        for w in linears.body:
-            F.linear(xs[w.shape[1]], w)
-        F.linear(xs[linears.head.shape[1]], linears.head)
-
-    return _median_time(step, repeats)
+    """Median seconds of one decode step's bare GEMMs at ``batch`` rows: the fastest weight
+    layout of ``decode_step_layouts`` (a bound no engine beats by choosing its layout)."""
+    return min(decode_step_layouts(linears, batch, repeats).values())
 
 
 @torch.inference_mode()

@@ -19,6 +19,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads; 0 = auto: torch's default, or 1 when the machine is already busy")
+    parser.add_argument("--device", default="cpu", help="torch device of the model: cpu (default), cuda, cuda:1, ...")
 
 
 def load_avg() -> str:
@@ -39,12 +40,13 @@ def set_threads(requested: int) -> None:
     torch.set_num_threads(requested)
 
 
-def load_model(tiny: bool, dtype: str) -> tuple[Any, Any, str]:
-    """(model, tokenizer, name): SmolLM2-135M-Instruct, or a tiny random model with ``tiny``."""
+def load_model(tiny: bool, dtype: str, device: str = "cpu") -> tuple[Any, Any, str]:
+    """(model, tokenizer, name) on ``device``: SmolLM2-135M-Instruct, or a tiny random model
+    with ``tiny``."""
     if tiny:
         model, tok = tiny_model_and_tokenizer(seed=0, dtype=dtype)
-        return model, tok, "tiny-random-llama"
-    cfg = ModelConfig(dtype=dtype)
+        return model.to(device), tok, "tiny-random-llama"
+    cfg = ModelConfig(dtype=dtype, device=device)
     model, tok = load_model_and_tokenizer(cfg)
     return model, tok, cfg.name_or_path
 

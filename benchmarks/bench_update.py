@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     set_threads(args.threads)
     torch.manual_seed(0)
 
-    model, tok, name = load_model(args.tiny, args.dtype)
+    model, tok, name = load_model(args.tiny, args.dtype, args.device)
     env_kwargs = {"level": 1, "profile": "dual", "horizon": 1}
     cfg = load_config({
         "algorithm": "mappo_action",

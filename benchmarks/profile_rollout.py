@@ -49,7 +49,8 @@ from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy  # noqa
 
 BUCKETS = ("prefill", "linear (base)", "LoRA", "LM head", "attention", "other model ops",
            "sampling + bookkeeping", "Python / untraced")
-MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
+MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
+           "mkldnn::_linear_pointwise"}  # the last: the direct engine's prepacked bf16 products
 
 
 def mark_forward_passes(lm: nn.Module) -> None:
@@ -120,12 +121,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=0.5)
     ap.add_argument("--top-ops", type=int, default=4, help="operators named per bucket")
-    ap.add_argument("--engine", default="fast", choices=ENGINES)
+    ap.add_argument("--engine", default=ENGINES[0], choices=ENGINES)
     add_common_args(ap)
     args = ap.parse_args(argv)
     set_threads(args.threads)
     torch.manual_seed(0)
-    model, tok, name = load_model(args.tiny, args.dtype)
+    model, tok, name = load_model(args.tiny, args.dtype, args.device)
     agents = ["reasoner_0", "actor_0"]
     policy = MultiAgentPolicy(model, tok, agents, lora=LoraSpec(), critic=CriticConfig())
     prompts, prefix_len = rollout_prompts(policy, args.batch)

@@ -77,11 +77,14 @@ class SamplingConfig:
     32-token utterance 0.16 vs 0.20), so a training minibatch padded differently from the
     sampling batch sees most of that noise again; in float32 both are ~1e-5."""
 
-    engine: str = "fast"
-    """Decoding loop (one of ``ENGINES``): ``fast`` (``fast_decode``: one fused log-softmax
-    pass and a blocked inverse-CDF draw per step, a preallocated KV cache, fewer Python-level
-    operations) or ``legacy`` (``sample_batch``, kept for same-run comparisons). Both sample the
-    same distribution and return the same log-probs up to float rounding."""
+    engine: str = "direct"
+    """Decoding loop (one of ``ENGINES``): ``direct`` (the ``fast`` loop whose decode steps run
+    ``direct_decode.DirectDecoder``: Llama-family layers computed against the weights with
+    fused products and prepacked bf16 weights; other models fall back to ``fast``), ``fast``
+    (``fast_decode``: the model's own forward per step, one fused log-softmax pass and a blocked
+    inverse-CDF draw, a preallocated KV cache) or ``legacy`` (``sample_batch``, kept for
+    same-run comparisons). All sample the same distribution and return the same log-probs up to
+    float rounding."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

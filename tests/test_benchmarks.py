@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from marft_agents.generation import ENGINES
+
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--tiny", "--repeats", "1", "--threads", "1", "--batch", "2", "--new-tokens", "4"]
 
@@ -25,13 +27,14 @@ def _run(script: str, *args: str) -> str:
                                    ["--engine", "legacy", "--dtype", "bfloat16"]])
 def test_bench_rollout_prints_collector_against_raw_generate_and_the_bound(extra):
     out = _run("bench_rollout.py", *extra)
-    engines = ["legacy"] if extra else ["fast", "legacy"]
+    engines = ["legacy"] if extra else list(ENGINES)
     for engine in engines:
         line = re.search(rf"engine {engine}: collector ([\d.]+) tok/s\s+raw generate ([\d.]+) tok/s\s+"
                          rf"bound ([\d.]+) tok/s.*collector/bound ([\d.]+)\s+generate/bound ([\d.]+)", out)
         assert line, out
         assert all(float(x) > 0 for x in line.groups())
-    assert ("fast vs legacy: speed-up" in out) == (len(engines) == 2)
+    for other in ENGINES[1:]:
+        assert (f"{ENGINES[0]} vs {other}: speed-up" in out) == (len(engines) > 1)
     last = out.strip().splitlines()[-1]
     assert re.fullmatch(r"rollout/bound ratio: [\d.]+", last) and float(last.split()[-1]) > 0, out
 

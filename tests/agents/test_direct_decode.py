@@ -1,0 +1,101 @@
+"""The ``direct`` decoding engine: the same tokens and log-probs as the ``fast`` loop (which runs
+the model's own forward), sampled log-probs equal to the training forward pass, exact bfloat16
+prepacking, and a clean fallback for models it does not reproduce."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from agent_helpers import DEVICE, seeded_generator
+from test_policy import make_policy, prompts
+
+from marft_agents.direct_decode import DirectDecoder, _Linear, packs
+from marft_agents.fast_decode import reserved_cache
+from marft_agents.generation import SamplingConfig
+from marft_agents.policy import GenRequest
+
+STOPS = tuple(range(3, 130))  # rows end at different steps: pruning happens mid-decode
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return make_policy()
+
+
+def _requests(policy, agent="actor_0"):
+    p = [policy.chat_prompt_ids("Think carefully.", f"Say {i}" + "!" * i) for i in range(6)]
+    prefix = policy.shared_prefix_len("Think carefully.", p[0])
+    assert prefix > 0
+    return [GenRequest(agent, q, prefix) for q in p]
+
+
+@pytest.mark.parametrize("agent", ["reasoner_0", "actor_0"])
+def test_direct_greedy_equals_fast_with_pruning_shared_prefix_and_each_adapter(policy, agent):
+    cfg = SamplingConfig(max_new_tokens=10, do_sample=False, stop_token_ids=STOPS)
+    out = {e: policy.generate(_requests(policy, agent), dataclasses.replace(cfg, engine=e))
+           for e in ("direct", "fast")}
+    assert [g.response_ids for g in out["direct"]] == [g.response_ids for g in out["fast"]]
+    assert len({len(g.response_ids) for g in out["direct"]}) > 1  # pruning was exercised
+    for a, b in zip(out["direct"], out["fast"]):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+
+
+def test_direct_engine_uses_the_active_adapter(policy):
+    """Each agent's adapter changes the greedy output (so a decoder that dropped the LoRA
+    delta, or kept the previous call's adapter, could not pass the equality test above)."""
+    cfg = SamplingConfig(max_new_tokens=10, do_sample=False, stop_token_ids=(), engine="direct")
+    a = policy.generate(_requests(policy, "actor_0"), cfg)
+    b = policy.generate(_requests(policy, "reasoner_0"), cfg)
+    assert [g.response_ids for g in a] != [g.response_ids for g in b]
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_direct_sampled_logprobs_match_the_training_forward_pass(policy, share):
+    p = prompts(policy, 6)
+    prefix = [policy.shared_prefix_len("Think." * (i % 3), q) if share else 0 for i, q in enumerate(p)]
+    cfg = SamplingConfig(max_new_tokens=12, temperature=0.5, stop_token_ids=STOPS, engine="direct")
+    gens = policy.generate([GenRequest("actor_0", q, n) for q, n in zip(p, prefix)], cfg,
+                           generator=seeded_generator(3))
+    with torch.no_grad():
+        stats = policy.token_logprobs("policy_actor_0", p, [g.response_ids for g in gens], 0.5,
+                                      prefix_lens=[g.prefix_len for g in gens])
+    for row, g in enumerate(gens):
+        n = len(g.response_ids)
+        torch.testing.assert_close(stats.logprobs[row, :n].cpu(), torch.tensor(g.logprobs), atol=1e-5, rtol=0)
+
+
+def test_direct_greedy_equals_fast_in_bfloat16():
+    policy = make_policy()
+    policy.to(torch.bfloat16)
+    cfg = SamplingConfig(max_new_tokens=8, do_sample=False, stop_token_ids=STOPS)
+    out = {e: policy.generate(_requests(policy), dataclasses.replace(cfg, engine=e)) for e in ("direct", "fast")}
+    assert [g.response_ids for g in out["direct"]] == [g.response_ids for g in out["fast"]]
+    for a, b in zip(out["direct"], out["fast"]):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=2e-2, rtol=0)
+
+
+def test_prepacked_bfloat16_product_is_bit_identical_to_linear():
+    weight = torch.randn(96, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    bias = torch.randn(96).to(torch.bfloat16)
+    if not packs(weight):
+        pytest.skip("no oneDNN prepacking on this build/device: _Linear runs F.linear itself")
+    linear = _Linear(weight, bias)
+    assert linear.packed is not None
+    for rows in (32, 7, 1):  # the packing's row hint is 32; other row counts must stay exact
+        x = torch.randn(rows, 1, 64).to(torch.bfloat16)
+        assert torch.equal(linear(x), F.linear(x, weight, bias))
+
+
+def test_unsupported_models_fall_back_to_the_models_own_forward(policy, monkeypatch):
+    lm = policy.lm
+    with torch.inference_mode():
+        cache = reserved_cache(lm, [5, 6, 7], rows=2, capacity=16, device=DEVICE)
+        assert DirectDecoder.build(lm, cache) is not None
+        monkeypatch.setattr(lm.config, "model_type", "mistral")  # sliding windows etc.: not reproduced
+        assert DirectDecoder.build(lm, cache) is None
+    cfg = SamplingConfig(max_new_tokens=6, do_sample=False, stop_token_ids=STOPS)
+    out = {e: policy.generate(_requests(policy), dataclasses.replace(cfg, engine=e)) for e in ("direct", "fast")}
+    assert [g.response_ids for g in out["direct"]] == [g.response_ids for g in out["fast"]]
