@@ -1,6 +1,6 @@
 """Run a declared grid of configs x seeds, one leaderboard record per run, resumably.
 
-    python -m baselines.grid baselines/grids/relay.yaml [--dry-run] [--cells a,b] [--shard i/n]
+    python -m baselines.grid baselines/grids/relay.yaml [--dry-run] [--cells a,b] [--seeds 0,1] [--shard i/n]
     python -m baselines.grid baselines/grids/relay.yaml --report-only
 
 A grid file (YAML, :class:`GridSpec`) names a base config, one training-time budget for every
@@ -303,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("grid", type=Path, help="grid file (baselines/grids/*.yaml)")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and their status; run nothing")
     parser.add_argument("--cells", help="comma-separated cell names: run only these")
+    parser.add_argument("--seeds", help="comma-separated seeds: run only these (of each selected cell's seeds)")
     parser.add_argument("--shard", help="i/n: run only shard i of n (one process per core)")
     parser.add_argument("--report-only", action="store_true", help="regenerate the tables and plot, run nothing")
     args = parser.parse_args(argv)
@@ -320,6 +321,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(c.name for c in spec.cells)}", file=sys.stderr)
             return 2
         runs = [r for r in runs if r.cell.name in wanted]
+    if args.seeds:
+        try:
+            seeds = {int(x) for x in args.seeds.split(",") if x.strip()}
+        except ValueError:
+            print(f"grid: error: --seeds expects comma-separated integers (e.g. 0,1), got {args.seeds!r}",
+                  file=sys.stderr)
+            return 2
+        runs = [r for r in runs if r.overrides["seed"] in seeds]
     if args.shard:
         match = re.fullmatch(r"(\d+)/(\d+)", args.shard)
         if not match:

@@ -42,7 +42,7 @@ dtype and threads), timed right after the repeats; a call of ``rows`` rows that 
 not in the bound: it is work the collector must do on top). ``collector/bound`` is the bound's
 time over the collector's time for the same tokens, ``generate/bound`` the same for the raw
 ``generate`` reference. The last line printed is ``rollout/bound ratio: X`` with X the
-collector's figure for the first engine given (``fast`` by default).
+collector's figure for the first engine given (``direct`` by default).
 
 ``collector/work-bound`` is the same ratio against the bare GEMMs of EVERY forward pass the
 collector ran: the decode steps above plus each sampling prefill (the prompt tokens after the
@@ -52,9 +52,13 @@ the critic reads a global-state prompt longer than the response, so its pass alo
 GEMM work than the decode: the decode-only ratio cannot approach 1 while that pass is inside the
 collector's time (``--values none`` measures the sampler alone).
 
-Engines (``--engine``, ``sampling.engine``): ``fast`` and ``legacy`` decoding loops; ``both``
-(default) runs one collector per engine on the same task order, their repeats interleaved, and
-prints the speed-up of the first over the second in collector tok/s.
+Engines (``--engine``, ``sampling.engine``): the ``direct``, ``fast`` and ``legacy`` decoding
+loops; ``all`` (default) runs one collector per engine on the same task order, their repeats
+interleaved, and prints the speed-up of the first over each other one in collector tok/s.
+
+The bound's decode step is the fastest weight layout measured (``_bound.decode_step_layouts``:
+``F.linear`` as the model holds the weights, and oneDNN-prepacked bf16 weights on CPU, which
+the ``direct`` engine uses), so no engine beats the bound by choosing a layout.
 
 ``--train-settings``: the shipped dual-team training configs' rollout (bfloat16, 2 threads,
 batch 32, temperature 0.5, 32 new tokens, eos stops, state values, shared prefixes, LoRA on);

@@ -23,6 +23,11 @@ a fused product accumulates may differ from the separate products (float roundin
 greedy tokens equal to the ``fast`` engine's and sampled log-probs equal to the training
 forward pass's within the tolerance of the other engines.
 
+Memory: the stacked q/k/v and gate/up weights are copies (70M of SmolLM2-135M's parameters);
+in bfloat16 on CPU every weight, the LM head included, is instead held once more in oneDNN's
+packed layout (the stacked copies are dropped). Both are built on the first sampling call and
+cached on the model's modules.
+
 Which models: ``model_type`` in ``DIRECT_MODEL_TYPES`` (Llama's decoder layer, no sliding
 window, no per-head norms) whose projections are plain or peft-LoRA linears (no DoRA, no merged
 adapters, no active dropout). Anything else makes ``DirectDecoder.build`` return None and the
@@ -82,8 +87,9 @@ class _Linear:
     """``F.linear(x, weight, bias)``, through a prepacked weight where ``packs`` says so."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows_hint: int = 32) -> None:
-        self.weight, self.bias = weight, bias
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows_hint) if packs(weight) else None
+        # once packed, the plain weight (a stacked copy for fused groups) is not needed: drop it
+        self.weight, self.bias = (None if self.packed is not None else weight), bias
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
