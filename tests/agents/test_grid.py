@@ -120,6 +120,12 @@ def test_dry_run_lists_runs_and_cells_and_shards_select(tmp_path, capsys):
     assert "todo     team_seed0" in out and "blocked  team_swapped_seed0" in out and '"shared_adapter": true' in out
     assert grid_mod.main([str(path), "--dry-run", "--cells", "shared"]) == 0
     assert "team_seed0" not in capsys.readouterr().out
+    assert grid_mod.main([str(path), "--dry-run", "--cells", "team,shared", "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs (2 training runs" in out and "team_seed1" in out and "shared_seed1" in out
+    assert "seed0" not in out
+    assert grid_mod.main([str(path), "--dry-run", "--seeds", "one"]) == 2
+    assert "--seeds expects comma-separated integers" in capsys.readouterr().err
     spec = grid_mod.load_grid(path)
     runs = grid_mod.plan(spec)
     shards = [grid_mod.shard(runs, i, 2) for i in range(2)]
