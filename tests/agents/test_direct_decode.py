@@ -1,6 +1,6 @@
 """The ``direct`` decoding engine: the same tokens and log-probs as the ``fast`` loop (which runs
-the model's own forward), sampled log-probs equal to the training forward pass, exact bfloat16
-prepacking, and a clean fallback for models it does not reproduce."""
+the model's own forward), exact bfloat16 prepacking, and a clean fallback for models it does not
+reproduce. Its sampled log-probs against the training forward pass: test_fast_decode.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
-from agent_helpers import DEVICE, seeded_generator
-from test_policy import make_policy, prompts
+from agent_helpers import DEVICE
+from test_policy import make_policy
 
 from marft_agents.direct_decode import DirectDecoder, _Linear, packs
 from marft_agents.fast_decode import reserved_cache
@@ -20,9 +20,17 @@ from marft_agents.policy import GenRequest
 STOPS = tuple(range(3, 130))  # rows end at different steps: pruning happens mid-decode
 
 
+def _seeded_policy():
+    # peft draws LoRA A from the global RNG (perturb only adds to it): seed it, so that which
+    # rows stop when (asserted below) does not depend on the tests that ran before
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return make_policy()
+
+
 @pytest.fixture(scope="module")
 def policy():
-    return make_policy()
+    return _seeded_policy()
 
 
 def _requests(policy, agent="actor_0"):
@@ -52,23 +60,8 @@ def test_direct_engine_uses_the_active_adapter(policy):
     assert [g.response_ids for g in a] != [g.response_ids for g in b]
 
 
-@pytest.mark.parametrize("share", [False, True])
-def test_direct_sampled_logprobs_match_the_training_forward_pass(policy, share):
-    p = prompts(policy, 6)
-    prefix = [policy.shared_prefix_len("Think." * (i % 3), q) if share else 0 for i, q in enumerate(p)]
-    cfg = SamplingConfig(max_new_tokens=12, temperature=0.5, stop_token_ids=STOPS, engine="direct")
-    gens = policy.generate([GenRequest("actor_0", q, n) for q, n in zip(p, prefix)], cfg,
-                           generator=seeded_generator(3))
-    with torch.no_grad():
-        stats = policy.token_logprobs("policy_actor_0", p, [g.response_ids for g in gens], 0.5,
-                                      prefix_lens=[g.prefix_len for g in gens])
-    for row, g in enumerate(gens):
-        n = len(g.response_ids)
-        torch.testing.assert_close(stats.logprobs[row, :n].cpu(), torch.tensor(g.logprobs), atol=1e-5, rtol=0)
-
-
 def test_direct_greedy_equals_fast_in_bfloat16():
-    policy = make_policy()
+    policy = _seeded_policy()
     policy.to(torch.bfloat16)
     cfg = SamplingConfig(max_new_tokens=8, do_sample=False, stop_token_ids=STOPS)
     out = {e: policy.generate(_requests(policy), dataclasses.replace(cfg, engine=e)) for e in ("direct", "fast")}

@@ -72,13 +72,14 @@ def test_fast_greedy_equals_legacy_with_pruning_and_shared_prefixes(policy):
                                    atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("engine", ["fast", "direct"])
 @pytest.mark.parametrize("share", [False, True])
-def test_fast_sampled_logprobs_match_the_training_forward_pass(policy, share):
+def test_fast_sampled_logprobs_match_the_training_forward_pass(policy, share, engine):
     p = prompts(policy, 6)
     prefix = [policy.shared_prefix_len("Think." * (i % 3), q) if share else 0
               for i, q in enumerate(p)]
     cfg = SamplingConfig(max_new_tokens=12, temperature=0.5, stop_token_ids=tuple(range(3, 130)),
-                         engine="fast")
+                         engine=engine)
     gens = policy.generate([GenRequest("actor_0", q, n) for q, n in zip(p, prefix)], cfg,
                            generator=seeded_generator(3))
     with torch.no_grad():

@@ -66,8 +66,10 @@ def test_forward_passes_match_the_unshared_layout_in_float32(policy):
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
         torch.testing.assert_close(a.entropy, b.entropy, atol=1e-5, rtol=0)
         assert torch.equal(a.mask, b.mask)
-    torch.testing.assert_close(plain[1], shared[1], atol=1e-5, rtol=0)
-    torch.testing.assert_close(plain[2], shared[2], atol=1e-5, rtol=0)
+    # values are unbounded sums over the hidden state: the split moves float32 rounding by up to
+    # ~3e-5 here (README, "shared prefixes"); measured 2.5e-5 with some adapter inits
+    torch.testing.assert_close(plain[1], shared[1], atol=5e-5, rtol=0)
+    torch.testing.assert_close(plain[2], shared[2], atol=5e-5, rtol=0)
     assert len(plain[3]) == len(shared[3]) > 0
     for a, b in zip(plain[3], shared[3]):  # the prefix pass receives every row's gradient
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
