@@ -100,7 +100,8 @@ def decode_step_layouts(linears: Linears, batch: int, repeats: int = 5) -> dict[
         for w, product in products:
             product(xs[w.shape[1]])
 
-    out = {"linear": _median_time(lambda: chain([(w, lambda x, w=w: F.linear(x, w)) for w in weights]), repeats)}
+    plain = [(w, lambda x, w=w: F.linear(x, w)) for w in weights]
+    out = {"linear": _median_time(lambda: chain(plain), repeats)}
     if all(packs(w) for w in weights):
         packed = [(w, _Linear(w, None, rows_hint=batch)) for w in weights]
         out["prepacked"] = _median_time(lambda: chain(packed), repeats)

@@ -58,8 +58,10 @@ def _base_linear(module: nn.Module) -> tuple[nn.Linear, list[tuple[torch.Tensor,
     base = getattr(module, "base_layer", None)
     if type(base) is not nn.Linear or not hasattr(module, "lora_A"):
         return None
-    if getattr(module, "merged", False) or getattr(module, "disable_adapters", False):
-        return None if getattr(module, "merged", False) else (base, [])
+    if getattr(module, "merged", False):
+        return None  # an adapter folded into the base weight: not a weight this module stacks
+    if getattr(module, "disable_adapters", False):
+        return base, []
     loras = []
     for name in module.active_adapters:
         if name not in module.lora_A:
@@ -172,7 +174,6 @@ class DirectDecoder:
     def __init__(self, lm: nn.Module, layers: list[tuple], keys: list[torch.Tensor],
                  values: list[torch.Tensor]) -> None:
         config = lm.config
-        self.lm = lm
         self.layers = layers
         self.keys, self.values = keys, values  # per layer [b, kv heads, capacity, d]
         self.heads = config.num_attention_heads

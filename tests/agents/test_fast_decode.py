@@ -48,6 +48,11 @@ def test_blocked_draw_on_bfloat16_logits_scores_their_float32_value():
     token, logp = draw_and_score(logits.clone(), 0.5, gen, torch.empty(3000))
     want = scaled_logprobs(logits, 0.5).gather(-1, token[:, None]).squeeze(-1)
     torch.testing.assert_close(logp, want, atol=1e-5, rtol=0)
+    # the float32 copy in a reused buffer (what the sampling loop passes): same draw, same score
+    work = torch.full((4000,), float("nan"))  # stale contents must not leak into the result
+    again = draw_and_score(logits.clone(), 0.5, torch.Generator().manual_seed(7), torch.empty(3000), work)
+    fresh = draw_and_score(logits.clone(), 0.5, torch.Generator().manual_seed(7), torch.empty(3000))
+    assert torch.equal(again[0], fresh[0]) and torch.equal(again[1], fresh[1])
 
 
 @pytest.fixture(scope="module")
