@@ -69,6 +69,11 @@ class Record:
     and ``wall_s``, the run's whole machine time (training, evaluations, loading)."""
 
 
+GENERATED_PATHS = tuple(f":(exclude,top,glob){pattern}" for pattern in (
+    "leaderboards/records/**", "leaderboards/grids/**", "leaderboards/README.md", "leaderboards/*.png"))
+"""Git pathspecs of what the leaderboards write (records, tables, plots): not code, so not "dirty"."""
+
+
 def git_commit() -> str:
     """Short HEAD commit, with ``-dirty`` when tracked files have uncommitted changes ("" outside git)."""
 
@@ -78,7 +83,10 @@ def git_commit() -> str:
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
-        return commit + ("-dirty" if commit and git("status", "--porcelain", "--untracked-files=no") else "")
+        # Generated outputs (records, tables, plots under leaderboards/) do not make the code
+        # dirty: a grid rewrites its report after every run, and the next run's code is unchanged.
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", ":/", *GENERATED_PATHS)
+        return commit + ("-dirty" if commit and changed else "")
     except (OSError, subprocess.SubprocessError):
         return ""
 
