@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from baselines.run import build_record
-from leaderboards.grid_report import write_report
+from leaderboards.grid_report import Comparison, write_report
 from leaderboards.records import Record, git_commit, write_record
 from marft_agents.config import ConfigError, TrainConfig, build_dataclass, load_config
 
@@ -89,6 +89,10 @@ class GridSpec:
     """Records folder; None = ``leaderboards/grids/<name>/records``."""
     output_root: str | None = None
     """Run folders' root; None = ``runs/grids/<name>`` (``<root>/<cell>/seed<k>``)."""
+    comparisons: list[Comparison] = field(default_factory=list)
+    """Questions the report answers from the records: cell(s) ``a`` minus cell ``b`` with its
+    standard error, e.g. the best team against the best single agent, or a swapped ablation
+    against its source (:class:`leaderboards.grid_report.Comparison`)."""
 
 
 @dataclass
@@ -136,6 +140,11 @@ def load_grid(path: str | Path) -> GridSpec:
                                   "configured; put overrides on the source cell")
         elif cell.source is not None:
             raise ConfigError(f"cell {cell.name!r}: 'source' is only for evaluate: swapped")
+    for k, comparison in enumerate(spec.comparisons):
+        unknown = [name for name in [*comparison.a, comparison.b] if name not in names]
+        if unknown or not comparison.a:
+            raise ConfigError(f"comparisons[{k}]: a (a list of cells) and b (a cell) must name cells of this grid; "
+                              f"unknown {unknown or 'empty a'}; cells: {', '.join(names)}")
     return spec
 
 
@@ -288,7 +297,7 @@ def run_grid(spec: GridSpec, runs: list[GridRun], log=print) -> dict[str, int]:
         log(f"{'resume' if state == 'partial' else 'run'} {run.name} ({run.kind})")
         record = train_run(spec, run) if run.kind == "train" else evaluate_run(spec, run)
         path = write_record(record, records)
-        write_report(records.parent, spec_title(spec), [c.name for c in spec.cells], spec.description)
+        write_spec_report(spec)
         counts["ran"] += 1
         log(f"done {run.name}: accuracy {record.eval_after['accuracy']:.3f} in {record.grid['wall_s']:.0f} s -> {path}")
     return counts
@@ -296,6 +305,12 @@ def run_grid(spec: GridSpec, runs: list[GridRun], log=print) -> dict[str, int]:
 
 def spec_title(spec: GridSpec) -> str:
     return spec.title or f"Grid {spec.name}"
+
+
+def write_spec_report(spec: GridSpec) -> Path:
+    """Regenerate the grid's README.md and curves.png from its records."""
+    return write_report(records_dir(spec).parent, spec_title(spec), [c.name for c in spec.cells], spec.description,
+                        spec.comparisons)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"grid: error: {err}", file=sys.stderr)
             return 2
     if args.report_only:
-        print(f"wrote {write_report(records_dir(spec).parent, spec_title(spec), [c.name for c in spec.cells], spec.description)}")
+        print(f"wrote {write_spec_report(spec)}")
         return 0
     if args.dry_run:
         training = [r for r in runs if r.kind == "train"]

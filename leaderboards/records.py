@@ -74,11 +74,12 @@ GENERATED_PATHS = tuple(f":(exclude,top,glob){pattern}" for pattern in (
 """Git pathspecs of what the leaderboards write (records, tables, plots): not code, so not "dirty"."""
 
 
-def git_commit() -> str:
-    """Short HEAD commit, with ``-dirty`` when tracked files have uncommitted changes ("" outside git)."""
+def git_commit(root: Path | None = None) -> str:
+    """Short HEAD commit of the checkout holding ``root`` (default: this package), with ``-dirty``
+    when tracked code has uncommitted changes ("" outside git)."""
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent,
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=root or Path(__file__).parent,
                               timeout=10).stdout.strip()
 
     try:

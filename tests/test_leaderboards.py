@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +91,53 @@ def test_no_seed_summary_without_repeated_setups(tmp_path):
     _seeded(tmp_path, "a", 0, 0.90)
     _seeded(tmp_path, "b", 0, 0.50, lr=1e-4)
     assert "several seeds" not in build(tmp_path)
+
+
+def test_git_commit_is_dirty_for_code_changes_but_not_for_generated_leaderboards(tmp_path):
+    import shutil
+    import subprocess
+
+    from leaderboards.records import git_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    files = {"marft_agents/x.py": "x = 1\n", "leaderboards/README.md": "board\n",
+             "leaderboards/records/r.json": "{}\n", "leaderboards/grids/g/README.md": "grid\n",
+             "leaderboards/records.py": "code = 1\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    clean = git_commit(tmp_path / "marft_agents")
+    assert clean and not clean.endswith("-dirty")
+    for generated in ("leaderboards/README.md", "leaderboards/records/r.json", "leaderboards/grids/g/README.md"):
+        (tmp_path / generated).write_text("regenerated\n")
+    assert git_commit(tmp_path / "marft_agents") == clean  # a grid rewrote its report: code unchanged
+    (tmp_path / "leaderboards/records.py").write_text("code = 2\n")
+    assert git_commit(tmp_path / "marft_agents") == clean + "-dirty"
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_committed_leaderboard_and_readme_grid_block_are_current():
+    """``python -m leaderboards.build`` regenerates both from the records; this fails when a record
+    landed without them."""
+    from leaderboards.build import readme_with_grids
+
+    board = REPO / "leaderboards"
+    assert (board / "README.md").read_text(encoding="utf-8") == build(board / "records")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert readme_with_grids(readme, board / "grids") == readme
+
+
+def test_readme_without_the_grid_block_is_refused_with_the_fix(tmp_path):
+    from leaderboards.build import README_START, readme_with_grids
+
+    with pytest.raises(ValueError, match="add the lines"):
+        readme_with_grids("# a readme\n", tmp_path)
+    assert readme_with_grids(f"a\n{README_START}\nold\n<!-- /grids -->\nb\n", tmp_path) == \
+        f"a\n{README_START}\n\n<!-- /grids -->\nb\n"

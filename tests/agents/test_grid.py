@@ -151,6 +151,15 @@ def test_bad_grid_files_are_refused_with_the_reason(tmp_path, capsys, cells, mes
     assert re.search(message, capsys.readouterr().err)
 
 
+def test_comparisons_must_name_cells_of_the_grid(tmp_path, capsys):
+    cells = [{"name": "team"}, {"name": "solo"}]
+    good = _grid(tmp_path, cells, comparisons=[{"question": "q", "a": ["team"], "b": "solo"}])
+    assert grid_mod.load_grid(good).comparisons[0].a == ["team"]
+    bad = _grid(tmp_path, cells, comparisons=[{"a": ["team", "tema"], "b": "solo"}])
+    assert grid_mod.main([str(bad), "--dry-run"]) == 2
+    assert re.search(r"comparisons\[0\].*unknown \['tema'\]", capsys.readouterr().err)
+
+
 @pytest.mark.parametrize("grid_file", sorted((REPO / "baselines" / "grids").glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_grids_plan_and_fit_their_stated_budget(grid_file, monkeypatch):
     monkeypatch.chdir(REPO)
@@ -158,6 +167,7 @@ def test_shipped_grids_plan_and_fit_their_stated_budget(grid_file, monkeypatch):
     runs = grid_mod.plan(spec)
     kinds = {r.cell.name: r.kind for r in runs}
     assert "untrained" in kinds.values() and "swapped" in kinds.values()
+    assert any(c.b == "solo_ppo" for c in spec.comparisons), "the grid must compare the team with the single agent"
     for cell in ("marft_a", "marft_a_shared", "marft_t", "marft_t_shared"):
         assert sum(r.cell.name == cell for r in runs) >= 3, cell
     training = [r for r in runs if r.kind == "train"]
