@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import math
 import random
 import warnings
@@ -50,8 +51,10 @@ class EvalResult:
     mean_reward: float = 0.0
     """Mean team return per episode."""
     per_task: list[dict[str, Any]] = field(default_factory=list)
-    """Per problem: ``task_index``, ``task_id``, ``solved``, ``reward``, ``rounds`` and
-    ``transcript`` (``[{"agent", "round", "text"}]`` in the order the agents spoke)."""
+    """Per problem: ``task_index``, ``task_id``, ``problem`` (the whole problem, as a single agent
+    would see it), ``answer`` (the grader's reference, when JSON-serialisable), ``solved``,
+    ``reward``, ``rounds`` and ``transcript`` (``[{"agent", "round", "observation", "text"}]`` in
+    the order the agents spoke: what each agent was shown and what it said)."""
 
 
 class TrainingTasksWarning(UserWarning):
@@ -166,9 +169,11 @@ def evaluate(
                 collector = RolloutCollector(envs[: len(plans)], policy, sampling, values=None, seed=seed)
                 rollout = collector.collect(len(plans), plans)
                 per_task = [
-                    {"task_index": i, "task_id": ep.task_id, "solved": ep.solved, "reward": ep.team_return,
+                    {"task_index": i, "task_id": ep.task_id, "problem": tasks[i].prompt,
+                     "answer": _plain(tasks[i].answer), "solved": ep.solved, "reward": ep.team_return,
                      "rounds": ep.rounds,
-                     "transcript": [{"agent": d.agent_id, "round": d.round, "text": d.text} for d in decisions]}
+                     "transcript": [{"agent": d.agent_id, "round": d.round, "observation": d.observation,
+                                     "text": d.text} for d in decisions]}
                     for i, ep, decisions in zip(mine, rollout.episodes, rollout.episode_decisions())
                 ]
     finally:
@@ -193,6 +198,15 @@ def evaluate(
         mean_reward=sum(t["reward"] for t in per_task) / n,
         per_task=per_task,
     )
+
+
+def _plain(value: Any) -> Any:
+    """``value`` when it survives JSON (answers, test-case lists), else its ``repr``."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 class _TickWhenDone:

@@ -82,8 +82,9 @@ def test_best_adapters_start_from_the_baseline_and_eval_loads_them(tmp_path, tin
     lines = [json.loads(line) for line in transcripts.read_text().splitlines()]
     assert len(lines) == 2  # eval.n_problems
     for task in lines:
-        assert {"task_index", "solved", "reward", "transcript"} <= set(task)
-        assert task["transcript"] and all({"agent", "round", "text"} <= set(t) for t in task["transcript"])
+        assert {"task_index", "problem", "answer", "solved", "reward", "transcript"} <= set(task)
+        assert task["transcript"] and all({"agent", "round", "observation", "text"} <= set(t)
+                                          for t in task["transcript"])
 
 
 def test_eval_of_missing_best_says_why(tmp_path, tiny_loader, capsys):

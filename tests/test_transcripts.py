@@ -1,0 +1,35 @@
+"""``python -m baselines.transcripts``: per-agent statistics of evaluation transcripts."""
+
+import json
+
+from baselines.transcripts import agent_stats, main
+
+
+def _task(holder_text, answerer_text, solved, answer="19"):
+    return {"answer": answer, "solved": solved, "problem": "The values are A = 7, B = 12. Compute A + B.",
+            "transcript": [
+                {"agent": "holder_0", "round": 0, "observation": "You know A = 7. Tell your teammate.", "text": holder_text},
+                {"agent": "answerer_0", "round": 0, "observation": "You know B = 12. Your teammate knows A.\n\nA = 7",
+                 "text": answerer_text}]}
+
+
+def test_stats_read_passing_answering_and_copying_per_agent():
+    tasks = [_task("A = 7", "7 + 12 = 19. \\boxed{19}", True),
+             _task("My value is 7", "My value is 7 and more", False),
+             _task("x" * 50 + " A = 7", "119", False)]  # the fact comes after the 40-character channel
+    holder, answerer = agent_stats(tasks, channel=40)
+    assert (holder.agent, holder.turns) == ("holder_0", 3)
+    assert holder.passes_facts == 1 / 3 and holder.says_answer == 0.0 and holder.copies_parent == 0.0
+    assert answerer.says_answer == 1 / 3  # "119" does not contain the answer 19 as a number
+    assert answerer.copies_parent == 1 / 3
+
+
+def test_main_prints_a_row_per_file_and_agent_and_refuses_other_files(tmp_path, capsys):
+    good = tmp_path / "trained.jsonl"
+    good.write_text("".join(json.dumps(t) + "\n" for t in [_task("A = 7", "\\boxed{19}", True)]))
+    assert main([str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "| trained.jsonl | holder_0 | 1 | 100 | 0 | 0 | 5 | 100 |" in out
+    bad = tmp_path / "other.jsonl"
+    bad.write_text('{"x": 1}\n')
+    assert main([str(bad)]) == 2 and "expected the JSON lines" in capsys.readouterr().out
