@@ -51,7 +51,8 @@ class AgentStats:
 
 def _number_in(text: str, answer: Any) -> bool:
     answer = str(answer).strip()
-    return bool(answer) and re.search(rf"(?<![\d.]){re.escape(answer)}(?![\d.])", text) is not None
+    # a whole number: not part of a longer one or a decimal ("122", "22.5"); a full stop may follow
+    return bool(answer) and re.search(rf"(?<![\d.]){re.escape(answer)}(?!\.?\d)", text) is not None
 
 
 def agent_stats(tasks: list[dict[str, Any]], channel: int = 40) -> list[AgentStats]:

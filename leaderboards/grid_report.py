@@ -86,10 +86,10 @@ class ComparisonResult:
     """mean(a) - mean(b), as a fraction."""
     stderr: float
     se_basis: str
-    """``paired seeds`` (the per-seed differences' stdev / sqrt(k), when both cells ran the same
-    seeds and there are >= 2 of them: the seed's shared randomness cancels, as in an ablation of
-    one trained run), ``seeds`` (sqrt of the two over-seed s.e.s squared) or ``evaluation`` (a cell
-    with one seed: the evaluations' s.e.s, which leave out the variation between seeds)."""
+    """``paired seeds`` (the per-seed differences' stdev / sqrt(k): ``a`` re-evaluates ``b``'s own
+    trained runs, a swapped ablation, so each seed's training luck cancels), ``seeds`` (sqrt of
+    the two over-seed s.e.s squared: independently trained cells) or ``evaluation`` (a cell with
+    one seed: the evaluations' s.e.s, which leave out the variation between seeds)."""
 
 
 def compare(summaries: list[CellSummary], comparison: Comparison) -> ComparisonResult | None:
@@ -100,7 +100,7 @@ def compare(summaries: list[CellSummary], comparison: Comparison) -> ComparisonR
     if not candidates or b is None:
         return None
     a = max(candidates, key=lambda s: s.mean)
-    if a.seeds == b.seeds and len(a.seeds) > 1:
+    if a.source == b.cell and a.seeds == b.seeds and len(a.seeds) > 1:
         differences = [x - y for x, y in zip(a.accuracies, b.accuracies)]
         se, basis = statistics.stdev(differences) / math.sqrt(len(differences)), "paired seeds"
     elif a.se_over_seeds is not None and b.se_over_seeds is not None:

@@ -73,12 +73,20 @@ def _summaries(tmp_path, cells):
     return summarise(grid_records(records))
 
 
-def test_comparison_pairs_seeds_when_both_cells_ran_the_same_ones(tmp_path):
-    summaries = _summaries(tmp_path, {"marft_a": [0.60, 0.70, 0.80], "marft_a_swapped": [0.20, 0.40, 0.30]})
+def test_comparison_pairs_seeds_of_an_ablation_with_its_source_runs_only(tmp_path):
+    records = tmp_path / "records"
+    for seed, (trained, swapped, other) in enumerate([(0.60, 0.20, 0.5), (0.70, 0.40, 0.6), (0.80, 0.30, 0.4)]):
+        _record(records, "marft_a", seed, trained)
+        _record(records, "marft_a_swapped", seed, swapped, kind="swapped", source="marft_a")
+        _record(records, "marft_t", seed, other)
+    summaries = summarise(grid_records(records))
     result = compare(summaries, Comparison(a=["marft_a_swapped"], b="marft_a"))
     # per-seed differences -40, -30, -50: mean -40, stdev 10, s.e. 10 / sqrt(3)
     assert math.isclose(result.difference, -0.40) and result.se_basis == "paired seeds"
     assert math.isclose(result.stderr, 0.10 / math.sqrt(3))
+    # independently trained cells with the same seed numbers are not paired
+    independent = compare(summaries, Comparison(a=["marft_t"], b="marft_a"))
+    assert independent.se_basis == "seeds" and math.isclose(independent.stderr, math.hypot(0.1, 0.1) / math.sqrt(3))
 
 
 def test_comparison_of_unpaired_cells_adds_their_standard_errors(tmp_path):

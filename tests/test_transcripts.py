@@ -16,12 +16,13 @@ def _task(holder_text, answerer_text, solved, answer="19"):
 def test_stats_read_passing_answering_and_copying_per_agent():
     tasks = [_task("A = 7", "7 + 12 = 19. \\boxed{19}", True),
              _task("My value is 7", "My value is 7 and more", False),
-             _task("x" * 50 + " A = 7", "119", False)]  # the fact comes after the 40-character channel
+             _task("x" * 50 + " A = 7", "119 or 19.5", False),  # the fact comes after the 40-character channel
+             _task("A = 7", "The final answer is 7 + 12 = 19.", True)]
     holder, answerer = agent_stats(tasks, channel=40)
-    assert (holder.agent, holder.turns) == ("holder_0", 3)
-    assert holder.passes_facts == 1 / 3 and holder.says_answer == 0.0 and holder.copies_parent == 0.0
-    assert answerer.says_answer == 1 / 3  # "119" does not contain the answer 19 as a number
-    assert answerer.copies_parent == 1 / 3
+    assert (holder.agent, holder.turns) == ("holder_0", 4)
+    assert holder.passes_facts == 2 / 4 and holder.says_answer == 0.0 and holder.copies_parent == 0.0
+    assert answerer.says_answer == 2 / 4  # "119" and "19.5" do not contain the answer 19 as a number
+    assert answerer.copies_parent == 1 / 4
 
 
 def test_main_prints_a_row_per_file_and_agent_and_refuses_other_files(tmp_path, capsys):

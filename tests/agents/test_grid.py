@@ -215,6 +215,8 @@ def test_cooperative_envs_train_and_evaluate_with_a_tiny_model(tmp_path, tiny, e
     assert result.counters["update"] == 1 and result.final_eval.n == 2
     transcript = result.final_eval.per_task[0]["transcript"]
     assert [t["agent"] for t in transcript[:2]] == list(result.policy.agent_ids)
-    # the transcript keeps what each agent was shown: a partial view, not the whole problem
+    # the transcript keeps what each agent was shown: in Relay a partial view, not the whole problem
     problem = result.final_eval.per_task[0]["problem"]
-    assert problem and all(t["observation"] and t["observation"] != problem for t in transcript)
+    assert problem and all(t["observation"] for t in transcript)
+    if env_id == "marft/Relay-v0":
+        assert all(t["observation"] != problem for t in transcript)
