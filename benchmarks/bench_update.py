@@ -61,6 +61,7 @@ import torch.nn.functional as F  # noqa: E402
 import marft_envs  # noqa: E402
 from benchmarks._bound import model_linears, train_pass_seconds  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads, since  # noqa: E402
+from marft_agents.attention import GROUPED_MATMUL, training_passes, use_grouped_matmul_attention  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
 from marft_agents.generation import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
 from marft_agents.learners import make_learner  # noqa: E402
@@ -69,6 +70,8 @@ from marft_agents.rollout import Rollout, RolloutCollector  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.8
+TRAINING_PATHS = ("fast", "plain")
+"""``--paths`` choices (see ``set_training_path``)."""
 LEARNERS = {"A": "mappo_action", "T": "mappo_token"}
 
 
@@ -172,12 +175,28 @@ def bare_pass(policy: Any, call: Call) -> None:
     policy.set_trainable(None, critic=True)
 
 
-def replay(policy: Any, calls: list[Call]) -> tuple[float, float]:
-    """(wall, cpu) seconds of the bare passes of ``calls``."""
+def replay(policy: Any, calls: list[Call], by_kind: dict[str, float] | None = None) -> tuple[float, float]:
+    """(wall, cpu) seconds of the bare passes of ``calls``; ``by_kind`` (if given) collects the
+    wall seconds per kind of pass ("token_logprobs with grad", ...)."""
     start = now()
     for call in calls:
+        t = time.perf_counter()
         bare_pass(policy, call)
+        if by_kind is not None:
+            key = f"{call.kind} {'with' if call.grad else 'no'} grad"
+            by_kind[key] = by_kind.get(key, 0.0) + time.perf_counter() - t
     return since(start)
+
+
+def set_training_path(policy: Any, path: str) -> None:
+    """``fast``: the policy's defaults (fused head, grouped-matmul attention in half precision on
+    a CPU); ``plain``: the model's own forward with full logits and the ``sdpa`` attention."""
+    policy.fused_head = path == "fast"
+    if path == "plain":
+        if policy.lm.config._attn_implementation == GROUPED_MATMUL:
+            policy.lm.set_attn_implementation("sdpa")
+    else:
+        use_grouped_matmul_attention(policy.lm)
 
 
 def bound_seconds(policy: Any, calls: list[Call], cache: dict) -> float:
@@ -217,6 +236,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--learners", default="AT", help="which to run: A (MARFT-A), T (MARFT-T) or AT")
     ap.add_argument("--no-share-prefix", action="store_true",
                     help="sampling.share_prefix=False: every row runs its whole prompt (both sides)")
+    ap.add_argument("--temperature", type=float, default=0.5,
+                    help="sampling and scoring temperature (the shipped configs' 0.5)")
+    ap.add_argument("--paths", default="fast",
+                    help="training passes to time, comma-separated, the first one's ratio printed last: "
+                         "fast (the policy's defaults) and/or plain (the model's own forward with full "
+                         "logits and sdpa attention: the path before the fused head)")
     ap.add_argument("--recompute-old-logprobs", action="store_true",
                     help="ppo.recompute_old_logprobs (the shipped bf16 training configs): the update adds a "
                          "no-grad pass over its micro-batches, replayed as a bare no-grad forward")
@@ -231,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         "algorithm": "mappo_action",
         "env": {"id": ENV_ID, "kwargs": env_kwargs, "num_envs": args.batch},
         "model": {"dtype": args.dtype},
-        "sampling": {"max_new_tokens": args.new_tokens, "temperature": 1.0,
+        "sampling": {"max_new_tokens": args.new_tokens, "temperature": args.temperature,
                      "share_prefix": not args.no_share_prefix},
         "schedule": {"minibatch_size": args.minibatch, "micro_batch_size": args.micro_batch or None},
         "ppo": {"recompute_old_logprobs": args.recompute_old_logprobs},
@@ -255,49 +280,61 @@ def main(argv: list[str] | None = None) -> None:
     print(f"rollout: {len(rollout.decisions)} decisions, {n_prompt} prompt + {rollout.num_tokens} response tokens "
           f"(collected in {time.perf_counter() - t:.1f}s)", flush=True)
 
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    if not paths or any(p not in TRAINING_PATHS for p in paths):
+        raise SystemExit(f"--paths: expected a comma-separated subset of {', '.join(TRAINING_PATHS)}, got {args.paths!r}")
     rec = Recorder(policy)
     warm = sub_rollout(rollout, 1)
-    summary: list[str] = []
-    bound_ratios: list[float] = []
-    bound_cache: dict = {}
-    for key in args.learners:
-        learner = make_learner(LEARNERS[key], policy, cfg, agents)
-        learner.update(warm, 0)
+    runs = [(path, key) for path in paths for key in args.learners]
+    learners = {}
+    for path, key in runs:  # one learner per path, warmed up (first-call allocations) on a slice
+        set_training_path(policy, path)
+        learners[path, key] = make_learner(LEARNERS[key], policy, cfg, agents)
+        learners[path, key].update(warm, 0)
         replay(policy, rec.take())
-        rows = []
-        for rep in range(args.repeats):
+    rows: dict[tuple[str, str], list[tuple[float, ...]]] = {run: [] for run in runs}
+    kind_seconds: dict[tuple[str, str], dict[str, float]] = {run: {} for run in runs}
+    bound_cache: dict = {}
+    for rep in range(args.repeats):  # paths interleaved within each repeat: same machine state
+        for path, key in runs:
+            set_training_path(policy, path)
             start = now()
-            metrics = learner.update(rollout, rep + 1)
+            metrics = learners[path, key].update(rollout, rep + 1)
             (update_s, update_cpu) = since(start)
             calls = rec.take()
             tokens = sum(c.tokens for c in calls)
-            bare_s, bare_cpu = replay(policy, calls)
+            with training_passes():  # the attention path the update's passes took
+                bare_s, bare_cpu = replay(policy, calls, kind_seconds[path, key])
             rec.take()
             bound_s = bound_seconds(policy, calls, bound_cache)
-            rows.append((tokens / update_s, tokens / bare_s, bare_s / update_s, bare_cpu / update_cpu,
-                         bound_s / update_s, bound_s / bare_s))
+            rows[path, key].append((tokens / update_s, tokens / bare_s, bare_s / update_s, bare_cpu / update_cpu,
+                                    bound_s / update_s, bound_s / bare_s, update_s))
             kinds = ", ".join(f"{sum(c.kind == k for c in calls)} {k}" for k in
                               ("token_logprobs", "state_values", "token_values") if any(c.kind == k for c in calls))
-            print(f"  MARFT-{key} repeat {rep}: {tokens} tokens in {len(calls)} passes ({kinds})  "
+            print(f"  [{path}] MARFT-{key} repeat {rep}: {tokens} tokens in {len(calls)} passes ({kinds})  "
                   f"update {update_s:.2f}s  bare {bare_s:.2f}s  ratio {bare_s / update_s:.3f} "
                   f"(cpu-time ratio {bare_cpu / update_cpu:.3f})  bound {bound_s:.2f}s  "
                   f"update/bound {bound_s / update_s:.3f}  "
                   f"skipped steps {metrics.get('guard/skipped_steps', 0):.0f}  [{load_avg()}]", flush=True)
-        upd = statistics.median(r[0] for r in rows)
-        bare = statistics.median(r[1] for r in rows)
-        ratio = statistics.median(r[2] for r in rows)
-        cpu_ratio = statistics.median(r[3] for r in rows)
-        to_bound = statistics.median(r[4] for r in rows)
-        bare_bound = statistics.median(r[5] for r in rows)
-        bound_ratios.append(to_bound)
-        summary.append(f"MARFT-{key} ({LEARNERS[key]}): update {upd:.1f} tok/s  bare fwd+bwd {bare:.1f} tok/s  "
-                       f"ratio {ratio:.3f} (cpu-time ratio {cpu_ratio:.3f})  |  update/bound {to_bound:.3f} "
-                       f"(target >= {TARGET}: {'PASS' if to_bound >= TARGET else 'MISS'})  "
-                       f"bare/bound {bare_bound:.3f}")
     print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
-          f"median of {args.repeats}  [{load_avg()}]")
-    for line in summary:
-        print("  " + line)
+          f"temperature {args.temperature}  median of {args.repeats}  [{load_avg()}]")
+    bound_ratios: list[float] = []
+    for path, key in runs:
+        r = rows[path, key]
+        med = [statistics.median(x[i] for x in r) for i in range(7)]
+        bound_ratios.append(med[4])
+        split = "  ".join(f"{kind} {sec / args.repeats:.2f}s" for kind, sec in sorted(kind_seconds[path, key].items()))
+        print(f"  [{path}] MARFT-{key} ({LEARNERS[key]}): update {med[0]:.1f} tok/s ({med[6]:.2f}s)  "
+              f"bare fwd+bwd {med[1]:.1f} tok/s  ratio {med[2]:.3f} (cpu-time ratio {med[3]:.3f})  |  "
+              f"update/bound {med[4]:.3f} (target >= {TARGET}: {'PASS' if med[4] >= TARGET else 'MISS'})  "
+              f"bare/bound {med[5]:.3f}")
+        print(f"      bare seconds per update by pass: {split}")
+    first = paths[0]
+    for other in paths[1:]:
+        for key in args.learners:
+            a = statistics.median(x[6] for x in rows[first, key])
+            b = statistics.median(x[6] for x in rows[other, key])
+            print(f"  MARFT-{key} update speed-up {first} vs {other}: {b / a:.2f}x")
     print(f"update/bound ratio: {bound_ratios[0]:.3f}")
 
 

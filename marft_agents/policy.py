@@ -36,6 +36,7 @@ from marft_agents.adapters import (
     copy_into,
     group_adapter_parameters,
 )
+from marft_agents.attention import training_passes, use_grouped_matmul_attention
 from marft_agents.critic import CriticConfig, ValueHead
 from marft_agents.generation import (
     GenRequest,
@@ -120,6 +121,12 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
         # GEMM that is ~180x slower in bf16 and ~6x in fp32 (measured: 3.3 s vs 18 ms for a
         # [16, 1, 576] x [576, 49152] product). A contiguous copy of the input avoids it.
         self.lm.get_output_embeddings().register_forward_pre_hook(_contiguous_input)
+        # half precision on a CPU: the fused attention kernel's backward is slow there
+        use_grouped_matmul_attention(self.lm)
+        # Training passes score responses through head_logprobs (chunked, real positions only)
+        # where the model allows it; False = the model's own forward and full logits (the
+        # reference path, kept for tests and `benchmarks/bench_update.py --paths`).
+        self.fused_head = True
         self._active: str | None = None
         self._system_turns: dict[str, list[int]] = {}  # system prompt -> its chat-template turn ids
         self._trainable: set[str] = set()
@@ -308,9 +315,10 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
             sampled = sample_batch(self.lm, prompts, sampling, stop, self.tokenizer.pad_token_id,
                                    generator, prefix_len=prefix_len)
             if sampling.recompute_logprobs:  # score with the training forward pass itself
-                stats = self._stats(self._pack(prompts, [s.response_ids for s in sampled],
-                                               prefix_len),
-                                    sampling.temperature, with_entropy=False)
+                with training_passes():
+                    stats = self._stats(self._pack(prompts, [s.response_ids for s in sampled],
+                                                   prefix_len),
+                                        sampling.temperature, with_entropy=False)
                 for row, s in enumerate(sampled):
                     s.logprobs = stats.logprobs[row, :len(s.response_ids)].tolist()
             texts = self.tokenizer.batch_decode([s.response_ids for s in sampled],

@@ -23,6 +23,8 @@ from marft_agents.generation import (
     prefix_cache,
     scaled_logprobs,
 )
+from marft_agents.head_logprobs import head_logprobs, plain_head
+from marft_agents.ppo_math import entropy_from_logprobs
 
 
 @dataclass
@@ -54,7 +56,7 @@ def _merge_rows(parts: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
 
 class ScoringMixin:
     """Forward passes for ``MultiAgentPolicy`` (which provides ``lm``, ``tokenizer``, ``device``,
-    ``value_heads``, ``critic_for`` and the ``_using`` adapter switch)."""
+    ``value_heads``, ``critic_for``, ``fused_head`` and the ``_using`` adapter switch)."""
 
     def _pack(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
               prefix_len: int = 0) -> PackedBatch:
@@ -87,18 +89,29 @@ class ScoringMixin:
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         width = batch.response_ids.shape[1]
+        mask = batch.response_mask  # [B, T]
+        head = plain_head(self.lm) if self.fused_head else None
+        if head is not None:  # decoder, then the fused head over the real response positions only
+            start = batch.prompt_width - 1  # column whose hidden state predicts response token 0
+            hidden = self._decoder_hidden(batch.input_ids, batch.attention_mask, batch.position_ids,
+                                          batch.prefix_ids)  # [B, P+T, H]
+            logp_real, entropy_real = head_logprobs(
+                hidden[:, start:start + width][mask], head, batch.response_ids[mask], temperature,
+                with_entropy)  # [N], [N] for the N real response tokens
+            zeros = mask.new_zeros(mask.shape, dtype=torch.float32)  # [B, T]
+            entropy = None if entropy_real is None else zeros.masked_scatter(mask, entropy_real)
+            return TokenStats(zeros.masked_scatter(mask, logp_real), entropy, mask)
         cache = self._prefix_cache(self.lm, batch.prefix_ids, batch.input_ids.shape[0])
         out = self.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                       position_ids=batch.position_ids, past_key_values=cache,
                       use_cache=cache is not None, logits_to_keep=width + 1)
         # logits of columns P-1 .. P+T-1; the last one predicts past the end: drop it
         logp_all = scaled_logprobs(out.logits[:, :width], temperature)  # [B, T, V]
-        mask = batch.response_mask  # [B, T]
         logp = logp_all.gather(-1, batch.response_ids[..., None]).squeeze(-1)  # [B, T]
         logp = logp.masked_fill(~mask, 0.0)
         entropy = None
         if with_entropy:
-            entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(~mask, 0.0)  # [B, T]
+            entropy = entropy_from_logprobs(logp_all).masked_fill(~mask, 0.0)  # [B, T]
         return TokenStats(logp, entropy, mask)
 
     def _grouped_stats(self, prompt_ids: Sequence[Sequence[int]],
@@ -136,15 +149,20 @@ class ScoringMixin:
             return self._grouped_stats(prompt_ids, response_ids, prefix_lens, temperature,
                                        with_entropy)
 
+    def _decoder_hidden(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                        prefix: Sequence[int] = ()) -> torch.Tensor:
+        """Final hidden states ``[B, L, H]`` (after the last norm) under the active adapter, for
+        the ``L`` per-row columns (``mask`` also covers the shared ``prefix``, if any)."""
+        decoder = self.lm.get_decoder()
+        cache = self._prefix_cache(decoder, prefix, ids.shape[0])
+        return decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
+                       past_key_values=cache, use_cache=cache is not None).last_hidden_state
+
     def _hidden(self, critic: str, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
                 prefix: Sequence[int] = ()) -> torch.Tensor:
-        """Final hidden states ``[B, L, H]`` (after the last norm) under a critic adapter, for
-        the ``L`` per-row columns (``mask`` also covers the shared ``prefix``, if any)."""
+        """``_decoder_hidden`` under a critic adapter."""
         with self._using(critic):
-            decoder = self.lm.get_decoder()
-            cache = self._prefix_cache(decoder, prefix, ids.shape[0])
-            return decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
-                           past_key_values=cache, use_cache=cache is not None).last_hidden_state
+            return self._decoder_hidden(ids, mask, pos, prefix)
 
     def token_values(self, prompt_ids: Sequence[Sequence[int]],
                      response_ids: Sequence[Sequence[int]], agent_id: str | None = None,

@@ -76,6 +76,7 @@ import numpy as np
 import torch
 
 from marft_agents import ppo_math as pm
+from marft_agents.attention import training_passes
 from marft_agents.learners.samples import PolicyUnits, Sample, pad_stack, response_mask, sample_from_decision
 from marft_agents.rollout import Rollout
 
@@ -97,6 +98,10 @@ class BaseLearner:
     (:class:`marft_agents.distributed.DataParallel`): every rank then holds the global rollout,
     runs the forward/backward passes of its share of each minibatch with the global minibatch's
     normalisers, and the gradients are summed across ranks before clipping. None: one process."""
+    reuse_first_forward = True
+    """Under ``ppo.recompute_old_logprobs``, take the first minibatch's old log-probs from its
+    own policy pass instead of a rescoring pass (the same numbers: see
+    ``_rescore_old_logprobs``). False rescores every minibatch: the reference the tests compare."""
 
     def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]):
         self.policy, self.cfg = policy, cfg
@@ -105,6 +110,7 @@ class BaseLearner:
         self.temperature = float(cfg.sampling.temperature)
         self.rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x1EA2]))
         self.skipped_steps = 0
+        self._old_from_forward: set[int] = set()  # samples whose old log-probs the next policy pass sets
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         for name in sorted({policy.adapter_for(a) for a in self.agent_ids}):
             self.optimizers[name] = self._make_optimizer(name, self.schedule.actor_lr)
@@ -146,6 +152,10 @@ class BaseLearner:
     # -- the update ----------------------------------------------------------------------------
     def update(self, rollout: Rollout, update: int) -> dict[str, float]:
         """One PPO update on ``rollout``; returns flat metrics."""
+        with training_passes():  # the attention path for backward passes, rescoring included
+            return self._update(rollout, update)
+
+    def _update(self, rollout: Rollout, update: int) -> dict[str, float]:
         trainable = self.trainable_agents(update)
         train_policy = update >= self.ppo.critic_warmup_updates
         critic = self.value_mode is not None
@@ -241,7 +251,17 @@ class BaseLearner:
     @torch.no_grad()
     def _rescore_old_logprobs(self, batches: list[list[Sample]]) -> None:
         """Old log-probs from the learner's own forward pass, micro-batch by micro-batch exactly
-        as ``_step`` will run them (``ppo.recompute_old_logprobs``)."""
+        as ``_step`` will run them (``ppo.recompute_old_logprobs``).
+
+        The first minibatch is not rescored here: no policy optimizer step comes before its own
+        forward pass (the critic's steps change only critic adapters), so that pass computes the
+        very numbers a rescoring pass would, and ``_policy_micro`` takes them from it (a quarter
+        of the rescoring at four minibatches). With several ranks every batch is rescored, as the
+        ranks share the results."""
+        self._old_from_forward = set()
+        if batches and self.data_parallel is None and self.reuse_first_forward:
+            self._old_from_forward = {id(s) for s in batches[0]}
+            batches = batches[1:]
         for batch in batches:
             local = self._local(batch)
             for micro in self._micro_batches([batch[i] for i in local], by="adapter"):
@@ -280,6 +300,10 @@ class BaseLearner:
             prefix_lens=[s.prefix_len for s in micro],
         )
         logprobs = stats.logprobs.float()  # [B, T]
+        for b, s in enumerate(micro):  # the first minibatch's old log-probs: see _rescore_old_logprobs
+            if id(s) in self._old_from_forward:
+                s.old_logprobs = logprobs[b, : len(s.response_ids)].detach().cpu().clone()
+                self._old_from_forward.discard(id(s))
         mask = response_mask(micro, logprobs.shape[1]).to(logprobs.device)  # [B, T]
         units = self.policy_units(micro, logprobs, mask)
         surrogate, clipped = pm.clipped_surrogate(units.logprobs, units.old_logprobs, units.advantages,
@@ -288,7 +312,9 @@ class BaseLearner:
         if units.weights is not None:
             weight = weight * units.weights.to(surrogate.dtype)
         entropy = pm.masked_sum(stats.entropy.float(), mask)  # [] sum over the micro-batch's tokens
-        loss = (surrogate * weight).sum() / norm["units"] - ppo.entropy_coef * entropy / norm["tokens"]
+        loss = (surrogate * weight).sum() / norm["units"]
+        if ppo.entropy_coef:  # without the term, the backward skips the entropy's gradient
+            loss = loss - ppo.entropy_coef * entropy / norm["tokens"]
         with torch.no_grad():
             out = {
                 "losses/policy_loss": float((surrogate * weight).sum()) / norm["units"],

@@ -399,3 +399,41 @@ def test_an_agent_without_decisions_is_not_reported_as_trained(tmp_path, tiny):
     trainer.learner.build_samples = lambda rollout: [s for s in original(rollout) if s.agent_id != "actor_0"]
     metrics = next(trainer.run())
     assert metrics["agent/reasoner_0/trained"] == 1.0 and metrics["agent/actor_0/trained"] == 0.0
+
+
+@pytest.mark.parametrize("algorithm", ["mappo_action", "grpo"])
+def test_first_minibatch_old_logprobs_from_its_own_pass_change_nothing(tmp_path, algorithm):
+    # bf16, several minibatches, a learning rate: taking the first minibatch's old log-probs from
+    # its own policy pass must give the update that rescoring every minibatch gives, bit for bit,
+    # with one no-grad pass fewer per policy adapter.
+    from marft_agents.trainer import Trainer
+
+    overrides = {"schedule.num_updates": 1, "schedule.actor_lr": 0.05, "schedule.episodes_per_update": 4,
+                 "schedule.minibatch_size": 3, "sampling.temperature": 0.7, "sampling.max_new_tokens": 6,
+                 "model.dtype": "bfloat16", "ppo.recompute_old_logprobs": True}
+    if algorithm == "grpo":
+        overrides["learner"] = {"group_size": 2}
+
+    def one_update(reuse: bool):
+        cfg = small_config(tmp_path / str(reuse), algorithm=algorithm, **overrides)
+        trainer = Trainer(cfg, tiny_on_device(seed=0, dtype="bfloat16"))
+        trainer.learner.reuse_first_forward = reuse
+        rollout = trainer.collector.collect(cfg.schedule.episodes_per_update)
+        calls = []
+        original = trainer.policy.token_logprobs
+
+        def counted(*args, **kwargs):
+            calls.append(torch.is_grad_enabled())
+            return original(*args, **kwargs)
+
+        trainer.policy.token_logprobs = counted
+        metrics = trainer.learner.update(rollout, 0)
+        params = [p.detach().clone() for name in trainer.policy.policy_adapters
+                  for p in trainer.policy.adapter_parameters(name)]
+        return metrics, params, calls.count(False)
+
+    (reused, reused_params, reused_rescores), (full, full_params, full_rescores) = one_update(True), one_update(False)
+    assert 0 < reused_rescores < full_rescores
+    assert reused["losses/approx_kl"] == full["losses/approx_kl"] and reused["losses/policy_loss"] == full["losses/policy_loss"]
+    assert any(not torch.equal(p, torch.zeros_like(p)) for p in full_params)
+    assert all(torch.equal(a, b) for a, b in zip(reused_params, full_params))

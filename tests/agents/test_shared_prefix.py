@@ -11,6 +11,7 @@ from agent_helpers import LETTERS_ID, seeded_generator, tiny_on_device
 from test_policy import AGENTS, perturb
 
 import marft_envs
+from marft_agents.attention import training_passes
 from marft_agents.generation import pack
 from marft_agents.policy import GenRequest, MultiAgentPolicy, SamplingConfig
 from marft_agents.rollout import RolloutCollector
@@ -71,8 +72,10 @@ def test_forward_passes_match_the_unshared_layout_in_float32(policy):
     torch.testing.assert_close(plain[1], shared[1], atol=5e-5, rtol=0)
     torch.testing.assert_close(plain[2], shared[2], atol=5e-5, rtol=0)
     assert len(plain[3]) == len(shared[3]) > 0
-    for a, b in zip(plain[3], shared[3]):  # the prefix pass receives every row's gradient
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    # the prefix pass receives every row's gradient (a lost row would move them by its share); the fused
+    # head (head_logprobs) sums each group's rows in other chunks: measured up to 1.2e-5 apart
+    for a, b in zip(plain[3], shared[3]):
+        torch.testing.assert_close(a, b, atol=3e-5, rtol=1e-4)
 
 
 def test_generation_with_a_shared_prefix_scores_like_training(policy):
@@ -101,7 +104,9 @@ def test_bfloat16_recompute_equals_the_training_forward_with_the_same_split():
     cfg = SamplingConfig(max_new_tokens=6, temperature=0.7, stop_token_ids=(), recompute_logprobs=True)
     gens = policy.generate([GenRequest("actor_0", p, n) for p, n in zip(prompts, prefix_lens)], cfg,
                            generator=seeded_generator(0))
-    with torch.no_grad():  # a different batch: reversed rows, so groups are formed anew
+    # a different batch: reversed rows, so groups are formed anew; inside training_passes, as
+    # the learner runs its passes (half precision on a CPU: the grouped-matmul attention)
+    with torch.no_grad(), training_passes():
         stats = policy.token_logprobs("policy_actor_0", prompts[::-1], [g.response_ids for g in gens][::-1],
                                       0.7, prefix_lens=prefix_lens[::-1])
     for row, g in enumerate(gens[::-1]):
