@@ -103,14 +103,22 @@ def compare(summaries: list[CellSummary], comparison: Comparison) -> ComparisonR
     if a.source == b.cell and a.seeds == b.seeds and len(a.seeds) > 1:
         differences = [x - y for x, y in zip(a.accuracies, b.accuracies)]
         se, basis = statistics.stdev(differences) / math.sqrt(len(differences)), "paired seeds"
-    elif a.se_over_seeds is not None and b.se_over_seeds is not None:
-        se, basis = math.hypot(a.se_over_seeds, b.se_over_seeds), "seeds"
-    else:
-        # one seed on a side: the mean of its evaluations' variances over seeds, per cell
-        se_a = math.sqrt(statistics.mean(e * e for e in a.stderrs) / len(a.stderrs))
-        se_b = math.sqrt(statistics.mean(e * e for e in b.stderrs) / len(b.stderrs))
-        se, basis = math.hypot(se_a, se_b), "evaluation"
+    else:  # independent cells: each side's own s.e., over seeds where it has several
+        se, basis = math.hypot(_side_stderr(a), _side_stderr(b)), _basis(a, b)
     return ComparisonResult(comparison, a, b, a.mean - b.mean, se, basis)
+
+
+def _side_stderr(cell: CellSummary) -> float:
+    """The s.e. of a cell's mean: over its seeds (which holds the evaluation noise too) when it
+    has several, else that of its one evaluation."""
+    if cell.se_over_seeds is not None:
+        return cell.se_over_seeds
+    return math.sqrt(statistics.mean(e * e for e in cell.stderrs) / len(cell.stderrs))
+
+
+def _basis(a: CellSummary, b: CellSummary) -> str:
+    kinds = ["seeds" if c.se_over_seeds is not None else "evaluation" for c in (a, b)]
+    return kinds[0] if kinds[0] == kinds[1] else f"{kinds[0]} / {kinds[1]}"
 
 
 def comparison_table(summaries: list[CellSummary], comparisons: list[Comparison]) -> list[str]:

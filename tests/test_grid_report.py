@@ -137,3 +137,12 @@ def test_committed_grid_reports_match_their_records(grid_file, monkeypatch):
     series = curve_series(grid_records(folder / "records"), [c.name for c in spec.cells])
     if series:
         assert plotted_series(folder / "curves.png") == series
+
+
+def test_comparison_of_a_one_seed_cell_with_a_seeded_one_keeps_the_spread_over_seeds(tmp_path):
+    # solo_ppo's seeds spread (s.e. 0.10 / sqrt(3)); dropping that for its evaluation s.e. (0.04)
+    # would understate the difference's s.e.
+    summaries = _summaries(tmp_path, {"grpo_agent": [0.50], "solo_ppo": [0.70, 0.80, 0.90]})
+    result = compare(summaries, Comparison(a=["grpo_agent"], b="solo_ppo"))
+    assert result.se_basis == "evaluation / seeds" and math.isclose(result.difference, -0.30)
+    assert math.isclose(result.stderr, math.hypot(0.04, 0.10 / math.sqrt(3)))

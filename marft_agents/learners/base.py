@@ -77,6 +77,7 @@ import torch
 
 from marft_agents import ppo_math as pm
 from marft_agents.attention import training_passes
+from marft_agents.learners.logprob_targets import LogprobTargets
 from marft_agents.learners.samples import PolicyUnits, Sample, pad_stack, response_mask, sample_from_decision
 from marft_agents.rollout import Rollout
 
@@ -85,7 +86,7 @@ __all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask",
 log = logging.getLogger(__name__)
 
 
-class BaseLearner:
+class BaseLearner(LogprobTargets):
     """The PPO engine: optimizers, epochs, minibatch reduction, clipping and the NaN guard."""
 
     value_mode: str | None = "state"
@@ -98,10 +99,6 @@ class BaseLearner:
     (:class:`marft_agents.distributed.DataParallel`): every rank then holds the global rollout,
     runs the forward/backward passes of its share of each minibatch with the global minibatch's
     normalisers, and the gradients are summed across ranks before clipping. None: one process."""
-    reuse_first_forward = True
-    """Under ``ppo.recompute_old_logprobs``, take the first minibatch's old log-probs from its
-    own policy pass instead of a rescoring pass (the same numbers: see
-    ``_rescore_old_logprobs``). False rescores every minibatch: the reference the tests compare."""
 
     def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]):
         self.policy, self.cfg = policy, cfg
@@ -110,7 +107,6 @@ class BaseLearner:
         self.temperature = float(cfg.sampling.temperature)
         self.rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x1EA2]))
         self.skipped_steps = 0
-        self._old_from_forward: set[int] = set()  # samples whose old log-probs the next policy pass sets
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         for name in sorted({policy.adapter_for(a) for a in self.agent_ids}):
             self.optimizers[name] = self._make_optimizer(name, self.schedule.actor_lr)
@@ -235,45 +231,6 @@ class BaseLearner:
         dp = self.data_parallel
         return list(range(len(samples))) if dp is None else dp.local_indices(samples)
 
-    @torch.no_grad()
-    def _attach_reference_logprobs(self, samples: list[Sample]) -> None:
-        local = self._local(samples)
-        for chunk in self._micro_batches([samples[i] for i in local]):
-            stats = self.policy.reference_logprobs(
-                [s.prompt_ids for s in chunk], [s.response_ids for s in chunk], self.temperature,
-                prefix_lens=[s.prefix_len for s in chunk],
-            )
-            for b, s in enumerate(chunk):
-                s.ref_logprobs = stats.logprobs[b, : len(s.response_ids)].detach().float().cpu()
-        if self.data_parallel is not None:
-            self.data_parallel.share_attribute(samples, local, "ref_logprobs")
-
-    @torch.no_grad()
-    def _rescore_old_logprobs(self, batches: list[list[Sample]]) -> None:
-        """Old log-probs from the learner's own forward pass, micro-batch by micro-batch exactly
-        as ``_step`` will run them (``ppo.recompute_old_logprobs``).
-
-        The first minibatch is not rescored here: no policy optimizer step comes before its own
-        forward pass (the critic's steps change only critic adapters), so that pass computes the
-        very numbers a rescoring pass would, and ``_policy_micro`` takes them from it (a quarter
-        of the rescoring at four minibatches). With several ranks every batch is rescored, as the
-        ranks share the results."""
-        self._old_from_forward = set()
-        if batches and self.data_parallel is None and self.reuse_first_forward:
-            self._old_from_forward = {id(s) for s in batches[0]}
-            batches = batches[1:]
-        for batch in batches:
-            local = self._local(batch)
-            for micro in self._micro_batches([batch[i] for i in local], by="adapter"):
-                stats = self.policy.token_logprobs(
-                    micro[0].adapter, [s.prompt_ids for s in micro], [s.response_ids for s in micro],
-                    self.temperature, with_entropy=False, prefix_lens=[s.prefix_len for s in micro],
-                )
-                for b, s in enumerate(micro):
-                    s.old_logprobs = stats.logprobs[b, : len(s.response_ids)].float().cpu()
-            if self.data_parallel is not None:
-                self.data_parallel.share_attribute(batch, local, "old_logprobs")
-
     def _minibatches(self, samples: list[Sample]) -> list[list[Sample]]:
         if not samples:
             return []
@@ -300,10 +257,7 @@ class BaseLearner:
             prefix_lens=[s.prefix_len for s in micro],
         )
         logprobs = stats.logprobs.float()  # [B, T]
-        for b, s in enumerate(micro):  # the first minibatch's old log-probs: see _rescore_old_logprobs
-            if id(s) in self._old_from_forward:
-                s.old_logprobs = logprobs[b, : len(s.response_ids)].detach().cpu().clone()
-                self._old_from_forward.discard(id(s))
+        self._take_old_logprobs(micro, logprobs)  # first minibatch: see _rescore_old_logprobs
         mask = response_mask(micro, logprobs.shape[1]).to(logprobs.device)  # [B, T]
         units = self.policy_units(micro, logprobs, mask)
         surrogate, clipped = pm.clipped_surrogate(units.logprobs, units.old_logprobs, units.advantages,
