@@ -62,6 +62,7 @@ import marft_envs  # noqa: E402
 from benchmarks._bound import model_linears, train_pass_seconds  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads, since  # noqa: E402
 from marft_agents.attention import GROUPED_MATMUL, training_passes, use_grouped_matmul_attention  # noqa: E402
+from marft_agents.compiled_norm import RMS_NORM_CLASSES, use_compiled_rms_norm  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
 from marft_agents.generation import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
 from marft_agents.learners import make_learner  # noqa: E402
@@ -189,14 +190,19 @@ def replay(policy: Any, calls: list[Call], by_kind: dict[str, float] | None = No
 
 
 def set_training_path(policy: Any, path: str) -> None:
-    """``fast``: the policy's defaults (fused head, grouped-matmul attention in half precision on
-    a CPU); ``plain``: the model's own forward with full logits and the ``sdpa`` attention."""
+    """``fast``: the policy's defaults (fused head; in half precision on a CPU grouped-matmul
+    attention and compiled RMSNorm); ``plain``: the model's own forward with full logits, the
+    ``sdpa`` attention and transformers' RMSNorm."""
     policy.fused_head = path == "fast"
     if path == "plain":
         if policy.lm.config._attn_implementation == GROUPED_MATMUL:
             policy.lm.set_attn_implementation("sdpa")
+        for module in policy.lm.modules():  # drop the instance-level compiled forward
+            if type(module).__name__ in RMS_NORM_CLASSES and "forward" in vars(module):
+                del module.forward
     else:
         use_grouped_matmul_attention(policy.lm)
+        use_compiled_rms_norm(policy.lm)
 
 
 def bound_seconds(policy: Any, calls: list[Call], cache: dict) -> float:
@@ -241,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--paths", default="fast",
                     help="training passes to time, comma-separated, the first one's ratio printed last: "
                          "fast (the policy's defaults) and/or plain (the model's own forward with full "
-                         "logits and sdpa attention: the path before the fused head)")
+                         "logits, sdpa attention and eager RMSNorm: the path before the fused head)")
     ap.add_argument("--recompute-old-logprobs", action="store_true",
                     help="ppo.recompute_old_logprobs (the shipped bf16 training configs): the update adds a "
                          "no-grad pass over its micro-batches, replayed as a bare no-grad forward")

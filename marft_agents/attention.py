@@ -50,6 +50,11 @@ _DELEGATED_KWARGS = ("softcap", "s_aux", "sinks", "position_bias")
 _IN_TRAINING_PASSES: ContextVar[bool] = ContextVar("marft_training_passes", default=False)
 
 
+def in_training_passes() -> bool:
+    """Whether the caller runs inside ``training_passes()``."""
+    return _IN_TRAINING_PASSES.get()
+
+
 @contextmanager
 def training_passes() -> Iterator[None]:
     """Multi-token attention inside this block takes the grouped-matmul path (on models switched

@@ -37,6 +37,7 @@ from marft_agents.adapters import (
     group_adapter_parameters,
 )
 from marft_agents.attention import training_passes, use_grouped_matmul_attention
+from marft_agents.compiled_norm import use_compiled_rms_norm
 from marft_agents.critic import CriticConfig, ValueHead
 from marft_agents.generation import (
     GenRequest,
@@ -121,8 +122,10 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
         # GEMM that is ~180x slower in bf16 and ~6x in fp32 (measured: 3.3 s vs 18 ms for a
         # [16, 1, 576] x [576, 49152] product). A contiguous copy of the input avoids it.
         self.lm.get_output_embeddings().register_forward_pre_hook(_contiguous_input)
-        # half precision on a CPU: the fused attention kernel's backward is slow there
+        # half precision on a CPU: the fused attention kernel's backward is slow there, and
+        # RMSNorm's elementwise chain is compiled for the update's passes
         use_grouped_matmul_attention(self.lm)
+        use_compiled_rms_norm(self.lm)
         # Training passes score responses through head_logprobs (chunked, real positions only)
         # where the model allows it; False = the model's own forward and full logits (the
         # reference path, kept for tests and `benchmarks/bench_update.py --paths`).

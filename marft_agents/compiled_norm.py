@@ -1,0 +1,76 @@
+"""RMSNorm compiled once (``torch.compile``) for the passes of a PPO update on a CPU.
+
+Why: transformers' RMSNorm is seven elementwise operators on float32 copies of the activations
+forward, more backward, each a full pass over memory: on the 2-core AMX CPU a forward + backward
+over ``[16, 136, 576]`` bf16 took ~7 ms, and a SmolLM2 pass runs 61 of them (~0.4 s of a ~1.8 s
+policy pass). Compiled by inductor into a couple of fused loops it took ~1.5 ms
+(docs/performance.md). The function is compiled once with dynamic shapes, not per module, so all
+norms of all layers share one graph per (dtype, grad mode).
+
+Scope: like the grouped-matmul attention (``attention.training_passes``), only inside
+``training_passes()``, so that the no-grad rescoring of old log-probs and the gradient passes of an
+update compute the same numbers; sampling, the collector and evaluation keep the eager module.
+When compiling fails (no C++ compiler, an unsupported platform) the eager formula is used for the
+rest of the process, with one warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import torch
+from torch import nn
+
+from marft_agents.attention import in_training_passes
+
+log = logging.getLogger(__name__)
+
+RMS_NORM_CLASSES = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm",
+                              "Phi3RMSNorm", "SmolLM3RMSNorm"})
+"""transformers norm classes whose forward is exactly :func:`rms_norm` (Llama's)."""
+
+
+def rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: normalise in float32, round to the input dtype, then scale."""
+    normed = hidden.float()
+    normed = normed * torch.rsqrt(normed.pow(2).mean(-1, keepdim=True) + eps)  # [..., H]
+    return weight * normed.to(hidden.dtype)
+
+
+_compiled = None
+_failed = False
+
+
+def _compiled_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    global _compiled, _failed
+    if not _failed:
+        try:
+            if _compiled is None:
+                _compiled = torch.compile(rms_norm, dynamic=True)
+            return _compiled(hidden, weight, eps)
+        except Exception as err:  # noqa: BLE001 - any compiler failure: fall back, once
+            _failed = True
+            log.warning("torch.compile of RMSNorm failed (%s: %s); using the eager formula",
+                        type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+    return rms_norm(hidden, weight, eps)
+
+
+def _forward(self: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    if in_training_passes():
+        return _compiled_rms_norm(hidden, self.weight, self.variance_epsilon)
+    return type(self).forward(self, hidden)
+
+
+def use_compiled_rms_norm(model: nn.Module) -> int:
+    """Give every Llama-style RMSNorm of ``model`` (half precision, CPU) the compiled forward
+    inside ``training_passes()``; returns how many norms were switched."""
+    weight = next(model.parameters())
+    if weight.device.type != "cpu" or weight.dtype not in (torch.bfloat16, torch.float16):
+        return 0
+    count = 0
+    for module in model.modules():
+        if type(module).__name__ in RMS_NORM_CLASSES and hasattr(module, "variance_epsilon"):
+            module.forward = types.MethodType(_forward, module)
+            count += 1
+    return count
