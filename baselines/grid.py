@@ -191,7 +191,18 @@ def shard(runs: list[GridRun], index: int, count: int) -> list[GridRun]:
     owner: dict[str, int] = {}
     for k, run in enumerate(r for r in runs if r.kind != "swapped"):
         owner[run.name] = k % count
-    return [r for r in runs if owner[r.source.name if r.kind == "swapped" else r.name] == index]
+    # A swapped run goes with its source (it reads that run's adapters). When the selection
+    # (--cells) leaves the source out, the source must be done already: deal those round-robin.
+    orphans = [r for r in runs if r.kind == "swapped" and r.source.name not in owner]
+    for k, run in enumerate(orphans):
+        owner[run.name] = k % count
+
+    def shard_of(run: GridRun) -> int:
+        if run.kind == "swapped" and run.source.name in owner:
+            return owner[run.source.name]
+        return owner[run.name]
+
+    return [r for r in runs if shard_of(r) == index]
 
 
 def status(spec: GridSpec, run: GridRun) -> str:

@@ -134,6 +134,11 @@ def test_dry_run_lists_runs_and_cells_and_shards_select(tmp_path, capsys):
         names = {r.name for r in part}
         assert all(r.source.name in names for r in part if r.kind == "swapped")
         assert sum(r.kind == "train" for r in part) == 2
+    # the swapped cell alone (its source done already): its runs are dealt over the shards
+    swapped_only = [r for r in runs if r.kind == "swapped"]
+    parts = [grid_mod.shard(swapped_only, i, 2) for i in range(2)]
+    assert sorted(r.name for p in parts for r in p) == sorted(r.name for r in swapped_only)
+    assert all(len(p) == 1 for p in parts)
     assert grid_mod.main([str(path), "--cells", "nope"]) == 2
     assert "unknown cells ['nope']" in capsys.readouterr().err
     assert grid_mod.main([str(path), "--shard", "2/2"]) == 2
