@@ -62,7 +62,7 @@ import marft_envs  # noqa: E402
 from benchmarks._bound import model_linears, train_pass_seconds  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads, since  # noqa: E402
 from marft_agents.attention import GROUPED_MATMUL, training_passes, use_grouped_matmul_attention  # noqa: E402
-from marft_agents.compiled_norm import RMS_NORM_CLASSES, use_compiled_rms_norm  # noqa: E402
+from marft_agents.compiled_norm import use_compiled_rms_norm, use_eager_rms_norm  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
 from marft_agents.generation import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
 from marft_agents.learners import make_learner  # noqa: E402
@@ -197,9 +197,7 @@ def set_training_path(policy: Any, path: str) -> None:
     if path == "plain":
         if policy.lm.config._attn_implementation == GROUPED_MATMUL:
             policy.lm.set_attn_implementation("sdpa")
-        for module in policy.lm.modules():  # drop the instance-level compiled forward
-            if type(module).__name__ in RMS_NORM_CLASSES and "forward" in vars(module):
-                del module.forward
+        use_eager_rms_norm(policy.lm)
     else:
         use_grouped_matmul_attention(policy.lm)
         use_compiled_rms_norm(policy.lm)

@@ -22,7 +22,7 @@ import types
 import torch
 from torch import nn
 
-from marft_agents.attention import in_training_passes
+from marft_agents.attention import half_precision_on_cpu, in_training_passes
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +65,21 @@ def _forward(self: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
 def use_compiled_rms_norm(model: nn.Module) -> int:
     """Give every Llama-style RMSNorm of ``model`` (half precision, CPU) the compiled forward
     inside ``training_passes()``; returns how many norms were switched."""
-    weight = next(model.parameters())
-    if weight.device.type != "cpu" or weight.dtype not in (torch.bfloat16, torch.float16):
+    if not half_precision_on_cpu(model):
         return 0
-    count = 0
-    for module in model.modules():
-        if type(module).__name__ in RMS_NORM_CLASSES and hasattr(module, "variance_epsilon"):
-            module.forward = types.MethodType(_forward, module)
-            count += 1
-    return count
+    norms = _rms_norms(model)
+    for module in norms:
+        module.forward = types.MethodType(_forward, module)
+    return len(norms)
+
+
+def use_eager_rms_norm(model: nn.Module) -> None:
+    """Undo :func:`use_compiled_rms_norm`: transformers' own forward everywhere (the reference
+    path of ``benchmarks/bench_update.py --paths plain``)."""
+    for module in _rms_norms(model):
+        vars(module).pop("forward", None)
+
+
+def _rms_norms(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules()
+            if type(m).__name__ in RMS_NORM_CLASSES and hasattr(m, "variance_epsilon")]

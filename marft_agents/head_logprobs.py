@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from marft_agents.ppo_math import ENTROPY_LOGP_FLOOR
+from marft_agents.ppo_math import ENTROPY_LOGP_FLOOR, entropy_from_logprobs
 
 CHUNK_BYTES = 24 << 20
 """Float32 logits per chunk (24 MiB, 128 positions of a 49k vocabulary): under glibc's 32 MiB
@@ -80,9 +80,7 @@ class _HeadLogprobs(torch.autograd.Function):
             logp[start:end] = x.gather(-1, tokens[start:end, None]).squeeze(-1) - norm.squeeze(-1)
             top[start:end], log_norm[start:end] = peak.squeeze(-1), norm.squeeze(-1)
             if with_entropy:
-                x.sub_(norm)  # log-probs of the whole vocabulary
-                probs = x.clamp(min=ENTROPY_LOGP_FLOOR).exp()  # [n, V]
-                entropy[start:end] = -(probs * x).sum(-1)
+                entropy[start:end] = entropy_from_logprobs(x.sub_(norm))  # x: the log-probs [n, V]
         ctx.save_for_backward(hidden, weight, tokens, top, log_norm, entropy)
         ctx.temperature = temperature
         ctx.set_materialize_grads(False)  # an output the loss does not use gets None: skip its terms

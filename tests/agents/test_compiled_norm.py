@@ -42,6 +42,10 @@ def test_only_half_precision_cpu_models_are_switched_and_only_inside_training_pa
         with training_passes():
             inside = model(input_ids=ids).logits
     assert len(calls) == 2 * layers + 1 and torch.equal(inside, outside)
+    cn.use_eager_rms_norm(model)  # undone: no compiled call inside either
+    with torch.no_grad(), training_passes():
+        model(input_ids=ids)
+    assert len(calls) == 2 * layers + 1
 
 
 def test_a_failing_compiler_falls_back_to_the_eager_formula_once(monkeypatch, caplog):
