@@ -48,9 +48,10 @@ collector's figure for the first engine given (``direct`` by default).
 collector ran: the decode steps above plus each sampling prefill (the prompt tokens after the
 shared prefix, the prefix once, one LM-head row per prompt) and each critic value pass (its
 prompt tokens, ``token`` values: and the response, no LM head). With ``--values state`` (MARFT-A)
-the critic reads a global-state prompt longer than the response, so its pass alone holds more
-GEMM work than the decode: the decode-only ratio cannot approach 1 while that pass is inside the
-collector's time (``--values none`` measures the sampler alone).
+the critic values the rollout's decisions once it is over, an episode's global-state log as one
+row (its decisions' inputs extend one another, ``critic.GlobalStateLog``), still longer than the
+responses: the decode-only ratio cannot approach 1 while that pass is inside the collector's
+time (``--values none`` measures the sampler alone).
 
 Engines (``--engine``, ``sampling.engine``): the ``direct``, ``fast`` and ``legacy`` decoding
 loops; ``all`` (default) runs one collector per engine on the same task order, their repeats
@@ -94,6 +95,7 @@ from benchmarks._common import add_common_args, load_avg, load_model, now, set_t
 from marft_agents.generation import ENGINES, effective_prefix_len, left_pad  # noqa: E402
 from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy, SamplingConfig  # noqa: E402
 from marft_agents.rollout import RolloutCollector  # noqa: E402
+from marft_agents.scoring import prefix_chains  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.85
@@ -160,7 +162,8 @@ class Recorder:
                 out = fn(ids, *args, **kwargs)
                 add(self.values, start)
                 extra = sum(len(r) for r in args[0]) if with_responses else 0
-                self.passes.append((computed_tokens(ids, kwargs.get("prefix_lens")) + extra, 0))
+                merge = not with_responses and p.merge_prefix_rows
+                self.passes.append((computed_tokens(ids, kwargs.get("prefix_lens"), merge) + extra, 0))
                 return out
             return wrapper
 
@@ -172,14 +175,20 @@ class Recorder:
         self.gen, self.values, self.raw = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
 
 
-def computed_tokens(prompts: list[list[int]], prefix_lens: list[int] | None) -> int:
+def computed_tokens(prompts: list[list[int]], prefix_lens: list[int] | None, merge: bool = False) -> int:
     """Tokens a forward pass over ``prompts`` computes: each shared prefix once, then every
-    row's own tokens (padding excluded)."""
+    row's own tokens (padding excluded); ``merge``: rows that are a prefix of another row ride
+    on it (``state_values``, see ``scoring.prefix_chains``)."""
     prefix_lens = prefix_lens or [0] * len(prompts)
-    groups: dict[tuple[int, ...], list[int]] = {}
+    groups: dict[tuple[int, ...], list[list[int]]] = {}
     for prompt, n in zip(prompts, prefix_lens):
-        groups.setdefault(tuple(prompt[:effective_prefix_len(prompt, n)]), []).append(len(prompt))
-    return sum(len(prefix) + sum(n - len(prefix) for n in lengths) for prefix, lengths in groups.items())
+        prefix = tuple(prompt[:effective_prefix_len(prompt, n)])
+        groups.setdefault(prefix, []).append(list(prompt[len(prefix):]))
+    total = 0
+    for prefix, rows in groups.items():
+        heads = prefix_chains(rows)[0] if merge else range(len(rows))
+        total += len(prefix) + sum(len(rows[h]) for h in heads)
+    return total
 
 
 def raw_generate(model: Any, tok: Any, call: Call, sampling: SamplingConfig) -> None:

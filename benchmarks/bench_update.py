@@ -19,7 +19,9 @@ learner (MARFT-A = ``mappo_action``, MARFT-T = ``mappo_token``):
   both sides do the same arithmetic (``--no-share-prefix`` runs both without it).
 
 Both sides are credited with the same tokens: prompt + response tokens of every policy and
-``token_values`` pass, prompt tokens of every ``state_values`` pass. The ratio is thus a ratio
+``token_values`` pass, prompt tokens of every ``state_values`` pass, where an episode's critic
+inputs, which extend one another, run as one row (``critic.GlobalStateLog``; ``--paths plain``
+runs one row per decision). The ratio is thus a ratio
 of times for equal forward/backward work. Each repeat times one update and then its replay;
 a warm-up update on a one-episode slice of the rollout (and its replay) comes first. Medians
 over repeats are printed, with the same ratio in process CPU time (steadier when other
@@ -68,6 +70,7 @@ from marft_agents.generation import after_prefix, left_pad, pack, prefix_cache  
 from marft_agents.learners import make_learner  # noqa: E402
 from marft_agents.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.rollout import Rollout, RolloutCollector  # noqa: E402
+from marft_agents.scoring import one_row_each, prefix_chains  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.8
@@ -144,13 +147,18 @@ def bare_loss(policy: Any, call: Call, rows: list[int], prefix_len: int) -> torc
                               reduction="none").view_as(batch.response_mask)  # [B, T]
         return nll[batch.response_mask].mean()
     head = policy.value_heads[call.adapter]
-    cache = prefix_cache(decoder, prompts[0][:prefix_len], len(rows), device) if prefix_len else None
-    if call.kind == "state_values":
-        ids, mask = left_pad([q[prefix_len:] for q in prompts], pad, device)  # [B, P]
-        mask, pos = after_prefix(mask, prefix_len)  # [B, s + P], [B, P]
+    if call.kind == "state_values":  # one row per chain of inputs, as the policy runs them
+        suffixes = [q[prefix_len:] for q in prompts]
+        heads, where = critic_rows(policy, suffixes)
+        cache = prefix_cache(decoder, prompts[0][:prefix_len], len(heads), device) if prefix_len else None
+        ids, mask = left_pad([suffixes[h] for h in heads], pad, device)  # [h, P]
+        mask, pos = after_prefix(mask, prefix_len)  # [h, s + P], [h, P]
         hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                         use_cache=cache is not None).last_hidden_state  # [B, P, H]
-        return head(hidden[:, -1]).pow(2).mean()
+                         use_cache=cache is not None).last_hidden_state  # [h, P, H]
+        chain = torch.tensor([c for c, _ in where], device=device)  # [B]
+        column = torch.tensor([ids.shape[1] - len(suffixes[heads[c]]) + n - 1 for c, n in where], device=device)
+        return head(hidden[chain, column]).pow(2).mean()
+    cache = prefix_cache(decoder, prompts[0][:prefix_len], len(rows), device) if prefix_len else None
     batch = pack(prompts, [call.responses[r] for r in rows], pad, device, prefix_len)
     hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                      position_ids=batch.position_ids, past_key_values=cache,
@@ -158,6 +166,12 @@ def bare_loss(policy: Any, call: Call, rows: list[int], prefix_len: int) -> torc
     start, width = batch.prompt_width - 1, batch.response_ids.shape[1]
     values = head(hidden[:, start:start + width])  # [B, T]
     return values[batch.response_mask].pow(2).mean()
+
+
+def critic_rows(policy: Any, suffixes: list[list[int]]) -> tuple[list[int], list[tuple[int, int]]]:
+    """The rows a ``state_values`` pass runs: one per chain of inputs that extend one another,
+    or one per input when the policy does not merge them (``policy.merge_prefix_rows``)."""
+    return prefix_chains(suffixes) if policy.merge_prefix_rows else one_row_each(suffixes)
 
 
 def bare_pass(policy: Any, call: Call) -> None:
@@ -190,10 +204,11 @@ def replay(policy: Any, calls: list[Call], by_kind: dict[str, float] | None = No
 
 
 def set_training_path(policy: Any, path: str) -> None:
-    """``fast``: the policy's defaults (fused head; in half precision on a CPU grouped-matmul
-    attention and compiled RMSNorm); ``plain``: the model's own forward with full logits, the
-    ``sdpa`` attention and transformers' RMSNorm."""
-    policy.fused_head = path == "fast"
+    """``fast``: the policy's defaults (fused head, an episode's critic inputs on one row; in half
+    precision on a CPU grouped-matmul attention and compiled RMSNorm); ``plain``: the model's own
+    forward with full logits, one critic row per decision, the ``sdpa`` attention and
+    transformers' RMSNorm."""
+    policy.fused_head = policy.merge_prefix_rows = path == "fast"
     if path == "plain":
         if policy.lm.config._attn_implementation == GROUPED_MATMUL:
             policy.lm.set_attn_implementation("sdpa")
@@ -210,6 +225,9 @@ def bound_seconds(policy: Any, calls: list[Call], cache: dict) -> float:
     for call in calls:
         for prefix_len, rows in policy._prefix_groups(call.prompts, call.prefix_lens):
             resp = [len(call.responses[r]) for r in rows] if call.responses is not None else [0] * len(rows)
+            if call.kind == "state_values":  # the chains' rows only (see critic_rows)
+                heads, _ = critic_rows(policy, [call.prompts[r][prefix_len:] for r in rows])
+                rows, resp = [rows[h] for h in heads], [0] * len(heads)
             tokens = prefix_len + sum(len(call.prompts[r]) - prefix_len + n for r, n in zip(rows, resp))
             head = sum(resp) if call.kind == "token_logprobs" else 0
             key = (call.adapter, tokens, head, call.grad)

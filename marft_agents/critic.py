@@ -8,7 +8,7 @@ Critic modes (``CriticConfig.mode``, listed once in ``CRITIC_MODES``)
 --------------------------------------------------------------------
 ``centralised`` (default; MAPPO's centralised training, decentralised execution)
     One critic adapter ``critic`` for the team; its input at a decision is the **global state**
-    before the acting agent speaks (:func:`render_global_state`): the task, every agent's output
+    before the acting agent speaks (:class:`GlobalStateLog`): the task, every agent's output
     so far (earlier rounds with their grades, and this round's outputs up to now) and D_t.
 ``per_agent`` (the SII-MARFT option)
     One critic adapter ``critic_<agent_id>`` per agent, each reading the same global state; an
@@ -18,32 +18,42 @@ Critic modes (``CriticConfig.mode``, listed once in ``CRITIC_MODES``)
     observation). Under ``chain`` this sees the same outputs as the global state; under
     ``independent`` / ``dag`` / ``orchestrated`` it ignores what the agent cannot see.
 
-Every mode gives action-level values (at the last token of the critic's prompt) and token-level
-values (the acting agent's response appended to the critic's prompt, one value per prefix).
+Every mode gives action-level values (at the last token of the critic's input) and token-level
+values (the acting agent's response appended to the critic's input, one value per prefix).
 
-The global-state template
--------------------------
-The critic's user turn, under the system prompt ``CRITIC_SYSTEM_PROMPT``, is::
+The global state as a growing log
+---------------------------------
+Under the global-state modes the critic reads, for each episode, one log that grows decision by
+decision (:class:`GlobalStateLog`): the critic's system turn (``CRITIC_SYSTEM_PROMPT``, from the
+tokenizer's chat template), then::
 
-    GLOBAL STATE before <agent> (<role>) acts in round <r>
-    <env.state()["text"]: "TASK <id>: <prompt>", then one "[round k] <agent>: <output>" line per
-     utterance so far (earlier rounds and this one) and one "[round k] grade: ..." line per graded
-     round>
-    DEPENDENCY D_t (round <r>): acting order <a> -> <b> -> ...; <parent> -> <child> (child sees
-     parent's output), ... | no edges: agents act independently
-    NEXT TO ACT: <agent>
+    TASK <id>: <prompt>                                   <- env.state()["text"] so far
+    DECISION round 1: D_t acting order a -> b; a -> b (child sees parent's output); NEXT TO ACT: a (role)
+    [round 1] a: <a's output>                             <- what the transcript gained since
+    DECISION round 1: D_t ...; NEXT TO ACT: b (role)
+    ...
 
-The transcript is the env's ``state()`` text (``TextTaskEnv.transcript``) read at the decision,
-before the agent acts, and D_t is the round graph in the agent's ``infos["dependency"]`` (the
-same graph ``state()["dependency"]`` holds as a matrix); both are whatever the env's dependency
-produced, so every dependency kind (built-in, ``orchestrated``, user callables) is covered.
-A transcript longer than ``max_state_chars`` keeps its head (the task) and its tail (the
-freshest outputs).
+Decision k's critic input is the log up to the end of its ``DECISION`` line, so the input of
+decision k+1 *extends* the input of decision k token for token (each appended segment is
+tokenised on its own). That is what makes the critic cheap: a no-grad or gradient pass over the
+longest input of an episode yields the values of all its decisions at once
+(``ScoringMixin.state_values`` merges inputs that are prefixes of one another, exactly: causal
+attention makes a prefix's last hidden state independent of what follows). The transcript is
+the env's ``state()`` text (``TextTaskEnv.transcript``, append-only) read before the agent acts;
+D_t is the round graph in the agent's ``infos["dependency"]``; both are whatever the env's
+dependency produced, so every dependency kind is covered. When the transcript is not an
+extension of what the log has read (an env whose state text is rewritten) or the log would pass
+``max_state_chars``, the log restarts from the current transcript (head and tail kept): still the
+whole global state, only not merged with the earlier decisions.
+
+Version history: the first critic rendered one chat-formatted prompt per decision ("GLOBAL STATE
+before <agent> ..."), whose inputs shared nothing across an episode's decisions; the log
+replaced it (MARFT-A's update spent half its time in the critic's passes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -58,8 +68,8 @@ CRITIC_MODES = ("centralised", "per_agent", "local")
 GLOBAL_STATE_MODES = ("centralised", "per_agent")
 """Modes whose critics read the global state rather than the acting agent's prompt."""
 CRITIC_SYSTEM_PROMPT = ("You are the critic of a team of agents solving a task together. Judge how "
-                        "likely the team is to solve it, given the state below.")
-"""The critic's system turn for the global-state modes (shared prefix of every critic prompt)."""
+                        "likely the team is to solve it, given the log of the episode below.")
+"""The critic's system turn for the global-state modes (shared prefix of every critic input)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +88,8 @@ class CriticConfig:
     value_head_bias: float = 0.0
     """Initial bias, i.e. the initial value of every state when the weights start at zero."""
     max_state_chars: int = 16_000
-    """Longest global-state transcript the critic reads (head and tail kept); 0 = no limit."""
+    """Longest global-state log (characters) the critic reads in one episode; past it the log
+    restarts from the current transcript, head and tail kept. 0 = no limit."""
     centralised: bool | None = None
     """Removed: use ``mode``. Setting it raises an error that says how to migrate."""
 
@@ -113,15 +124,51 @@ def describe_dependency(dependency: Mapping[str, Any] | None) -> str:
     return f"acting order {order}; {seen}"
 
 
-def render_global_state(transcript: str, dependency: Mapping[str, Any] | None, agent: str, role: str,
-                        round_index: int, max_chars: int = 0) -> str:
-    """The critic's user turn for the global-state modes (template in the module docstring)."""
-    if max_chars and len(transcript) > max_chars:
-        half = max_chars // 2 - 16
-        transcript = transcript[:half] + "\n[... truncated ...]\n" + transcript[-half:]
-    return (f"GLOBAL STATE before {agent} ({role}) acts in round {round_index}\n{transcript}\n"
-            f"DEPENDENCY D_t (round {round_index}): {describe_dependency(dependency)}\n"
-            f"NEXT TO ACT: {agent}")
+def decision_line(dependency: Mapping[str, Any] | None, agent: str, role: str, round_index: int) -> str:
+    """The log line the critic's value of a decision is read at (see the module docstring)."""
+    return f"DECISION round {round_index}: D_t {describe_dependency(dependency)}; NEXT TO ACT: {agent} ({role})"
+
+
+def truncate_middle(text: str, max_chars: int) -> str:
+    """``text`` cut to about ``max_chars`` characters, keeping its head (the task) and its tail
+    (the freshest outputs); 0 = no limit."""
+    if not max_chars or len(text) <= max_chars:
+        return text
+    half = max(max_chars // 2 - 16, 1)
+    return text[:half] + "\n[... truncated ...]\n" + text[-half:]
+
+
+class GlobalStateLog:
+    """One episode's critic input under the global-state modes, grown one decision at a time.
+
+    Args:
+        system_ids: the critic's system turn (token ids; the start of every input).
+        encode: text -> token ids without special tokens.
+        max_chars: longest log text before the log restarts (0 = no limit).
+    """
+
+    def __init__(self, system_ids: list[int], encode: Callable[[str], list[int]], max_chars: int = 0):
+        self.system_ids, self.encode, self.max_chars = list(system_ids), encode, max_chars
+        self.ids: list[int] = []
+        self.seen = ""  # transcript text the log has read
+        self.chars = 0  # log text length so far (without the system turn)
+        self.restarts = 0  # how often the log could not be extended (diagnostics, tests)
+
+    def extend(self, transcript: str, dependency: Mapping[str, Any] | None, agent: str, role: str,
+               round_index: int) -> list[int]:
+        """The critic's input ids for the decision about to be taken (a new list)."""
+        line = decision_line(dependency, agent, role, round_index)
+        fresh = not self.ids or not transcript.startswith(self.seen)
+        segment = f"{transcript[len(self.seen):]}\n{line}" if not fresh else ""
+        if not fresh and self.max_chars and self.chars + len(segment) > self.max_chars:
+            fresh = True
+        if fresh:
+            self.restarts += bool(self.ids)
+            segment = f"{truncate_middle(transcript, self.max_chars)}\n{line}"
+            self.ids, self.chars = list(self.system_ids), 0
+        self.ids += self.encode(segment)
+        self.seen, self.chars = transcript, self.chars + len(segment)
+        return list(self.ids)
 
 
 class ValueHead(nn.Module):

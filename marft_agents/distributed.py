@@ -163,6 +163,18 @@ class DataParallel:
         """This rank's share of a global minibatch, in minibatch order."""
         return [samples[i] for i in self.local_indices(samples)]
 
+    def share_groups(self, samples: Sequence[Any], key: Callable[[Any], Any]) -> list[Any]:
+        """This rank's share of a global minibatch whose items stay with their group (``key``):
+        the value loss keeps an episode's decisions on one rank, since their critic inputs run
+        as one row (``critic.GlobalStateLog``). Balanced by the groups' summed cost."""
+        groups: dict[Any, list[int]] = {}
+        for i, s in enumerate(samples):
+            groups.setdefault(key(s), []).append(i)
+        members = list(groups.values())
+        owner = balanced_partition([sum(sample_cost(samples[i]) for i in m) for m in members], self.world.world_size)
+        mine = sorted(i for m, r in zip(members, owner) if r == self.world.rank for i in m)
+        return [samples[i] for i in mine]
+
     def share_attribute(self, samples: Sequence[Any], local: Sequence[int], name: str) -> None:
         """After each rank set ``name`` on its ``local`` samples, give every rank all of them."""
         mine = {i: getattr(samples[i], name) for i in local}

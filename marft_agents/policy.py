@@ -130,6 +130,10 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
         # where the model allows it; False = the model's own forward and full logits (the
         # reference path, kept for tests and `benchmarks/bench_update.py --paths`).
         self.fused_head = True
+        # state_values runs one row per chain of critic inputs that extend one another (an
+        # episode's global-state log); False = one row per input (the reference path, kept for
+        # tests and the benchmarks' `plain` path).
+        self.merge_prefix_rows = True
         self._active: str | None = None
         self._system_turns: dict[str, list[int]] = {}  # system prompt -> its chat-template turn ids
         self._trainable: set[str] = set()
@@ -261,20 +265,29 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
             ids = ids["input_ids"]
         return [int(i) for i in ids]
 
+    def system_turn_ids(self, system_prompt: str) -> list[int]:
+        """The chat template's system turn alone (token ids; cached): the start of every
+        ``chat_prompt_ids(system_prompt, ...)`` in the usual templates."""
+        turn = self._system_turns.get(system_prompt)
+        if turn is None:
+            turn = self.tokenizer.apply_chat_template(
+                [{"role": "system", "content": system_prompt}], tokenize=True, return_dict=False)
+            if isinstance(turn, dict) or hasattr(turn, "keys"):
+                turn = turn["input_ids"]
+            turn = self._system_turns[system_prompt] = [int(i) for i in turn]
+        return list(turn)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of plain ``text`` (no special tokens, no chat template)."""
+        return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+
     def shared_prefix_len(self, system_prompt: str, prompt_ids: Sequence[int]) -> int:
         """Length of the system turn that ``chat_prompt_ids(system_prompt, ...)`` put at the start
         of ``prompt_ids`` (the part every request of an agent shares), or 0 when there is none
         or the template tokenised it differently inside the full prompt."""
         if not system_prompt:
             return 0
-        cache = self._system_turns
-        turn = cache.get(system_prompt)
-        if turn is None:
-            turn = self.tokenizer.apply_chat_template(
-                [{"role": "system", "content": system_prompt}], tokenize=True, return_dict=False)
-            if isinstance(turn, dict) or hasattr(turn, "keys"):
-                turn = turn["input_ids"]
-            turn = cache[system_prompt] = [int(i) for i in turn]
+        turn = self.system_turn_ids(system_prompt)
         return len(turn) if list(prompt_ids[:len(turn)]) == turn else 0
 
     def generate(self, requests: Sequence[GenRequest], sampling: SamplingConfig | None = None,

@@ -10,8 +10,9 @@ env has no agents left; then the env starts its next planned episode, if any.
 Every agent decision becomes a :class:`Decision`: who acted, on what prompt (token ids of the
 tokenizer's chat template applied to the role's system prompt and the observation text), what it
 said (response ids, text, sampling-time log-probs), what the critic read (``critic_prompt_ids``:
-the global state from ``env.unwrapped.state()`` and D_t before the agent acts, or the agent's own
-prompt under ``critic.mode: local``; see ``marft_agents/critic.py``) and its values, and what the
+the episode's global-state log from ``env.unwrapped.state()`` and D_t up to this decision, or the
+agent's own prompt under ``critic.mode: local``; see ``marft_agents/critic.py``) and its values
+(action-level ones filled in when the collection ends), and what the
 env paid for it. Rewards follow the env's AEC semantics: right after an agent's step, ``env.rewards`` holds
 the rewards of *that* transition, so ``team_reward`` is the round's team reward on the decision
 that closed the round and 0 on the others; the per-agent rewards a task reports
@@ -148,6 +149,8 @@ class _Slot:
     episode: int = -1
     round_decisions: list[int] = field(default_factory=list)
     active: bool = False
+    critic_log: Any = None
+    """The episode's ``GlobalStateLog`` (global-state critics), started at its first decision."""
 
 
 class RolloutCollector:
@@ -251,6 +254,8 @@ class RolloutCollector:
                     self._start_next(slot, queue, rollout)
             if turns:
                 self._play_tick(turns, rollout)
+        if self.values == "state":
+            self._fill_state_values(rollout)
         return rollout
 
     def _start_next(self, slot: _Slot, queue: list, rollout: Rollout) -> None:
@@ -261,6 +266,7 @@ class RolloutCollector:
         slot.env.reset(seed=seed, options=dict(options))
         slot.episode = len(rollout.episodes)
         slot.round_decisions = []
+        slot.critic_log = None
         slot.active = True
         task = getattr(getattr(slot.env, "unwrapped", slot.env), "task", None)
         rollout.episodes.append(EpisodeRecord(slot.index, getattr(task, "task_id", ""),
@@ -299,7 +305,7 @@ class RolloutCollector:
             for k, gen in zip(idx, outs):
                 generations[k] = gen
         critic_inputs = self._critic_inputs(turns, prompts, generations)
-        state_values, token_values = self._values(turns, critic_inputs, generations)
+        token_values = self._token_values(turns, critic_inputs, generations)
         for k, (slot, agent, obs, info) in enumerate(turns):
             gen = generations[k]
             decision = Decision(
@@ -307,7 +313,6 @@ class RolloutCollector:
                 round=int(info.get("round", 0)), agent_id=agent, adapter=self.policy.adapter_for(agent),
                 observation=obs["text"], prompt_ids=prompts[k], response_ids=list(gen.response_ids), text=gen.text,
                 logprobs=[float(x) for x in gen.logprobs],
-                value=None if state_values is None else state_values[k],
                 token_values=None if token_values is None else token_values[k],
                 adjacency=(info.get("dependency") or {}).get("adjacency"), task_id=str(info.get("task_id", "")),
                 prefix_len=gen.prefix_len, group=rollout.episodes[slot.episode].group,
@@ -325,11 +330,13 @@ class RolloutCollector:
         """
         if self.values is None:
             return None
-        from marft_agents.critic import CRITIC_SYSTEM_PROMPT, render_global_state
+        from marft_agents.critic import CRITIC_SYSTEM_PROMPT, GlobalStateLog
 
         config = self.policy.critic_config
         if not config.reads_global_state:  # local: the acting agent's own prompt, as sampled
             return [(prompts[k], generations[k].prefix_len) for k in range(len(turns))]
+        system_ids = self.policy.system_turn_ids(CRITIC_SYSTEM_PROMPT)
+        prefix = len(system_ids) if self.sampling.share_prefix else 0
         out = []
         for slot, agent, _obs, info in turns:
             env = getattr(slot.env, "unwrapped", slot.env)
@@ -340,20 +347,21 @@ class RolloutCollector:
                     f"critic.mode {config.mode!r} values the global state, but env {type(env).__name__} has no "
                     "state(); implement state() -> {'text': ...} (TextTaskEnv does) or use critic.mode: local"
                 ) from None
-            text = render_global_state(str(state["text"]), info.get("dependency"), agent,
-                                       str(info.get("role", agent)), int(info.get("round", 0)),
-                                       config.max_state_chars)
-            ids = list(self.policy.chat_prompt_ids(CRITIC_SYSTEM_PROMPT, text))
-            prefix = self.policy.shared_prefix_len(CRITIC_SYSTEM_PROMPT, ids) if self.sampling.share_prefix else 0
+            if slot.critic_log is None:
+                slot.critic_log = GlobalStateLog(system_ids, self.policy.encode_text, config.max_state_chars)
+            ids = slot.critic_log.extend(str(state["text"]), info.get("dependency"), agent,
+                                         str(info.get("role", agent)), int(info.get("round", 0)))
             out.append((ids, prefix))
         return out
 
     @torch.no_grad()
-    def _values(self, turns: list, critic_inputs: list[tuple[list[int], int]] | None, generations: list[Any]):
-        """Critic values of this tick's decisions on their critic inputs, one call per critic
-        adapter (``"token"``: with each response appended)."""
-        if self.values is None or critic_inputs is None:
-            return None, None
+    def _token_values(self, turns: list, critic_inputs: list[tuple[list[int], int]] | None,
+                      generations: list[Any]) -> list[list[float]] | None:
+        """Token-level critic values of this tick's decisions (each response appended to its
+        critic input), one call per critic adapter. Action-level values wait for the end of the
+        collection (``_fill_state_values``)."""
+        if self.values != "token" or critic_inputs is None:
+            return None
         groups: dict[str, list[int]] = defaultdict(list)
         for k, (_slot, agent, _obs, _info) in enumerate(turns):
             groups[self.policy.critic_for(agent)].append(k)
@@ -363,16 +371,34 @@ class RolloutCollector:
             agent = turns[idx[0]][1]  # any agent of the group selects its critic
             ids = [critic_inputs[k][0] for k in idx]
             prefix_lens = [critic_inputs[k][1] for k in idx]
-            if self.values == "state":
-                v = self.policy.state_values(ids, agent, prefix_lens=prefix_lens).float().cpu()  # [B]
-                for k, value in zip(idx, v.tolist()):
-                    out[k] = value
-            else:
-                responses = [list(generations[k].response_ids) for k in idx]
-                v = self.policy.token_values(ids, responses, agent, prefix_lens=prefix_lens).float().cpu()  # [B, T]
-                for b, k in enumerate(idx):
-                    out[k] = v[b, : len(responses[b])].tolist()
-        return (out, None) if self.values == "state" else (None, out)
+            responses = [list(generations[k].response_ids) for k in idx]
+            v = self.policy.token_values(ids, responses, agent, prefix_lens=prefix_lens).float().cpu()  # [B, T]
+            for b, k in enumerate(idx):
+                out[k] = v[b, : len(responses[b])].tolist()
+        return out
+
+    @torch.no_grad()
+    def _fill_state_values(self, rollout: Rollout) -> None:
+        """Action-level values of the rollout's decisions, once the collection is over.
+
+        The critic's weights do not change during a collection, so valuing later gives the same
+        values; and since an episode's critic inputs extend one another (``GlobalStateLog``),
+        valuing an episode's decisions together costs one row per episode
+        (``state_values`` merges inputs that are prefixes of one another). Episodes go in chunks
+        of ``sampling.max_batch_size``, one call per critic adapter."""
+        by_critic: dict[str, dict[int, list[Decision]]] = defaultdict(lambda: defaultdict(list))
+        for d in rollout.decisions:
+            if d.value is None and d.critic_prompt_ids is not None:
+                by_critic[self.policy.critic_for(d.agent_id)][d.episode].append(d)
+        chunk = max(int(self.sampling.max_batch_size), 1)
+        for critic in sorted(by_critic):
+            episodes = list(by_critic[critic].values())
+            for start in range(0, len(episodes), chunk):
+                part = [d for episode in episodes[start: start + chunk] for d in episode]
+                values = self.policy.state_values([d.critic_prompt_ids for d in part], part[0].agent_id,
+                                                  prefix_lens=[d.critic_prefix_len for d in part])  # [B]
+                for d, value in zip(part, values.float().cpu().tolist()):
+                    d.value = value
 
     def _step(self, slot: _Slot, decision: Decision, rollout: Rollout) -> None:
         env, agent = slot.env, decision.agent_id

@@ -56,7 +56,8 @@ def _merge_rows(parts: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
 
 class ScoringMixin:
     """Forward passes for ``MultiAgentPolicy`` (which provides ``lm``, ``tokenizer``, ``device``,
-    ``value_heads``, ``critic_for``, ``fused_head`` and the ``_using`` adapter switch)."""
+    ``value_heads``, ``critic_for``, ``fused_head``, ``merge_prefix_rows`` and the ``_using``
+    adapter switch)."""
 
     def _pack(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
               prefix_len: int = 0) -> PackedBatch:
@@ -189,14 +190,49 @@ class ScoringMixin:
 
     def state_values(self, prompt_ids: Sequence[Sequence[int]], agent_id: str | None = None,
                      prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
-        """Critic value at the last prompt token: ``[B]`` float32."""
+        """Critic value at the last prompt token: ``[B]`` float32.
+
+        Rows that are a prefix of another row (an episode's critic inputs, see
+        ``critic.GlobalStateLog``; or equal rows) are valued inside that longer row at their
+        last token's column: one forward row per chain, the same values (causal attention)."""
         critic = self.critic_for(agent_id)
         parts = []
         for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens):
             prefix = list(prompt_ids[rows[0]][:prefix_len])
-            ids, mask = left_pad([prompt_ids[r][prefix_len:] for r in rows],
-                                 self.tokenizer.pad_token_id, self.device)  # [b, P]
-            mask, pos = after_prefix(mask, prefix_len)  # [b, s + P], [b, P]
-            hidden = self._hidden(critic, ids, mask, pos, prefix)  # [b, P, H]
-            parts.append((rows, self.value_heads[critic](hidden[:, -1])))  # [b]
+            suffixes = [list(prompt_ids[r][prefix_len:]) for r in rows]
+            heads, where = prefix_chains(suffixes) if self.merge_prefix_rows else one_row_each(suffixes)
+            ids, mask = left_pad([suffixes[h] for h in heads], self.tokenizer.pad_token_id, self.device)  # [h, P]
+            mask, pos = after_prefix(mask, prefix_len)  # [h, s + P], [h, P]
+            hidden = self._hidden(critic, ids, mask, pos, prefix)  # [h, P, H]
+            width = ids.shape[1]
+            head_of = torch.tensor([chain for chain, _ in where], device=hidden.device)  # [b]
+            column = torch.tensor([width - len(suffixes[heads[chain]]) + length - 1 for chain, length in where],
+                                  device=hidden.device)  # [b] the row's last token inside its chain's row
+            parts.append((rows, self.value_heads[critic](hidden[head_of, column])))  # [b]
         return _merge_rows(parts)
+
+
+def one_row_each(seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
+    """``prefix_chains``'s output without merging: every sequence its own row."""
+    return list(range(len(seqs))), [(i, len(seq)) for i, seq in enumerate(seqs)]
+
+
+def prefix_chains(seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
+    """Sequences grouped under the longest ones they are a prefix of.
+
+    Returns ``heads`` (indices of the sequences that get a forward row, longest first) and, per
+    sequence, ``(index into heads, its length)``: its last token is at position ``length - 1``
+    of that head. A sequence equal to another shares its row."""
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+    heads: list[int] = []
+    where: list[tuple[int, int]] = [(0, 0)] * len(seqs)
+    for i in order:
+        seq = list(seqs[i])
+        for chain, head in enumerate(heads):
+            if list(seqs[head][:len(seq)]) == seq:  # heads are at least as long (sorted)
+                where[i] = (chain, len(seq))
+                break
+        else:
+            where[i] = (len(heads), len(seq))
+            heads.append(i)
+    return heads, where

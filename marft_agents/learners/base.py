@@ -78,7 +78,15 @@ import torch
 from marft_agents import ppo_math as pm
 from marft_agents.attention import training_passes
 from marft_agents.learners.logprob_targets import LogprobTargets
-from marft_agents.learners.samples import PolicyUnits, Sample, pad_stack, response_mask, sample_from_decision
+from marft_agents.learners.samples import (
+    PolicyUnits,
+    Sample,
+    episode_key,
+    episode_minibatches,
+    pad_stack,
+    response_mask,
+    sample_from_decision,
+)
 from marft_agents.rollout import Rollout
 
 __all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask", "sample_from_decision"]
@@ -169,7 +177,7 @@ class BaseLearner(LogprobTargets):
         epochs_run, early_stopped = 0, 0.0
         for epoch in range(self.schedule.ppo_epochs):
             epochs_run += 1
-            for batch in (self._minibatches(samples) if critic else []):
+            for batch in (self._critic_minibatches(samples) if critic else []):
                 stats = self._step(sorted({s.critic for s in batch}), batch, critic=True)
                 for key, value in stats.items():
                     sums[key] += value
@@ -237,6 +245,10 @@ class BaseLearner(LogprobTargets):
         order = self.rng.permutation(len(samples))
         size = self.schedule.minibatch_size
         return [[samples[i] for i in order[start: start + size]] for start in range(0, len(order), size)]
+
+    def _critic_minibatches(self, samples: list[Sample]) -> list[list[Sample]]:
+        """The value loss's minibatches: whole episodes in a random order (``episode_minibatches``)."""
+        return episode_minibatches(samples, self.rng, self.schedule.minibatch_size)
 
     def _micro_batches(self, samples: list[Sample], by: str = "adapter") -> list[list[Sample]]:
         """Split by adapter (``by="critic"``: by critic adapter), then into chunks of at most
@@ -316,7 +328,11 @@ class BaseLearner(LogprobTargets):
         norm = {k: max(v, 1.0) for k, v in norm.items()}  # all-empty responses: sums are 0 anyway
         sums: dict[str, float] = defaultdict(float)
         loss_total = 0.0
-        local = batch if self.data_parallel is None else self.data_parallel.share(batch)
+        dp = self.data_parallel
+        if dp is None:
+            local = batch
+        else:  # an episode's critic inputs share a row: keep them on one rank
+            local = dp.share_groups(batch, episode_key) if critic else dp.share(batch)
         for micro in self._micro_batches(local, by="critic" if critic else "adapter"):
             loss, stats = self._critic_micro(micro, norm) if critic else self._policy_micro(micro, norm)
             loss.backward()

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from marft_agents.rollout import Decision
@@ -40,6 +42,9 @@ class Sample:
     """The critic's input at this decision (``Decision.critic_prompt_ids``); None = ``prompt_ids``."""
     critic_prefix_len: int = 0
     """Shared-prefix length of ``critic_prompt_ids`` as valued at collection time."""
+    episode: int = -1
+    """The decision's episode in its rollout (``Decision.episode``; -1 = unknown): the value
+    loss's minibatches keep an episode's decisions together (``BaseLearner._critic_minibatches``)."""
 
     @property
     def critic_input(self) -> tuple[list[int], int]:
@@ -58,7 +63,27 @@ def sample_from_decision(decision: Decision, critic: str, old_values: torch.Tens
         old_logprobs=torch.tensor(decision.logprobs, dtype=torch.float32),  # [L]
         old_values=old_values, advantages=advantages, returns=returns,
         critic_prompt_ids=decision.critic_prompt_ids, critic_prefix_len=decision.critic_prefix_len,
+        episode=decision.episode,
     )
+
+
+def episode_key(sample: Sample) -> Any:
+    """Which episode a sample belongs to (its own group when unknown)."""
+    return sample.episode if sample.episode >= 0 else ("unknown", id(sample))
+
+
+def episode_minibatches(samples: list[Sample], rng: np.random.Generator, size: int) -> list[list[Sample]]:
+    """Whole episodes in a random order, an episode's decisions adjacent, cut every ``size``
+    decisions: the value loss's minibatches. Together, an episode's critic inputs (each extends
+    the one before, ``critic.GlobalStateLog``) share one forward row."""
+    if not samples:
+        return []
+    episodes: dict[Any, list[Sample]] = {}
+    for s in samples:
+        episodes.setdefault(episode_key(s), []).append(s)
+    groups = list(episodes.values())
+    flat = [s for g in rng.permutation(len(groups)) for s in groups[g]]
+    return [flat[start: start + size] for start in range(0, len(flat), size)]
 
 
 @dataclass

@@ -234,7 +234,7 @@ def test_every_critic_mode_trains_its_value_functions(tmp_path, tiny, algorithm,
             assert d.critic_prompt_ids == d.prompt_ids and d.critic_prefix_len == d.prefix_len
         else:
             text = trainer.policy.tokenizer.decode(d.critic_prompt_ids)
-            assert "GLOBAL STATE" in text and f"NEXT TO ACT: {d.agent_id}" in text
+            assert "TASK " in text and text.endswith(f"NEXT TO ACT: {d.agent_id} ({d.agent_id.rsplit('_', 1)[0]})")
     metrics = trainer.learner.update(rollout, 0)
     assert metrics["losses/value_loss"] == metrics["losses/value_loss"]  # not NaN
     for n in names:

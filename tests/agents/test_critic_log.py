@@ -1,0 +1,136 @@
+"""The critic's global-state log: an episode's critic inputs extend one another, and valuing them
+together (one forward row per chain of prefixes) gives the same values and gradients as valuing
+each input on its own row."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import marft_envs
+from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
+from marft_agents.critic import GlobalStateLog
+from marft_agents.rollout import RolloutCollector
+from marft_agents.scoring import prefix_chains
+
+TRIO = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think."},
+                                   {"name": "actor", "system_prompt": "Act."},
+                                   {"name": "verifier", "system_prompt": "Check.", "graded": True}]}
+
+
+def _policy(tiny, mode="centralised"):
+    from marft_agents.policy import CriticConfig, MultiAgentPolicy
+
+    model, tokenizer = tiny
+    return MultiAgentPolicy(model, tokenizer, ["reasoner_0", "actor_0", "verifier_0"],
+                            critic=CriticConfig(mode=mode, value_head_init_std=0.5))
+
+
+def _collect(policy, episodes=4):
+    from marft_agents.policy import SamplingConfig
+
+    envs = [marft_envs.make(LETTERS_ID, profile=TRIO, horizon=2) for _ in range(2)]
+    torch.manual_seed(0)
+    return RolloutCollector(envs, policy, SamplingConfig(max_new_tokens=6, temperature=1.0),
+                            values="state", seed=0).collect(episodes)
+
+
+def test_an_episodes_critic_inputs_extend_one_another(tiny):
+    policy = _policy(tiny)
+    rollout = _collect(policy)
+    pairs = 0
+    for episode in rollout.episode_decisions():
+        for earlier, later in zip(episode, episode[1:]):
+            assert len(later.critic_prompt_ids) > len(earlier.critic_prompt_ids)
+            assert later.critic_prompt_ids[:len(earlier.critic_prompt_ids)] == earlier.critic_prompt_ids
+            pairs += 1
+        for d in episode:  # each input ends at its own decision line
+            role = d.agent_id.rsplit("_", 1)[0]
+            assert policy.tokenizer.decode(d.critic_prompt_ids).endswith(f"NEXT TO ACT: {d.agent_id} ({role})")
+    assert pairs >= 8
+
+
+def test_values_are_collected_one_row_per_episode(tiny):
+    policy = _policy(tiny)
+    rows = []
+    original = policy._hidden
+
+    def hidden(critic, ids, *args, **kwargs):
+        rows.append(ids.shape[0])
+        return original(critic, ids, *args, **kwargs)
+
+    policy._hidden = hidden
+    rollout = _collect(policy, episodes=4)
+    assert sum(rows) == len(rollout.episodes) < len(rollout.decisions)
+    assert all(d.value is not None for d in rollout.decisions)
+
+
+def test_log_restarts_when_the_transcript_is_rewritten_or_too_long():
+    encode = lambda text: [ord(c) for c in text]  # noqa: E731 (one id per character)
+    log = GlobalStateLog([1, 2], encode, max_chars=0)
+    first = log.extend("TASK t: x", None, "a_0", "a", 1)
+    second = log.extend("TASK t: x\n[round 1] a_0: hi", None, "b_0", "b", 1)
+    assert second[:len(first)] == first and log.restarts == 0
+    third = log.extend("TASK t: rewritten", None, "a_0", "a", 2)  # not an extension: restart
+    assert third[:2] == [1, 2] and third[:len(second)] != second and log.restarts == 1
+    assert "".join(map(chr, third[2:])).startswith("TASK t: rewritten\nDECISION round 2")
+    short = GlobalStateLog([1], encode, max_chars=120)
+    short.extend("TASK t: x", None, "a_0", "a", 1)
+    short.extend("TASK t: x" + "\n[round 1] a_0: " + "y" * 100, None, "b_0", "b", 1)
+    assert short.restarts == 1 and "[... truncated ...]" in "".join(map(chr, short.ids[1:]))
+
+
+def test_prefix_chains_groups_prefixes_under_the_longest():
+    seqs = [[1, 2], [1, 2, 3, 4], [5], [1, 2, 3], [1, 2], [5, 6]]
+    heads, where = prefix_chains(seqs)
+    assert sorted(heads) == [1, 5]
+    for i, (chain, length) in enumerate(where):
+        assert length == len(seqs[i]) and seqs[heads[chain]][:length] == seqs[i]
+
+
+def _critic_grads(policy, loss):
+    params = policy.adapter_parameters("critic") + list(policy.value_heads["critic"].parameters())
+    return torch.autograd.grad(loss, params)
+
+
+def _plain_value(policy, ids):
+    """The reference: one unpadded row, no shared prefix, the value at its last token."""
+    row = torch.tensor([ids], device=policy.device)  # [1, L]
+    hidden = policy._hidden("critic", row, torch.ones_like(row), torch.arange(len(ids), device=policy.device)[None])
+    return policy.value_heads["critic"](hidden[:, -1])  # [1]
+
+
+def test_merged_state_values_and_gradients_equal_row_by_row(tiny):
+    policy = _policy(tiny)
+    rollout = _collect(policy, episodes=2)
+    decisions = rollout.decisions
+    ids = [d.critic_prompt_ids for d in decisions]
+    prefix_lens = [d.critic_prefix_len for d in decisions]
+    assert len(prefix_chains(ids)[0]) < len(ids)  # the rows really merge
+    policy.set_trainable(set(), critic=True)
+    weights = torch.linspace(0.5, 2.0, len(ids))  # distinct per row: a wrong column changes the loss
+    merged = policy.state_values(ids, "reasoner_0", prefix_lens=prefix_lens)  # [B]
+    alone = torch.cat([_plain_value(policy, i) for i in ids])  # [B]
+    torch.testing.assert_close(merged, alone, atol=1e-5, rtol=0)
+    torch.testing.assert_close(merged.detach().cpu(), torch.tensor([d.value for d in decisions]), atol=1e-5, rtol=0)
+    for got, want in zip(_critic_grads(policy, (merged * weights).sum()), _critic_grads(policy, (alone * weights).sum())):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_critic_minibatches_keep_an_episodes_decisions_together():
+    from marft_agents.learners.base import BaseLearner
+
+    samples = [SimpleNamespace(episode=e, step=k) for e in range(8) for k in range(2)]
+    engine = SimpleNamespace(rng=np.random.default_rng(0), schedule=SimpleNamespace(minibatch_size=4))
+    batches = BaseLearner._critic_minibatches(engine, samples)  # the engine's own call
+    flat = [s for b in batches for s in b]
+    assert sorted(map(id, flat)) == sorted(map(id, samples)) and [len(b) for b in batches] == [4] * 4
+    for batch in batches:
+        assert all(sum(t.episode == s.episode for t in batch) == 2 for s in batch)  # with its partner
+    assert [s.episode for s in flat] != sorted(s.episode for s in flat)  # episodes shuffled
+    unknown = [SimpleNamespace(episode=-1, step=k) for k in range(5)]  # no episode: each on its own
+    flat = [s for b in BaseLearner._critic_minibatches(engine, unknown) for s in b]
+    assert sorted(map(id, flat)) == sorted(map(id, unknown)) and flat != unknown
