@@ -14,7 +14,12 @@ untrained one or against its swapped ablation:
   answerer: right; for an earlier agent: it solved the problem itself);
 * ``copies parent``: the utterance begins with the previous speaker's first 20 characters (a
   small model's failure: repeating its teammate instead of doing its part);
-* ``chars``: the mean utterance length.
+* ``chars``: the mean utterance length;
+* ``verdict``: the utterance states a verdict on the previous speaker's answer (the first of the
+  words CORRECT, WRONG or INCORRECT, any case, as SolveCheck reads a checker);
+* ``verdict right``: of those, the verdict matches whether the previous speaker's utterance
+  contains the reference answer (CORRECT when it does, WRONG / INCORRECT when it does not): a
+  checker that judges, not one that always says CORRECT. ``-`` for the first speaker.
 
 Then the team's solve rate. The facts and answers are read from the text: this fits tasks whose
 facts are ``NAME = integer`` and whose answers are numbers (Arithmetic, Relay, SolveCheck); for
@@ -35,6 +40,8 @@ FACT = re.compile(r"\b([A-Z])\s*=\s*(-?\d+)\b")
 """A stated fact, ``A = 7``."""
 COPY_PREFIX = 20
 """Characters of the previous utterance that count as copying it."""
+VERDICT = re.compile(r"\b(CORRECT|WRONG|INCORRECT)\b", re.IGNORECASE)
+"""A checker's verdict word (SolveCheck's rule: the first one counts)."""
 
 
 @dataclass
@@ -47,6 +54,10 @@ class AgentStats:
     says_answer: float
     copies_parent: float
     mean_chars: float
+    states_verdict: float | None = None
+    """Share of turns with a verdict word (None: the agent speaks first, nobody to judge)."""
+    verdict_right: float | None = None
+    """Of the turns with a verdict, the share that matches the previous speaker's answer."""
 
 
 def _number_in(text: str, answer: Any) -> bool:
@@ -60,18 +71,28 @@ def agent_stats(tasks: list[dict[str, Any]], channel: int = 40) -> list[AgentSta
     rows: dict[str, dict[str, list[float]]] = {}
     for task in tasks:
         previous = ""
+        answer = task.get("answer", "")
         for turn in (t for t in task["transcript"] if t.get("round", 0) == 0):
             text, observation = turn["text"], turn.get("observation", "")
             own_facts = set(FACT.findall(observation.split("\n")[0])) if observation else set()
             stated = set(FACT.findall(text[:channel]))
-            row = rows.setdefault(turn["agent"], {"facts": [], "answer": [], "copy": [], "chars": []})
+            row = rows.setdefault(turn["agent"], {"facts": [], "answer": [], "copy": [], "chars": [],
+                                                  "verdict": [], "right": []})
             row["facts"].append(float(bool(own_facts) and own_facts <= stated))
-            row["answer"].append(float(_number_in(text, task.get("answer", ""))))
+            row["answer"].append(float(_number_in(text, answer)))
             row["copy"].append(float(bool(previous) and text.strip().startswith(previous.strip()[:COPY_PREFIX])))
             row["chars"].append(float(len(text)))
+            if previous:
+                verdict = VERDICT.search(text)
+                row["verdict"].append(float(verdict is not None))
+                if verdict is not None:
+                    says_correct = verdict.group(1).upper() == "CORRECT"
+                    row["right"].append(float(says_correct == _number_in(previous, answer)))
             previous = text
+    mean = lambda values: statistics.mean(values) if values else None  # noqa: E731
     return [AgentStats(agent, len(r["chars"]), statistics.mean(r["facts"]), statistics.mean(r["answer"]),
-                       statistics.mean(r["copy"]), statistics.mean(r["chars"])) for agent, r in rows.items()]
+                       statistics.mean(r["copy"]), statistics.mean(r["chars"]), mean(r["verdict"]),
+                       mean(r["right"])) for agent, r in rows.items()]
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -83,16 +104,22 @@ def load(path: Path) -> list[dict[str, Any]]:
     return tasks
 
 
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}"
+
+
 def table(files: list[Path], channel: int = 40) -> list[str]:
     """Markdown rows: per file and agent, the statistics in %, then the file's solve rate."""
-    lines = ["| transcripts | agent | turns | passes facts % | says answer % | copies parent % | chars | team solved % |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| transcripts | agent | turns | passes facts % | says answer % | copies parent % | chars "
+             "| verdict % | verdict right % | team solved % |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for path in files:
         tasks = load(path)
         solved = 100 * statistics.mean(float(t["solved"]) for t in tasks)
         for s in agent_stats(tasks, channel):
             lines.append(f"| {Path(path).name} | {s.agent} | {s.turns} | {100 * s.passes_facts:.0f} "
-                         f"| {100 * s.says_answer:.0f} | {100 * s.copies_parent:.0f} | {s.mean_chars:.0f} | {solved:.0f} |")
+                         f"| {100 * s.says_answer:.0f} | {100 * s.copies_parent:.0f} | {s.mean_chars:.0f} "
+                         f"| {_percent(s.states_verdict)} | {_percent(s.verdict_right)} | {solved:.0f} |")
     return lines
 
 

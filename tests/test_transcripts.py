@@ -30,7 +30,24 @@ def test_main_prints_a_row_per_file_and_agent_and_refuses_other_files(tmp_path, 
     good.write_text("".join(json.dumps(t) + "\n" for t in [_task("A = 7", "\\boxed{19}", True)]))
     assert main([str(good)]) == 0
     out = capsys.readouterr().out
-    assert "| trained.jsonl | holder_0 | 1 | 100 | 0 | 0 | 5 | 100 |" in out
+    assert "| trained.jsonl | holder_0 | 1 | 100 | 0 | 0 | 5 | - | - | 100 |" in out
     bad = tmp_path / "other.jsonl"
     bad.write_text('{"x": 1}\n')
     assert main([str(bad)]) == 2 and "expected the JSON lines" in capsys.readouterr().out
+
+
+def _solve_check(solver_text, checker_text, answer="129"):
+    return {"answer": answer, "solved": False, "problem": "Compute 85 + 44.", "transcript": [
+        {"agent": "solver_0", "round": 0, "observation": "Compute 85 + 44.", "text": solver_text},
+        {"agent": "checker_0", "round": 0, "observation": "...", "text": checker_text},
+        {"agent": "solver_0", "round": 1, "observation": "...", "text": "ignored: only the first round counts"}]}
+
+
+def test_verdicts_are_read_and_judged_against_the_solvers_answer():
+    tasks = [_solve_check("85 + 44 = 129", "CORRECT"),                 # right verdict
+             _solve_check("85 + 44 = 16", "correct, the answer is 16"),  # wrong: the solver was wrong
+             _solve_check("85 + 44 = 16", "Incorrect. \\boxed{129}"),   # right: INCORRECT is WRONG
+             _solve_check("85 + 44 = 129", "The sum is 129.")]          # no verdict word
+    solver, checker = agent_stats(tasks)
+    assert solver.states_verdict is None and solver.verdict_right is None  # nobody spoke before it
+    assert checker.states_verdict == 3 / 4 and checker.verdict_right == 2 / 3
