@@ -48,7 +48,7 @@ whole global state, only not merged with the earlier decisions.
 
 Version history: the first critic rendered one chat-formatted prompt per decision ("GLOBAL STATE
 before <agent> ..."), whose inputs shared nothing across an episode's decisions; the log
-replaced it (MARFT-A's update spent half its time in the critic's passes).
+replaced it to cut the critic's share of MARFT-A's rollout and update (``docs/performance.md``).
 """
 
 from __future__ import annotations
