@@ -7,7 +7,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 import torch
 
 import marft_envs
