@@ -74,7 +74,7 @@ from marft_agents.scoring import one_row_each, prefix_chains  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.8
-TRAINING_PATHS = ("fast", "plain")
+TRAINING_PATHS = ("fast", "unmerged", "plain")
 """``--paths`` choices (see ``set_training_path``)."""
 LEARNERS = {"A": "mappo_action", "T": "mappo_token"}
 
@@ -205,10 +205,12 @@ def replay(policy: Any, calls: list[Call], by_kind: dict[str, float] | None = No
 
 def set_training_path(policy: Any, path: str) -> None:
     """``fast``: the policy's defaults (fused head, an episode's critic inputs on one row; in half
-    precision on a CPU grouped-matmul attention and compiled RMSNorm); ``plain``: the model's own
-    forward with full logits, one critic row per decision, the ``sdpa`` attention and
-    transformers' RMSNorm."""
-    policy.fused_head = policy.merge_prefix_rows = path == "fast"
+    precision on a CPU grouped-matmul attention and compiled RMSNorm); ``unmerged``: the same with
+    one critic row per decision (what the episode log saves); ``plain``: the model's own forward
+    with full logits, one critic row per decision, the ``sdpa`` attention and transformers'
+    RMSNorm."""
+    policy.fused_head = path != "plain"
+    policy.merge_prefix_rows = path == "fast"
     if path == "plain":
         if policy.lm.config._attn_implementation == GROUPED_MATMUL:
             policy.lm.set_attn_implementation("sdpa")
@@ -262,8 +264,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="sampling and scoring temperature (the shipped configs' 0.5)")
     ap.add_argument("--paths", default="fast",
                     help="training passes to time, comma-separated, the first one's ratio printed last: "
-                         "fast (the policy's defaults) and/or plain (the model's own forward with full "
-                         "logits, sdpa attention and eager RMSNorm: the path before the fused head)")
+                         "fast (the policy's defaults), unmerged (fast with one critic row per decision) "
+                         "and/or plain (the model's own forward with full logits, one critic row per "
+                         "decision, sdpa attention and eager RMSNorm: the path before issue 18's work)")
     ap.add_argument("--recompute-old-logprobs", action="store_true",
                     help="ppo.recompute_old_logprobs (the shipped bf16 training configs): the update adds a "
                          "no-grad pass over its micro-batches, replayed as a bare no-grad forward")
