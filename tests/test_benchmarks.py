@@ -50,15 +50,16 @@ def test_profile_rollout_fills_every_bucket_it_can():
 def test_bench_update_prints_both_learners_against_bare_passes(dtype):
     # bfloat16: peft keeps the LoRA weights in float32 under a bf16 base, the bound must too
     out = _run("bench_update.py", "--minibatch", "2", "--recompute-old-logprobs", "--dtype", dtype,
-               "--paths", "fast,plain")
-    for path in ("fast", "plain"):
+               "--paths", "fast,unmerged,plain")
+    for path in ("fast", "unmerged", "plain"):
         for learner in ("MARFT-A", "MARFT-T"):
             line = re.search(rf"\[{path}\] {learner} \(\w+\): update ([\d.]+) tok/s \(([\d.]+)s\)\s+"
                              rf"bare fwd\+bwd ([\d.]+) tok/s\s+ratio ([\d.]+)", out)
             assert line, out
             assert all(float(x) > 0 for x in line.groups())
     for learner in ("MARFT-A", "MARFT-T"):
-        assert re.search(rf"{learner} update speed-up fast vs plain: [\d.]+x", out), out
+        for other in ("unmerged", "plain"):
+            assert re.search(rf"{learner} update speed-up fast vs {other}: [\d.]+x", out), out
     assert re.search(r"bare seconds per update by pass: .*token_logprobs with grad [\d.]+s", out), out
     last = out.strip().splitlines()[-1]
     assert re.fullmatch(r"update/bound ratio: [\d.]+", last) and float(last.split()[-1]) > 0, out
