@@ -175,6 +175,10 @@ class Recorder:
         self.gen, self.values, self.raw = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
 
 
+UNMERGED = "+unmerged-critic"
+"""Suffix of a collector row run with one critic row per decision (``--unmerged-critic``)."""
+
+
 def computed_tokens(prompts: list[list[int]], prefix_lens: list[int] | None, merge: bool = False) -> int:
     """Tokens a forward pass over ``prompts`` computes: each shared prefix once, then every
     row's own tokens (padding excluded); ``merge``: rows that are a prefix of another row ride
@@ -233,6 +237,9 @@ def main(argv: list[str] | None = None) -> None:
                          "turn included (as generate does)")
     ap.add_argument("--engine", default="all", choices=[*ENGINES, "all"],
                     help="sampling.engine of the collector; all = one collector per engine, same tasks")
+    ap.add_argument("--unmerged-critic", action="store_true",
+                    help="also run the first engine with one critic row per decision (policy.merge_prefix_rows "
+                         "off: the collector before the episode log), same tasks, as its own row")
     ap.add_argument("--train-settings", action="store_true",
                     help="defaults of the dual-team training configs: " + ", ".join(
                         f"{k}={v}" for k, v in TRAIN_SETTINGS.items()))
@@ -253,15 +260,18 @@ def main(argv: list[str] | None = None) -> None:
                               share_prefix=not args.no_share_prefix)
     rec = Recorder(policy, replay=lambda call: raw_generate(raw, tok, call, sampling))
     engines = list(ENGINES) if args.engine == "all" else [args.engine]
+    if args.unmerged_critic:
+        engines.append(engines[0] + UNMERGED)
     values = None if args.values == "none" else args.values
-    collectors = {e: RolloutCollector(envs, policy, dataclasses.replace(sampling, engine=e), values=values, seed=0)
-                  for e in engines}
+    collectors = {e: RolloutCollector(envs, policy, dataclasses.replace(sampling, engine=e.removesuffix(UNMERGED)),
+                                      values=values, seed=0) for e in engines}
 
     print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
           f"temperature {args.temperature}  values {args.values}  stop {args.stop}  horizon {args.horizon}  "
           f"recompute {args.recompute_logprobs}  share prefix {not args.no_share_prefix}  engines {engines}  "
           f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
-    for collector in collectors.values():  # warm-up: first-call allocations, grader worker start-up
+    for engine, collector in collectors.items():  # warm-up: first-call allocations, grader worker start-up
+        policy.merge_prefix_rows = not engine.endswith(UNMERGED)
         collector.collect(args.batch)
 
     rows: dict[str, list[tuple]] = {e: [] for e in engines}
@@ -269,6 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     passes: dict[str, list[list[tuple[int, int]]]] = {e: [] for e in engines}  # per repeat: Recorder.passes
     for rep in range(args.repeats):
         for engine, collector in collectors.items():
+            policy.merge_prefix_rows = not engine.endswith(UNMERGED)
             rec.reset()
             start = now()
             rollout = collector.collect(args.batch)

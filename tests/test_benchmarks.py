@@ -39,6 +39,13 @@ def test_bench_rollout_prints_collector_against_raw_generate_and_the_bound(extra
     assert re.fullmatch(r"rollout/bound ratio: [\d.]+", last) and float(last.split()[-1]) > 0, out
 
 
+def test_bench_rollout_runs_the_unmerged_critic_as_its_own_row():
+    out = _run("bench_rollout.py", "--engine", "direct", "--unmerged-critic")
+    for engine in ("direct", "direct+unmerged-critic"):
+        assert re.search(rf"engine {re.escape(engine)}: collector [\d.]+ tok/s", out), out
+    assert re.search(r"direct vs direct\+unmerged-critic: speed-up [\d.]+x", out), out
+
+
 def test_profile_rollout_fills_every_bucket_it_can():
     out = _run("profile_rollout.py")
     for bucket in ("linear (base)", "LM head", "attention", "sampling + bookkeeping"):
