@@ -22,6 +22,7 @@ Built-ins (``Dependency.<name>(...)`` or a spec for ``Dependency.from_spec``):
 ``orchestrated(...)``  an orchestrator acts first; its output names who acts next (a line
                        ``NEXT: reasoner_0, actor_0``; role names work too); those agents then
                        act in that order, each seeing the orchestrator and the earlier ones
+                       (``marft_envs/core/orchestrated.py``)
 =====================  ==============================================================
 
 Every graph is validated: unknown names, self-loops and cycles raise ``ValueError`` naming the
@@ -40,7 +41,6 @@ every env that names it, so it must keep no per-episode state).
 from __future__ import annotations
 
 import functools
-import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -240,7 +240,9 @@ class Dependency:
         orchestrator: str = "orchestrator",
         parse: Callable[[str, Sequence[str]], list[str]] | None = None,
     ) -> Dependency:
-        return _Orchestrated(orchestrator, parse or parse_next_agents)
+        from marft_envs.core.orchestrated import Orchestrated, parse_next_agents  # it subclasses Dependency
+
+        return Orchestrated(orchestrator, parse or parse_next_agents)
 
     @staticmethod
     def register(name: str, dependency: Any, replace: bool = False) -> None:
@@ -381,51 +383,3 @@ def edges_from_adjacency(value: Any, agents: Sequence[str]) -> list[Edge]:
     if value is None:
         return []
     return [tuple(e) for e in value]
-
-
-_NEXT_LINE = re.compile(r"next\s*:\s*(.+)", re.IGNORECASE)
-
-
-def parse_next_agents(text: str, candidates: Sequence[str]) -> list[str]:
-    """Agents named by an orchestrator: the last ``NEXT: a, b`` line, else mentions in text order.
-
-    Names may be agent ids (``actor_0``) or role names (``actor``); unknown names are ignored.
-    """
-    lines = _NEXT_LINE.findall(text)
-    source = lines[-1] if lines else text
-    found: list[tuple[int, str]] = []
-    for agent in candidates:
-        role = agent.rsplit("_", 1)[0]
-        for pattern in (re.escape(agent), rf"\b{re.escape(role)}\b"):
-            match = re.search(pattern, source, re.IGNORECASE)
-            if match:
-                found.append((match.start(), agent))
-                break
-    return [a for _, a in sorted(found)]
-
-
-class _Orchestrated(Dependency):
-    name = "orchestrated"
-
-    def __init__(self, orchestrator: str, parse):
-        self._orchestrator_name, self._parse = orchestrator, parse
-
-    def _orchestrator(self, agents):
-        return resolve_name(self._orchestrator_name, agents)
-
-    def plan(self, agents, round_index, history):
-        return build_round_graph(agents, [], active=[self._orchestrator(agents)])
-
-    def after_action(self, graph, agent, output):
-        orchestrator = self._orchestrator(graph.agents)
-        if agent != orchestrator:
-            return graph
-        others = [a for a in graph.agents if a != orchestrator]
-        named = list(dict.fromkeys(self._parse(output, others)))
-        # Why a fallback: a weak model often names nobody; running everyone keeps the episode
-        # meaningful instead of producing an empty round.
-        followers = named or others
-        edges = [(orchestrator, a) for a in followers]
-        edges += [(a, b) for i, a in enumerate(followers) for b in followers[i + 1 :]]
-        # The chain edges among followers force the topological order to be the named order.
-        return build_round_graph(graph.agents, edges, active=[orchestrator, *followers])
