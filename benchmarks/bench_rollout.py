@@ -80,6 +80,7 @@ import argparse
 import dataclasses
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,6 @@ from benchmarks._common import add_common_args, load_avg, load_model, now, set_t
 from marft_agents.generation import ENGINES, effective_prefix_len, left_pad  # noqa: E402
 from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy, SamplingConfig  # noqa: E402
 from marft_agents.rollout import RolloutCollector  # noqa: E402
-from marft_agents.scoring import prefix_chains  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.85
@@ -162,8 +162,8 @@ class Recorder:
                 out = fn(ids, *args, **kwargs)
                 add(self.values, start)
                 extra = sum(len(r) for r in args[0]) if with_responses else 0
-                merge = not with_responses and p.merge_prefix_rows
-                self.passes.append((computed_tokens(ids, kwargs.get("prefix_lens"), merge) + extra, 0))
+                rows_of = None if with_responses else p.value_rows
+                self.passes.append((computed_tokens(ids, kwargs.get("prefix_lens"), rows_of) + extra, 0))
                 return out
             return wrapper
 
@@ -179,10 +179,11 @@ UNMERGED = "+unmerged-critic"
 """Suffix of a collector row run with one critic row per decision (``--unmerged-critic``)."""
 
 
-def computed_tokens(prompts: list[list[int]], prefix_lens: list[int] | None, merge: bool = False) -> int:
+def computed_tokens(prompts: list[list[int]], prefix_lens: list[int] | None,
+                    value_rows: Callable[[list[list[int]]], tuple[list[int], Any]] | None = None) -> int:
     """Tokens a forward pass over ``prompts`` computes: each shared prefix once, then every
-    row's own tokens (padding excluded); ``merge``: rows that are a prefix of another row ride
-    on it (``state_values``, see ``scoring.prefix_chains``)."""
+    row's own tokens (padding excluded); ``value_rows`` (``policy.value_rows``, for
+    ``state_values`` passes): only the rows it runs, the others ride on them."""
     prefix_lens = prefix_lens or [0] * len(prompts)
     groups: dict[tuple[int, ...], list[list[int]]] = {}
     for prompt, n in zip(prompts, prefix_lens):
@@ -190,7 +191,7 @@ def computed_tokens(prompts: list[list[int]], prefix_lens: list[int] | None, mer
         groups.setdefault(prefix, []).append(list(prompt[len(prefix):]))
     total = 0
     for prefix, rows in groups.items():
-        heads = prefix_chains(rows)[0] if merge else range(len(rows))
+        heads = value_rows(rows)[0] if value_rows is not None else range(len(rows))
         total += len(prefix) + sum(len(rows[h]) for h in heads)
     return total
 

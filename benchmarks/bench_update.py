@@ -70,7 +70,7 @@ from marft_agents.generation import after_prefix, left_pad, pack, prefix_cache  
 from marft_agents.learners import make_learner  # noqa: E402
 from marft_agents.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.rollout import Rollout, RolloutCollector  # noqa: E402
-from marft_agents.scoring import one_row_each, prefix_chains  # noqa: E402
+from marft_agents.scoring import last_token_index  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.8
@@ -149,14 +149,13 @@ def bare_loss(policy: Any, call: Call, rows: list[int], prefix_len: int) -> torc
     head = policy.value_heads[call.adapter]
     if call.kind == "state_values":  # one row per chain of inputs, as the policy runs them
         suffixes = [q[prefix_len:] for q in prompts]
-        heads, where = critic_rows(policy, suffixes)
+        heads, where = policy.value_rows(suffixes)
         cache = prefix_cache(decoder, prompts[0][:prefix_len], len(heads), device) if prefix_len else None
         ids, mask = left_pad([suffixes[h] for h in heads], pad, device)  # [h, P]
         mask, pos = after_prefix(mask, prefix_len)  # [h, s + P], [h, P]
         hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
                          use_cache=cache is not None).last_hidden_state  # [h, P, H]
-        chain = torch.tensor([c for c, _ in where], device=device)  # [B]
-        column = torch.tensor([ids.shape[1] - len(suffixes[heads[c]]) + n - 1 for c, n in where], device=device)
+        chain, column = last_token_index(suffixes, heads, where, ids.shape[1], device)  # [B], [B]
         return head(hidden[chain, column]).pow(2).mean()
     cache = prefix_cache(decoder, prompts[0][:prefix_len], len(rows), device) if prefix_len else None
     batch = pack(prompts, [call.responses[r] for r in rows], pad, device, prefix_len)
@@ -166,12 +165,6 @@ def bare_loss(policy: Any, call: Call, rows: list[int], prefix_len: int) -> torc
     start, width = batch.prompt_width - 1, batch.response_ids.shape[1]
     values = head(hidden[:, start:start + width])  # [B, T]
     return values[batch.response_mask].pow(2).mean()
-
-
-def critic_rows(policy: Any, suffixes: list[list[int]]) -> tuple[list[int], list[tuple[int, int]]]:
-    """The rows a ``state_values`` pass runs: one per chain of inputs that extend one another,
-    or one per input when the policy does not merge them (``policy.merge_prefix_rows``)."""
-    return prefix_chains(suffixes) if policy.merge_prefix_rows else one_row_each(suffixes)
 
 
 def bare_pass(policy: Any, call: Call) -> None:
@@ -227,8 +220,8 @@ def bound_seconds(policy: Any, calls: list[Call], cache: dict) -> float:
     for call in calls:
         for prefix_len, rows in policy._prefix_groups(call.prompts, call.prefix_lens):
             resp = [len(call.responses[r]) for r in rows] if call.responses is not None else [0] * len(rows)
-            if call.kind == "state_values":  # the chains' rows only (see critic_rows)
-                heads, _ = critic_rows(policy, [call.prompts[r][prefix_len:] for r in rows])
+            if call.kind == "state_values":  # the chains' rows only (policy.value_rows)
+                heads, _ = policy.value_rows([call.prompts[r][prefix_len:] for r in rows])
                 rows, resp = [rows[h] for h in heads], [0] * len(heads)
             tokens = prefix_len + sum(len(call.prompts[r]) - prefix_len + n for r, n in zip(rows, resp))
             head = sum(resp) if call.kind == "token_logprobs" else 0

@@ -200,16 +200,28 @@ class ScoringMixin:
         for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens):
             prefix = list(prompt_ids[rows[0]][:prefix_len])
             suffixes = [list(prompt_ids[r][prefix_len:]) for r in rows]
-            heads, where = prefix_chains(suffixes) if self.merge_prefix_rows else one_row_each(suffixes)
+            heads, where = self.value_rows(suffixes)
             ids, mask = left_pad([suffixes[h] for h in heads], self.tokenizer.pad_token_id, self.device)  # [h, P]
             mask, pos = after_prefix(mask, prefix_len)  # [h, s + P], [h, P]
             hidden = self._hidden(critic, ids, mask, pos, prefix)  # [h, P, H]
-            width = ids.shape[1]
-            head_of = torch.tensor([chain for chain, _ in where], device=hidden.device)  # [b]
-            column = torch.tensor([width - len(suffixes[heads[chain]]) + length - 1 for chain, length in where],
-                                  device=hidden.device)  # [b] the row's last token inside its chain's row
+            head_of, column = last_token_index(suffixes, heads, where, ids.shape[1], hidden.device)  # [b], [b]
             parts.append((rows, self.value_heads[critic](hidden[head_of, column])))  # [b]
         return _merge_rows(parts)
+
+    def value_rows(self, seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
+        """The forward rows a ``state_values`` pass runs for ``seqs``: one per chain of prefixes
+        (:func:`prefix_chains`), or one per sequence when ``merge_prefix_rows`` is off."""
+        return prefix_chains(seqs) if self.merge_prefix_rows else one_row_each(seqs)
+
+
+def last_token_index(seqs: Sequence[Sequence[int]], heads: list[int], where: list[tuple[int, int]], width: int,
+                     device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each sequence's last token sits in the left-padded ``[len(heads), width]`` batch of
+    its chains' rows: ``(row [B], column [B])``, to index hidden states with."""
+    row = torch.tensor([chain for chain, _ in where], device=device)  # [B]
+    column = torch.tensor([width - len(seqs[heads[chain]]) + length - 1 for chain, length in where],
+                          device=device)  # [B]
+    return row, column
 
 
 def one_row_each(seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
