@@ -47,10 +47,10 @@ collector's figure for the first engine given (``direct`` by default).
 ``collector/work-bound`` is the same ratio against the bare GEMMs of EVERY forward pass the
 collector ran: the decode steps above plus each sampling prefill (the prompt tokens after the
 shared prefix, the prefix once, one LM-head row per prompt) and each critic value pass (its
-prompt tokens, ``token`` values: and the response, no LM head). With ``--values state`` (MARFT-A)
-the critic values the rollout's decisions once it is over, an episode's global-state log as one
-row (its decisions' inputs extend one another, ``critic.GlobalStateLog``), still longer than the
-responses: the decode-only ratio cannot approach 1 while that pass is inside the collector's
+prompt tokens, ``token`` values: and the response, no LM head). The critic values the rollout's
+decisions once it is over, an episode's global-state log as one row (its decisions' inputs extend
+one another, ``critic.GlobalStateLog``; under ``--values token`` each input with its response),
+still longer than the responses: the decode-only ratio cannot approach 1 while that pass is inside the collector's
 time (``--values none`` measures the sampler alone).
 
 Engines (``--engine``, ``sampling.engine``): the ``direct``, ``fast`` and ``legacy`` decoding
@@ -161,9 +161,8 @@ class Recorder:
                 start = now()
                 out = fn(ids, *args, **kwargs)
                 add(self.values, start)
-                extra = sum(len(r) for r in args[0]) if with_responses else 0
-                rows_of = None if with_responses else p.value_rows
-                self.passes.append((computed_tokens(ids, kwargs.get("prefix_lens"), rows_of) + extra, 0))
+                responses = args[0] if with_responses else None
+                self.passes.append((computed_tokens(ids, kwargs.get("prefix_lens"), p.value_rows, responses), 0))
                 return out
             return wrapper
 
@@ -180,15 +179,17 @@ UNMERGED = "+unmerged-critic"
 
 
 def computed_tokens(prompts: list[list[int]], prefix_lens: list[int] | None,
-                    value_rows: Callable[[list[list[int]]], tuple[list[int], Any]] | None = None) -> int:
-    """Tokens a forward pass over ``prompts`` computes: each shared prefix once, then every
-    row's own tokens (padding excluded); ``value_rows`` (``policy.value_rows``, for
-    ``state_values`` passes): only the rows it runs, the others ride on them."""
+                    value_rows: Callable[[list[list[int]]], tuple[list[int], Any]] | None = None,
+                    responses: list[list[int]] | None = None) -> int:
+    """Tokens a forward pass over ``prompts`` (each followed by its response, if given) computes:
+    each shared prefix once, then every row's own tokens (padding excluded); ``value_rows``
+    (``policy.value_rows``, for critic passes): only the rows it runs, the others ride on them."""
     prefix_lens = prefix_lens or [0] * len(prompts)
+    responses = responses if responses is not None else [[] for _ in prompts]
     groups: dict[tuple[int, ...], list[list[int]]] = {}
-    for prompt, n in zip(prompts, prefix_lens):
+    for prompt, n, response in zip(prompts, prefix_lens, responses):
         prefix = tuple(prompt[:effective_prefix_len(prompt, n)])
-        groups.setdefault(prefix, []).append(list(prompt[len(prefix):]))
+        groups.setdefault(prefix, []).append(list(prompt[len(prefix):]) + list(response))
     total = 0
     for prefix, rows in groups.items():
         heads = value_rows(rows)[0] if value_rows is not None else range(len(rows))

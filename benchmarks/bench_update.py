@@ -1,7 +1,7 @@
 """PPO-update tokens/s of the learners vs a bare forward+backward of the same batches.
 
-A rollout is collected once (``marft/Arithmetic-v0``, profile ``dual``, ``--batch`` episodes of
-one round, so ``2 * batch`` decisions) with both kinds of critic values recorded. Then, per
+A rollout is collected once per kind of critic values (``marft/Arithmetic-v0``, profile
+``dual``, ``--batch`` episodes of one round, so ``2 * batch`` decisions). Then, per
 learner (MARFT-A = ``mappo_action``, MARFT-T = ``mappo_token``):
 
 * **update**: ``learner.update(rollout)`` timed end to end: sample building, advantage
@@ -20,8 +20,10 @@ learner (MARFT-A = ``mappo_action``, MARFT-T = ``mappo_token``):
 
 Both sides are credited with the same tokens: prompt + response tokens of every policy and
 ``token_values`` pass, prompt tokens of every ``state_values`` pass, where an episode's critic
-inputs, which extend one another, run as one row (``critic.GlobalStateLog``; ``--paths plain``
-runs one row per decision). The ratio is thus a ratio
+inputs (with their responses, for ``token_values``), which extend one another, run as one row
+(``critic.GlobalStateLog``; ``--paths plain`` runs one row per decision). Each learner updates on
+a rollout collected with its own kind of critic values (MARFT-T's critic log also holds the
+responses' tokens), from the same seed. The ratio is thus a ratio
 of times for equal forward/backward work. Each repeat times one update and then its replay;
 a warm-up update on a one-episode slice of the rollout (and its replay) comes first. Medians
 over repeats are printed, with the same ratio in process CPU time (steadier when other
@@ -67,10 +69,10 @@ from marft_agents.attention import GROUPED_MATMUL, training_passes, use_grouped_
 from marft_agents.compiled_norm import use_compiled_rms_norm, use_eager_rms_norm  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
 from marft_agents.generation import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
-from marft_agents.learners import make_learner  # noqa: E402
+from marft_agents.learners import get_learner, make_learner  # noqa: E402
 from marft_agents.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.rollout import Rollout, RolloutCollector  # noqa: E402
-from marft_agents.scoring import last_token_index  # noqa: E402
+from marft_agents.scoring import last_token_index, token_index  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.8
@@ -157,14 +159,21 @@ def bare_loss(policy: Any, call: Call, rows: list[int], prefix_len: int) -> torc
                          use_cache=cache is not None).last_hidden_state  # [h, P, H]
         chain, column = last_token_index(suffixes, heads, where, ids.shape[1], device)  # [B], [B]
         return head(hidden[chain, column]).pow(2).mean()
-    cache = prefix_cache(decoder, prompts[0][:prefix_len], len(rows), device) if prefix_len else None
-    batch = pack(prompts, [call.responses[r] for r in rows], pad, device, prefix_len)
-    hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                     position_ids=batch.position_ids, past_key_values=cache,
-                     use_cache=cache is not None).last_hidden_state  # [B, P+T, H]
-    start, width = batch.prompt_width - 1, batch.response_ids.shape[1]
-    values = head(hidden[:, start:start + width])  # [B, T]
-    return values[batch.response_mask].pow(2).mean()
+    # token_values: prompt + response per row, one row per chain of them, as the policy runs them
+    seqs = [q[prefix_len:] + list(call.responses[r]) for q, r in zip(prompts, rows)]
+    heads, where = policy.value_rows(seqs)
+    cache = prefix_cache(decoder, prompts[0][:prefix_len], len(heads), device) if prefix_len else None
+    ids, mask = left_pad([seqs[h] for h in heads], pad, device)  # [h, L]
+    mask, pos = after_prefix(mask, prefix_len)  # [h, s + L], [h, L]
+    hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                     use_cache=cache is not None).last_hidden_state  # [h, L, H]
+    chain, last_prompt = token_index([len(q) for q in seqs], heads, where, [len(q) - prefix_len for q in prompts],
+                                     ids.shape[1], device)  # [B], [B]
+    lengths = torch.tensor([len(call.responses[r]) for r in rows], device=device)  # [B]
+    steps = torch.arange(int(lengths.max()), device=device)  # [T]
+    column = (last_prompt[:, None] + steps[None]).clamp(max=ids.shape[1] - 1)  # [B, T]
+    values = head(hidden[chain[:, None], column])  # [B, T]
+    return values[steps[None] < lengths[:, None]].pow(2).mean()
 
 
 def bare_pass(policy: Any, call: Call) -> None:
@@ -223,6 +232,9 @@ def bound_seconds(policy: Any, calls: list[Call], cache: dict) -> float:
             if call.kind == "state_values":  # the chains' rows only (policy.value_rows)
                 heads, _ = policy.value_rows([call.prompts[r][prefix_len:] for r in rows])
                 rows, resp = [rows[h] for h in heads], [0] * len(heads)
+            elif call.kind == "token_values":  # the same over prompt + response
+                heads, _ = policy.value_rows([call.prompts[r][prefix_len:] + call.responses[r] for r in rows])
+                rows, resp = [rows[h] for h in heads], [resp[h] for h in heads]
             tokens = prefix_len + sum(len(call.prompts[r]) - prefix_len + n for r, n in zip(rows, resp))
             head = sum(resp) if call.kind == "token_logprobs" else 0
             key = (call.adapter, tokens, head, call.grad)
@@ -287,28 +299,29 @@ def main(argv: list[str] | None = None) -> None:
           f"micro-batch {args.micro_batch or args.minibatch}  share prefix {not args.no_share_prefix}  "
           f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
 
-    # One rollout with per-token values (MARFT-T); MARFT-A's state values are added to it.
-    t = time.perf_counter()
-    rollout = RolloutCollector(envs, policy, cfg.sampling, values="token", seed=0).collect(args.batch)
-    with torch.no_grad():
-        for d, v in zip(rollout.decisions, policy.state_values([d.prompt_ids for d in rollout.decisions],
-                                                               prefix_lens=[d.prefix_len for d in rollout.decisions])):
-            d.value = float(v)
-    n_prompt = sum(len(d.prompt_ids) for d in rollout.decisions)
-    print(f"rollout: {len(rollout.decisions)} decisions, {n_prompt} prompt + {rollout.num_tokens} response tokens "
-          f"(collected in {time.perf_counter() - t:.1f}s)", flush=True)
+    # One rollout per kind of critic values the learners record (MARFT-A: per decision, MARFT-T:
+    # per token, whose critic log also holds the responses), from the same seed.
+    rollouts: dict[str, Rollout] = {}
+    for key in args.learners:
+        mode = get_learner(LEARNERS[key]).value_mode
+        if mode not in rollouts:
+            t = time.perf_counter()
+            rollouts[mode] = RolloutCollector(envs, policy, cfg.sampling, values=mode, seed=0).collect(args.batch)
+            r = rollouts[mode]
+            print(f"rollout ({mode} values): {len(r.decisions)} decisions, {sum(len(d.prompt_ids) for d in r.decisions)} "
+                  f"prompt + {r.num_tokens} response tokens (collected in {time.perf_counter() - t:.1f}s)", flush=True)
 
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     if not paths or any(p not in TRAINING_PATHS for p in paths):
         raise SystemExit(f"--paths: expected a comma-separated subset of {', '.join(TRAINING_PATHS)}, got {args.paths!r}")
     rec = Recorder(policy)
-    warm = sub_rollout(rollout, 1)
+    rollout_of = {key: rollouts[get_learner(LEARNERS[key]).value_mode] for key in args.learners}
     runs = [(path, key) for path in paths for key in args.learners]
     learners = {}
     for path, key in runs:  # one learner per path, warmed up (first-call allocations) on a slice
         set_training_path(policy, path)
         learners[path, key] = make_learner(LEARNERS[key], policy, cfg, agents)
-        learners[path, key].update(warm, 0)
+        learners[path, key].update(sub_rollout(rollout_of[key], 1), 0)
         replay(policy, rec.take())
     rows: dict[tuple[str, str], list[tuple[float, ...]]] = {run: [] for run in runs}
     kind_seconds: dict[tuple[str, str], dict[str, float]] = {run: {} for run in runs}
@@ -317,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
         for path, key in runs:
             set_training_path(policy, path)
             start = now()
-            metrics = learners[path, key].update(rollout, rep + 1)
+            metrics = learners[path, key].update(rollout_of[key], rep + 1)
             (update_s, update_cpu) = since(start)
             calls = rec.take()
             tokens = sum(c.tokens for c in calls)

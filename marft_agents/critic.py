@@ -35,7 +35,12 @@ tokenizer's chat template), then::
 
 Decision k's critic input is the log up to the end of its ``DECISION`` line, so the input of
 decision k+1 *extends* the input of decision k token for token (each appended segment is
-tokenised on its own). That is what makes the critic cheap: a no-grad or gradient pass over the
+tokenised on its own). Under token-level values (MARFT-T) the log also holds each decision's
+response tokens right after its ``DECISION`` line (:meth:`GlobalStateLog.add_response`): a
+token's value is read on the input with the response so far appended, so decision k's input
+plus its whole response must be a prefix of decision k+1's input too. The transcript lines that
+follow repeat the output as the env rendered it (with any grade); the log does not try to cut
+that repeat out, because only the env knows how it renders an output. That is what makes the critic cheap: a no-grad or gradient pass over the
 longest input of an episode yields the values of all its decisions at once
 (``ScoringMixin.state_values`` merges inputs that are prefixes of one another, exactly: causal
 attention makes a prefix's last hidden state independent of what follows). The transcript is
@@ -49,6 +54,8 @@ whole global state, only not merged with the earlier decisions.
 Version history: the first critic rendered one chat-formatted prompt per decision ("GLOBAL STATE
 before <agent> ..."), whose inputs shared nothing across an episode's decisions; the log
 replaced it to cut the critic's share of MARFT-A's rollout and update (``docs/performance.md``).
+Token-level values then got the responses' own tokens in the log (``add_response``), so that
+MARFT-T's values merge too; action-level logs are unchanged by that.
 """
 
 from __future__ import annotations
@@ -169,6 +176,13 @@ class GlobalStateLog:
         self.ids += self.encode(segment)
         self.seen, self.chars = transcript, self.chars + len(segment)
         return list(self.ids)
+
+    def add_response(self, response_ids: list[int], text: str) -> None:
+        """Append the acting agent's response tokens (token-level values; see the module
+        docstring), so that the last input returned by :meth:`extend` plus ``response_ids`` is a
+        prefix of the next one. ``text`` (the decoded response) counts towards ``max_chars``."""
+        self.ids += list(response_ids)
+        self.chars += len(text)
 
 
 class ValueHead(nn.Module):

@@ -165,8 +165,8 @@ class RolloutCollector:
                     self._start_next(slot, queue, rollout)
             if turns:
                 self._play_tick(turns, rollout)
-        if self.values == "state":
-            self._fill_state_values(rollout)
+        if self.values is not None:
+            self._fill_values(rollout)
         return rollout
 
     def _start_next(self, slot: _Slot, queue: list, rollout: Rollout) -> None:
@@ -216,7 +216,6 @@ class RolloutCollector:
             for k, gen in zip(idx, outs):
                 generations[k] = gen
         critic_inputs = self._critic_inputs(turns, prompts, generations)
-        token_values = self._token_values(turns, critic_inputs, generations)
         for k, (slot, agent, obs, info) in enumerate(turns):
             gen = generations[k]
             decision = Decision(
@@ -224,7 +223,6 @@ class RolloutCollector:
                 round=int(info.get("round", 0)), agent_id=agent, adapter=self.policy.adapter_for(agent),
                 observation=obs["text"], prompt_ids=prompts[k], response_ids=list(gen.response_ids), text=gen.text,
                 logprobs=[float(x) for x in gen.logprobs],
-                token_values=None if token_values is None else token_values[k],
                 adjacency=(info.get("dependency") or {}).get("adjacency"), task_id=str(info.get("task_id", "")),
                 prefix_len=gen.prefix_len, group=rollout.episodes[slot.episode].group,
             )
@@ -262,54 +260,40 @@ class RolloutCollector:
                 slot.critic_log = GlobalStateLog(system_ids, self.policy.encode_text, config.max_state_chars)
             ids = slot.critic_log.extend(str(state["text"]), info.get("dependency"), agent,
                                          str(info.get("role", agent)), int(info.get("round", 0)))
+            if self.values == "token":  # so that this input + the response prefixes the next input
+                slot.critic_log.add_response(generations[len(out)].response_ids, generations[len(out)].text)
             out.append((ids, prefix))
         return out
 
     @torch.no_grad()
-    def _token_values(self, turns: list, critic_inputs: list[tuple[list[int], int]] | None,
-                      generations: list[Any]) -> list[list[float]] | None:
-        """Token-level critic values of this tick's decisions (each response appended to its
-        critic input), one call per critic adapter. Action-level values wait for the end of the
-        collection (``_fill_state_values``)."""
-        if self.values != "token" or critic_inputs is None:
-            return None
-        groups: dict[str, list[int]] = defaultdict(list)
-        for k, (_slot, agent, _obs, _info) in enumerate(turns):
-            groups[self.policy.critic_for(agent)].append(k)
-        out: list[Any] = [None] * len(turns)
-        for critic in sorted(groups):
-            idx = groups[critic]
-            agent = turns[idx[0]][1]  # any agent of the group selects its critic
-            ids = [critic_inputs[k][0] for k in idx]
-            prefix_lens = [critic_inputs[k][1] for k in idx]
-            responses = [list(generations[k].response_ids) for k in idx]
-            v = self.policy.token_values(ids, responses, agent, prefix_lens=prefix_lens).float().cpu()  # [B, T]
-            for b, k in enumerate(idx):
-                out[k] = v[b, : len(responses[b])].tolist()
-        return out
-
-    @torch.no_grad()
-    def _fill_state_values(self, rollout: Rollout) -> None:
-        """Action-level values of the rollout's decisions, once the collection is over.
+    def _fill_values(self, rollout: Rollout) -> None:
+        """The critic's values of the rollout's decisions, once the collection is over.
 
         The critic's weights do not change during a collection, so valuing later gives the same
-        values; and since an episode's critic inputs extend one another (``GlobalStateLog``),
-        valuing an episode's decisions together costs one row per episode
-        (``state_values`` merges inputs that are prefixes of one another). Episodes go in chunks
+        values; and since an episode's critic inputs extend one another (``GlobalStateLog``: for
+        token-level values each input plus its response prefixes the next input), valuing an
+        episode's decisions together costs one row per episode (``state_values`` and
+        ``token_values`` merge inputs that are prefixes of one another). Episodes go in chunks
         of ``sampling.max_batch_size``, one call per critic adapter."""
         by_critic: dict[str, dict[int, list[Decision]]] = defaultdict(lambda: defaultdict(list))
         for d in rollout.decisions:
-            if d.value is None and d.critic_prompt_ids is not None:
+            if d.critic_prompt_ids is not None:
                 by_critic[self.policy.critic_for(d.agent_id)][d.episode].append(d)
         chunk = max(int(self.sampling.max_batch_size), 1)
         for critic in sorted(by_critic):
             episodes = list(by_critic[critic].values())
             for start in range(0, len(episodes), chunk):
                 part = [d for episode in episodes[start: start + chunk] for d in episode]
-                values = self.policy.state_values([d.critic_prompt_ids for d in part], part[0].agent_id,
-                                                  prefix_lens=[d.critic_prefix_len for d in part])  # [B]
-                for d, value in zip(part, values.float().cpu().tolist()):
-                    d.value = value
+                ids, prefix_lens = [d.critic_prompt_ids for d in part], [d.critic_prefix_len for d in part]
+                if self.values == "state":
+                    values = self.policy.state_values(ids, part[0].agent_id, prefix_lens=prefix_lens)  # [B]
+                    for d, value in zip(part, values.float().cpu().tolist()):
+                        d.value = value
+                    continue
+                values = self.policy.token_values(ids, [d.response_ids for d in part], part[0].agent_id,
+                                                  prefix_lens=prefix_lens).float().cpu()  # [B, T]
+                for d, row in zip(part, values):
+                    d.token_values = row[: len(d.response_ids)].tolist()
 
     def _step(self, slot: _Slot, decision: Decision, rollout: Rollout) -> None:
         env, agent = slot.env, decision.agent_id

@@ -171,20 +171,33 @@ class ScoringMixin:
                      prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
         """Critic value of the state before each response token: ``[B, T]`` float32 (0 past a
         row's end). ``include_final`` adds the state after the whole response: ``[B, T+1]``,
-        row b's final value in column ``len(response_b)``."""
+        row b's final value in column ``len(response_b)``.
+
+        Like ``state_values``, a row whose prompt + response is a prefix of another row's (an
+        episode's decisions under token-level values, see ``critic.GlobalStateLog``) is valued
+        inside that longer row: one forward row per chain."""
         critic = self.critic_for(agent_id)
+        extra = int(include_final)
+        if not any(len(r) for r in response_ids) and not extra:
+            raise ValueError("every response is empty: nothing to value")
         parts = []
         for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens, response_ids):
-            batch = self._pack([prompt_ids[r] for r in rows], [response_ids[r] for r in rows],
-                               prefix_len)
-            hidden = self._hidden(critic, batch.input_ids, batch.attention_mask,
-                                  batch.position_ids, batch.prefix_ids)  # [b, P+T, H]
-            width = batch.response_ids.shape[1] + int(include_final)
-            start = batch.prompt_width - 1
-            values = self.value_heads[critic](hidden[:, start:start + width])  # [b, width]
-            valid = batch.response_mask  # [b, T]
-            if include_final:  # column len_b (state after the last token) is valid too
-                valid = torch.cat([valid.new_ones(valid.shape[0], 1), valid], dim=1)
+            prefix = list(prompt_ids[rows[0]][:prefix_len])
+            seqs = [list(prompt_ids[r][prefix_len:]) + list(response_ids[r]) for r in rows]
+            heads, where = self.value_rows(seqs)
+            ids, mask = left_pad([seqs[h] for h in heads], self.tokenizer.pad_token_id, self.device)  # [h, L]
+            mask, pos = after_prefix(mask, prefix_len)  # [h, s + L], [h, L]
+            hidden = self._hidden(critic, ids, mask, pos, prefix)  # [h, L, H]
+            lengths = torch.tensor([len(response_ids[r]) for r in rows], device=hidden.device)  # [b]
+            width = int(lengths.max()) + extra
+            # the state before response token t of row b: its last prompt token's column + t
+            prompt_lengths = [len(prompt_ids[r]) - prefix_len for r in rows]
+            head_of, last_prompt = token_index([len(seq) for seq in seqs], heads, where, prompt_lengths,
+                                               ids.shape[1], hidden.device)  # [b], [b]
+            steps = torch.arange(width, device=hidden.device)  # [width]
+            valid = steps[None] < (lengths + extra)[:, None]  # [b, width]
+            column = (last_prompt[:, None] + steps[None]).clamp(max=ids.shape[1] - 1)  # [b, width]
+            values = self.value_heads[critic](hidden[head_of[:, None], column])  # [b, width]
             parts.append((rows, values.masked_fill(~valid, 0.0)))
         return _merge_rows(parts)
 
@@ -218,8 +231,16 @@ def last_token_index(seqs: Sequence[Sequence[int]], heads: list[int], where: lis
                      device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Where each sequence's last token sits in the left-padded ``[len(heads), width]`` batch of
     its chains' rows: ``(row [B], column [B])``, to index hidden states with."""
+    return token_index([len(seq) for seq in seqs], heads, where, [length for _, length in where], width, device)
+
+
+def token_index(seq_lengths: Sequence[int], heads: list[int], where: list[tuple[int, int]], ends: Sequence[int],
+                width: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Where token ``ends[b] - 1`` of sequence b sits in the left-padded ``[len(heads), width]``
+    batch of its chain's row (``prefix_chains`` over sequences of ``seq_lengths``): ``(row [B],
+    column [B])``. A sequence is a prefix of its chain's head, so its tokens keep their places."""
     row = torch.tensor([chain for chain, _ in where], device=device)  # [B]
-    column = torch.tensor([width - len(seqs[heads[chain]]) + length - 1 for chain, length in where],
+    column = torch.tensor([width - seq_lengths[heads[chain]] + end - 1 for (chain, _), end in zip(where, ends)],
                           device=device)  # [B]
     return row, column
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 import marft_envs
@@ -28,13 +29,13 @@ def _policy(tiny, mode="centralised"):
                             critic=CriticConfig(mode=mode, value_head_init_std=0.5))
 
 
-def _collect(policy, episodes=4):
+def _collect(policy, episodes=4, values="state"):
     from marft_agents.policy import SamplingConfig
 
     envs = [marft_envs.make(LETTERS_ID, profile=TRIO, horizon=2) for _ in range(2)]
     torch.manual_seed(0)
     return RolloutCollector(envs, policy, SamplingConfig(max_new_tokens=6, temperature=1.0),
-                            values="state", seed=0).collect(episodes)
+                            values=values, seed=0).collect(episodes)
 
 
 def test_an_episodes_critic_inputs_extend_one_another(tiny):
@@ -52,7 +53,20 @@ def test_an_episodes_critic_inputs_extend_one_another(tiny):
     assert pairs >= 8
 
 
-def test_values_are_collected_one_row_per_episode(tiny):
+def test_token_level_inputs_extend_one_another_with_their_responses(tiny):
+    rollout = _collect(_policy(tiny), values="token")
+    pairs = 0
+    for episode in rollout.episode_decisions():
+        for earlier, later in zip(episode, episode[1:]):
+            with_response = earlier.critic_prompt_ids + earlier.response_ids
+            assert len(later.critic_prompt_ids) > len(with_response)
+            assert later.critic_prompt_ids[:len(with_response)] == with_response
+            pairs += 1
+    assert pairs >= 8
+
+
+@pytest.mark.parametrize("values", ["state", "token"])
+def test_values_are_collected_one_row_per_episode(tiny, values):
     policy = _policy(tiny)
     rows = []
     original = policy._hidden
@@ -62,9 +76,12 @@ def test_values_are_collected_one_row_per_episode(tiny):
         return original(critic, ids, *args, **kwargs)
 
     policy._hidden = hidden
-    rollout = _collect(policy, episodes=4)
+    rollout = _collect(policy, episodes=4, values=values)
     assert sum(rows) == len(rollout.episodes) < len(rollout.decisions)
-    assert all(d.value is not None for d in rollout.decisions)
+    if values == "state":
+        assert all(d.value is not None for d in rollout.decisions)
+    else:
+        assert all(len(d.token_values) == len(d.response_ids) for d in rollout.decisions)
 
 
 def test_log_restarts_when_the_transcript_is_rewritten_or_too_long():
@@ -116,6 +133,38 @@ def test_merged_state_values_and_gradients_equal_row_by_row(tiny):
     torch.testing.assert_close(merged, alone, atol=1e-5, rtol=0)
     torch.testing.assert_close(merged.detach().cpu(), torch.tensor([d.value for d in decisions]), atol=1e-5, rtol=0)
     for got, want in zip(_critic_grads(policy, (merged * weights).sum()), _critic_grads(policy, (alone * weights).sum())):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def _plain_token_values(policy, ids, response):
+    """The reference: one unpadded row of prompt + response, no shared prefix; the values before
+    each response token and after the last one."""
+    row = torch.tensor([ids + response], device=policy.device)  # [1, L]
+    hidden = policy._hidden("critic", row, torch.ones_like(row), torch.arange(row.shape[1], device=policy.device)[None])
+    return policy.value_heads["critic"](hidden[0, len(ids) - 1:])  # [T + 1]
+
+
+def test_merged_token_values_and_gradients_equal_row_by_row(tiny):
+    policy = _policy(tiny)
+    rollout = _collect(policy, episodes=2, values="token")
+    decisions = rollout.decisions
+    ids = [d.critic_prompt_ids for d in decisions]
+    responses = [d.response_ids for d in decisions]
+    assert len(prefix_chains([i + r for i, r in zip(ids, responses)])[0]) < len(ids)  # the rows really merge
+    policy.set_trainable(set(), critic=True)
+    merged = policy.token_values(ids, responses, "reasoner_0", include_final=True,
+                                 prefix_lens=[d.critic_prefix_len for d in decisions])  # [B, T + 1]
+    alone = [_plain_token_values(policy, i, r) for i, r in zip(ids, responses)]  # [T_b + 1] each
+    weights = torch.linspace(0.5, 2.0, merged.shape[1])  # distinct per column: a shifted column changes the loss
+    merged_loss, alone_loss = 0.0, 0.0
+    for b, (d, want) in enumerate(zip(decisions, alone)):
+        n = len(d.response_ids)
+        torch.testing.assert_close(merged[b, : n + 1], want, atol=1e-5, rtol=0)
+        assert not merged[b, n + 1:].any()  # past the final value: zeros
+        torch.testing.assert_close(merged[b, :n].detach().cpu(), torch.tensor(d.token_values), atol=1e-5, rtol=0)
+        merged_loss = merged_loss + (merged[b, : n + 1] * weights[: n + 1]).sum()
+        alone_loss = alone_loss + (want * weights[: n + 1]).sum()
+    for got, want in zip(_critic_grads(policy, merged_loss), _critic_grads(policy, alone_loss)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
