@@ -151,29 +151,32 @@ def bare_loss(policy: Any, call: Call, rows: list[int], prefix_len: int) -> torc
     head = policy.value_heads[call.adapter]
     if call.kind == "state_values":  # one row per chain of inputs, as the policy runs them
         suffixes = [q[prefix_len:] for q in prompts]
-        heads, where = policy.value_rows(suffixes)
-        cache = prefix_cache(decoder, prompts[0][:prefix_len], len(heads), device) if prefix_len else None
-        ids, mask = left_pad([suffixes[h] for h in heads], pad, device)  # [h, P]
-        mask, pos = after_prefix(mask, prefix_len)  # [h, s + P], [h, P]
-        hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                         use_cache=cache is not None).last_hidden_state  # [h, P, H]
-        chain, column = last_token_index(suffixes, heads, where, ids.shape[1], device)  # [B], [B]
+        heads, where, hidden = chain_rows(policy, decoder, suffixes, prompts[0][:prefix_len])  # hidden [h, P, H]
+        chain, column = last_token_index(suffixes, heads, where, hidden.shape[1], device)  # [B], [B]
         return head(hidden[chain, column]).pow(2).mean()
     # token_values: prompt + response per row, one row per chain of them, as the policy runs them
     seqs = [q[prefix_len:] + list(call.responses[r]) for q, r in zip(prompts, rows)]
-    heads, where = policy.value_rows(seqs)
-    cache = prefix_cache(decoder, prompts[0][:prefix_len], len(heads), device) if prefix_len else None
-    ids, mask = left_pad([seqs[h] for h in heads], pad, device)  # [h, L]
-    mask, pos = after_prefix(mask, prefix_len)  # [h, s + L], [h, L]
-    hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                     use_cache=cache is not None).last_hidden_state  # [h, L, H]
+    heads, where, hidden = chain_rows(policy, decoder, seqs, prompts[0][:prefix_len])  # hidden [h, L, H]
     chain, last_prompt = token_index([len(q) for q in seqs], heads, where, [len(q) - prefix_len for q in prompts],
-                                     ids.shape[1], device)  # [B], [B]
+                                     hidden.shape[1], device)  # [B], [B]
     lengths = torch.tensor([len(call.responses[r]) for r in rows], device=device)  # [B]
     steps = torch.arange(int(lengths.max()), device=device)  # [T]
-    column = (last_prompt[:, None] + steps[None]).clamp(max=ids.shape[1] - 1)  # [B, T]
+    column = (last_prompt[:, None] + steps[None]).clamp(max=hidden.shape[1] - 1)  # [B, T]
     values = head(hidden[chain[:, None], column])  # [B, T]
     return values[steps[None] < lengths[:, None]].pow(2).mean()
+
+
+def chain_rows(policy: Any, decoder: Any, seqs: list[list[int]], prefix: list[int]
+               ) -> tuple[list[int], list[tuple[int, int]], torch.Tensor]:
+    """A critic pass's rows as the policy runs them: one left-padded row per chain of ``seqs``
+    (``policy.value_rows``) after the shared ``prefix``; ``(heads, where, hidden [h, L, H])``."""
+    heads, where = policy.value_rows(seqs)
+    cache = prefix_cache(decoder, prefix, len(heads), policy.device) if prefix else None
+    ids, mask = left_pad([seqs[h] for h in heads], policy.tokenizer.pad_token_id, policy.device)  # [h, L]
+    mask, pos = after_prefix(mask, len(prefix))  # [h, s + L], [h, L]
+    hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                     use_cache=cache is not None).last_hidden_state  # [h, L, H]
+    return heads, where, hidden
 
 
 def bare_pass(policy: Any, call: Call) -> None:
