@@ -182,21 +182,17 @@ class ScoringMixin:
             raise ValueError("every response is empty: nothing to value")
         parts = []
         for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens, response_ids):
-            prefix = list(prompt_ids[rows[0]][:prefix_len])
             seqs = [list(prompt_ids[r][prefix_len:]) + list(response_ids[r]) for r in rows]
-            heads, where = self.value_rows(seqs)
-            ids, mask = left_pad([seqs[h] for h in heads], self.tokenizer.pad_token_id, self.device)  # [h, L]
-            mask, pos = after_prefix(mask, prefix_len)  # [h, s + L], [h, L]
-            hidden = self._hidden(critic, ids, mask, pos, prefix)  # [h, L, H]
+            heads, where, hidden = self._chain_hidden(critic, seqs, prompt_ids[rows[0]][:prefix_len])  # [h, L, H]
             lengths = torch.tensor([len(response_ids[r]) for r in rows], device=hidden.device)  # [b]
             width = int(lengths.max()) + extra
             # the state before response token t of row b: its last prompt token's column + t
             prompt_lengths = [len(prompt_ids[r]) - prefix_len for r in rows]
             head_of, last_prompt = token_index([len(seq) for seq in seqs], heads, where, prompt_lengths,
-                                               ids.shape[1], hidden.device)  # [b], [b]
+                                               hidden.shape[1], hidden.device)  # [b], [b]
             steps = torch.arange(width, device=hidden.device)  # [width]
             valid = steps[None] < (lengths + extra)[:, None]  # [b, width]
-            column = (last_prompt[:, None] + steps[None]).clamp(max=ids.shape[1] - 1)  # [b, width]
+            column = (last_prompt[:, None] + steps[None]).clamp(max=hidden.shape[1] - 1)  # [b, width]
             values = self.value_heads[critic](hidden[head_of[:, None], column])  # [b, width]
             parts.append((rows, values.masked_fill(~valid, 0.0)))
         return _merge_rows(parts)
@@ -211,15 +207,20 @@ class ScoringMixin:
         critic = self.critic_for(agent_id)
         parts = []
         for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens):
-            prefix = list(prompt_ids[rows[0]][:prefix_len])
             suffixes = [list(prompt_ids[r][prefix_len:]) for r in rows]
-            heads, where = self.value_rows(suffixes)
-            ids, mask = left_pad([suffixes[h] for h in heads], self.tokenizer.pad_token_id, self.device)  # [h, P]
-            mask, pos = after_prefix(mask, prefix_len)  # [h, s + P], [h, P]
-            hidden = self._hidden(critic, ids, mask, pos, prefix)  # [h, P, H]
-            head_of, column = last_token_index(suffixes, heads, where, ids.shape[1], hidden.device)  # [b], [b]
+            heads, where, hidden = self._chain_hidden(critic, suffixes, prompt_ids[rows[0]][:prefix_len])  # [h, P, H]
+            head_of, column = last_token_index(suffixes, heads, where, hidden.shape[1], hidden.device)  # [b], [b]
             parts.append((rows, self.value_heads[critic](hidden[head_of, column])))  # [b]
         return _merge_rows(parts)
+
+    def _chain_hidden(self, critic: str, seqs: Sequence[Sequence[int]], prefix: Sequence[int]
+                      ) -> tuple[list[int], list[tuple[int, int]], torch.Tensor]:
+        """The critic's final hidden states over ``seqs`` (each after the shared ``prefix``): one
+        left-padded row per chain of prefixes (``value_rows``); ``(heads, where, hidden [h, L, H])``."""
+        heads, where = self.value_rows(seqs)
+        ids, mask = left_pad([seqs[h] for h in heads], self.tokenizer.pad_token_id, self.device)  # [h, L]
+        mask, pos = after_prefix(mask, len(prefix))  # [h, s + L], [h, L]
+        return heads, where, self._hidden(critic, ids, mask, pos, list(prefix))  # [h, L, H]
 
     def value_rows(self, seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
         """The forward rows a ``state_values`` pass runs for ``seqs``: one per chain of prefixes
