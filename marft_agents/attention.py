@@ -97,13 +97,26 @@ def grouped_matmul_attention(module: nn.Module, query: torch.Tensor, key: torch.
     else:
         allowed = attention_mask[:, :, None]  # [B, 1, 1, Lq, Lk]
     if allowed is not None:
-        # A finite fill, not -inf: a padding query that may attend to nothing gets a uniform
-        # (ignored) row instead of NaNs that would poison the gradients through 0 * NaN.
-        scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min)
+        scores = scores + mask_bias(allowed)  # [B, KV, G, Lq, Lk]
     probs = torch.softmax(scores, dim=-1).to(value.dtype)  # [B, KV, G, Lq, Lk]
     out = torch.matmul(probs.view(batch, kv_heads, groups * q_len, k_len), value)  # [B, KV, G*Lq, D]
     out = out.view(batch, heads, q_len, dim)  # [B, H, Lq, D]
     return out.transpose(1, 2).contiguous(), None
+
+
+def mask_bias(allowed: torch.Tensor) -> torch.Tensor:
+    """``allowed`` (bool, True = attend) as float32 scores to add: 0 where allowed, the float32
+    minimum elsewhere.
+
+    Adding the bias out of place, rather than ``masked_fill_`` on the scores, is bit-identical
+    (``s + 0 == s``; ``s + min`` rounds to ``min`` for any score) and ~1.5-2x faster forward +
+    backward (docs/performance.md): the in-place fill on a view of the product's output made
+    autograd copy the whole ``[B, KV, G, Lq, Lk]`` score tensor in the backward, and the
+    gradient of an addition is the incoming gradient itself. A finite minimum, not -inf: a
+    padding query that may attend to nothing gets a uniform (ignored) row instead of NaNs that
+    would poison the gradients through 0 * NaN."""
+    bias = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
+    return bias.masked_fill_(~allowed, torch.finfo(torch.float32).min)
 
 
 AttentionInterface.register(GROUPED_MATMUL, grouped_matmul_attention)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from marft_agents.ppo_math import ENTROPY_LOGP_FLOOR, entropy_from_logprobs
+from marft_agents.ppo_math import ENTROPY_LOGP_FLOOR
 
 CHUNK_BYTES = 24 << 20
 """Float32 logits per chunk (24 MiB, 128 positions of a 49k vocabulary): under glibc's 32 MiB
@@ -54,9 +54,36 @@ def _chunk_rows(vocab: int) -> int:
     return max(1, CHUNK_BYTES // (4 * vocab))
 
 
+_scratch: dict[tuple, torch.Tensor] = {}
+
+
+def _buffer(slot: str, rows: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A reused ``[rows, V]`` buffer (``like``: the head's weight ``[V, H]``), one per slot.
+
+    Why: a chunk's float32 tensors are ~24 MiB each; allocated fresh inside an update, between
+    the model's own allocations, they were handed back to the system and faulted in again page
+    by page: the bf16 -> float32 copy of a chunk's logits took ~29 ms in the update's profile
+    against ~0.8 ms into memory already touched."""
+    key = (slot, like.device, dtype, like.shape[0])
+    buf = _scratch.get(key)
+    if buf is None or buf.shape[0] < rows:
+        buf = _scratch[key] = torch.empty(rows, like.shape[0], dtype=dtype, device=like.device)
+    return buf[:rows]
+
+
 def _scaled_chunk(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``x = logits.float() / T`` for a chunk of hidden states ``[n, H]`` -> ``[n, V]``."""
-    return F.linear(hidden, weight).float().div_(temperature)
+    """``x = logits.float() / T`` for a chunk of hidden states ``[n, H]`` -> ``[n, V]``, in the
+    reused ``"x"`` buffer (valid until the next chunk)."""
+    logits = F.linear(hidden, weight)  # [n, V] in the weight's dtype
+    if logits.dtype == torch.float32:
+        return logits.div_(temperature)
+    return _buffer("x", hidden.shape[0], weight, torch.float32).copy_(logits).div_(temperature)
+
+
+def _clamped_exp(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``exp(max(x, ENTROPY_LOGP_FLOOR))`` in the reused ``"p"`` buffer."""
+    out = _buffer("p", x.shape[0], weight, torch.float32)
+    return torch.clamp(x, min=ENTROPY_LOGP_FLOOR, out=out).exp_()
 
 
 class _HeadLogprobs(torch.autograd.Function):
@@ -76,11 +103,12 @@ class _HeadLogprobs(torch.autograd.Function):
             x = _scaled_chunk(hidden[start:end], weight, temperature)  # [n, V]
             peak = x.amax(dim=-1, keepdim=True)  # [n, 1]
             x.sub_(peak)  # x - max
-            norm = x.clamp(min=ENTROPY_LOGP_FLOOR).exp_().sum(-1, keepdim=True).log_()  # [n, 1]
+            norm = _clamped_exp(x, weight).sum(-1, keepdim=True).log_()  # [n, 1]
             logp[start:end] = x.gather(-1, tokens[start:end, None]).squeeze(-1) - norm.squeeze(-1)
             top[start:end], log_norm[start:end] = peak.squeeze(-1), norm.squeeze(-1)
-            if with_entropy:
-                entropy[start:end] = entropy_from_logprobs(x.sub_(norm))  # x: the log-probs [n, V]
+            if with_entropy:  # x: the log-probs [n, V]; entropy_from_logprobs' formula, in place
+                x.sub_(norm)
+                entropy[start:end] = _clamped_exp(x, weight).mul_(x).sum(-1).neg_()
         ctx.save_for_backward(hidden, weight, tokens, top, log_norm, entropy)
         ctx.temperature = temperature
         ctx.set_materialize_grads(False)  # an output the loss does not use gets None: skip its terms
@@ -100,7 +128,7 @@ class _HeadLogprobs(torch.autograd.Function):
             end = min(start + step, hidden.shape[0])
             logp_all = _scaled_chunk(hidden[start:end], weight, ctx.temperature)  # [n, V]
             logp_all.sub_(top[start:end, None]).sub_(log_norm[start:end, None])  # log p
-            probs = logp_all.clamp(min=ENTROPY_LOGP_FLOOR).exp()  # [n, V]
+            probs = _clamped_exp(logp_all, weight)  # [n, V]
             g_logp = grad_logp[start:end, None]  # [n, 1]
             if use_entropy:  # d/ds (g_lp logp_tok + g_H H) = g_lp (onehot - p) - g_H p (logp + H)
                 logp_all.add_(entropy[start:end, None]).mul_(grad_entropy[start:end, None])
@@ -109,7 +137,9 @@ class _HeadLogprobs(torch.autograd.Function):
                 grad_x = probs.mul_(g_logp).neg_()  # [n, V]
             grad_x.scatter_add_(-1, tokens[start:end, None], g_logp)
             grad_x.div_(ctx.temperature)
-            grad_hidden[start:end] = grad_x.to(weight.dtype) @ weight  # [n, H]
+            if grad_x.dtype != weight.dtype:
+                grad_x = _buffer("g", grad_x.shape[0], weight, weight.dtype).copy_(grad_x)
+            grad_hidden[start:end] = grad_x @ weight  # [n, H]
         return grad_hidden, None, None, None, None
 
 

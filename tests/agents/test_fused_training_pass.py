@@ -13,6 +13,7 @@ import marft_agents.head_logprobs as hl
 from marft_agents.attention import (
     GROUPED_MATMUL,
     grouped_matmul_attention,
+    mask_bias,
     training_passes,
     use_grouped_matmul_attention,
 )
@@ -174,6 +175,15 @@ def test_grouped_attention_keeps_fully_masked_padding_queries_finite():
     assert torch.isfinite(out).all()
     out[:, 3:].sum().backward()  # the loss reads real positions only
     assert all(torch.isfinite(t.grad).all() for t in inputs)
+
+
+def test_mask_bias_gives_the_masked_fill_softmax_bit_for_bit():
+    torch.manual_seed(3)
+    scores = torch.randn(2, 3, 2, 5, 7) * 30  # [B, KV, G, Lq, Lk] float32
+    allowed = torch.rand(2, 1, 1, 5, 7) > 0.4
+    allowed[1, :, :, 0] = False  # a padding query that may attend to nothing
+    filled = scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
+    assert torch.equal(torch.softmax(scores + mask_bias(allowed), -1), torch.softmax(filled, -1))
 
 
 def test_one_token_queries_and_passes_outside_training_go_to_sdpa_unchanged():
