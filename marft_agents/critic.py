@@ -38,9 +38,12 @@ decision k+1 *extends* the input of decision k token for token (each appended se
 tokenised on its own). Under token-level values (MARFT-T) the log also holds each decision's
 response tokens right after its ``DECISION`` line (:meth:`GlobalStateLog.add_response`): a
 token's value is read on the input with the response so far appended, so decision k's input
-plus its whole response must be a prefix of decision k+1's input too. The transcript lines that
-follow repeat the output as the env rendered it (with any grade); the log does not try to cut
-that repeat out, because only the env knows how it renders an output. That is what makes the critic cheap: a no-grad or gradient pass over the
+plus its whole response must be a prefix of decision k+1's input too. The transcript line that
+follows would repeat the output as the env rendered it (``[round 1] a: <a's output>``); when the
+response's text (stripped, at least ``REPEAT_CUT_MIN_CHARS`` long) occurs verbatim in what the
+transcript gained, its first occurrence is cut from the log, keeping the rest of the line
+(speaker, grade): the critic has just read those very tokens. An env that renders the output
+otherwise keeps its line whole. That is what makes the critic cheap: a no-grad or gradient pass over the
 longest input of an episode yields the values of all its decisions at once
 (``ScoringMixin.state_values`` merges inputs that are prefixes of one another, exactly: causal
 attention makes a prefix's last hidden state independent of what follows). The transcript is
@@ -55,7 +58,8 @@ Version history: the first critic rendered one chat-formatted prompt per decisio
 before <agent> ..."), whose inputs shared nothing across an episode's decisions; the log
 replaced it to cut the critic's share of MARFT-A's rollout and update (``docs/performance.md``).
 Token-level values then got the responses' own tokens in the log (``add_response``), so that
-MARFT-T's values merge too; action-level logs are unchanged by that.
+MARFT-T's values merge too; action-level logs are unchanged by that. Then the transcript's
+verbatim repeat of each response was cut from token-level logs (``REPEAT_CUT_MIN_CHARS``).
 """
 
 from __future__ import annotations
@@ -77,6 +81,10 @@ GLOBAL_STATE_MODES = ("centralised", "per_agent")
 CRITIC_SYSTEM_PROMPT = ("You are the critic of a team of agents solving a task together. Judge how "
                         "likely the team is to solve it, given the log of the episode below.")
 """The critic's system turn for the global-state modes (shared prefix of every critic input)."""
+REPEAT_CUT_MIN_CHARS = 8
+"""Shortest response text (stripped) whose verbatim repeat in the transcript a token-level log
+cuts: shorter strings could match the env's own text (a round number, a one-digit answer) and
+cost few tokens anyway."""
 
 
 @dataclass(frozen=True)
@@ -160,13 +168,18 @@ class GlobalStateLog:
         self.seen = ""  # transcript text the log has read
         self.chars = 0  # log text length so far (without the system turn)
         self.restarts = 0  # how often the log could not be extended (diagnostics, tests)
+        self.repeat = ""  # the last response's text, already in the log as tokens (token level)
 
     def extend(self, transcript: str, dependency: Mapping[str, Any] | None, agent: str, role: str,
                round_index: int) -> list[int]:
         """The critic's input ids for the decision about to be taken (a new list)."""
         line = decision_line(dependency, agent, role, round_index)
         fresh = not self.ids or not transcript.startswith(self.seen)
-        segment = f"{transcript[len(self.seen):]}\n{line}" if not fresh else ""
+        gained = transcript[len(self.seen):]
+        if self.repeat and self.repeat in gained:  # the response's tokens precede it in the log
+            gained = gained.replace(self.repeat, "", 1)
+        self.repeat = ""
+        segment = f"{gained}\n{line}" if not fresh else ""
         if not fresh and self.max_chars and self.chars + len(segment) > self.max_chars:
             fresh = True
         if fresh:
@@ -180,9 +193,12 @@ class GlobalStateLog:
     def add_response(self, response_ids: list[int], text: str) -> None:
         """Append the acting agent's response tokens (token-level values; see the module
         docstring), so that the last input returned by :meth:`extend` plus ``response_ids`` is a
-        prefix of the next one. ``text`` (the decoded response) counts towards ``max_chars``."""
+        prefix of the next one. ``text`` (the decoded response) counts towards ``max_chars``; its
+        verbatim repeat in the next transcript segment is cut (module docstring)."""
         self.ids += list(response_ids)
         self.chars += len(text)
+        stripped = text.strip()
+        self.repeat = stripped if len(stripped) >= REPEAT_CUT_MIN_CHARS else ""
 
 
 class ValueHead(nn.Module):

@@ -99,6 +99,28 @@ def test_log_restarts_when_the_transcript_is_rewritten_or_too_long():
     assert short.restarts == 1 and "[... truncated ...]" in "".join(map(chr, short.ids[1:]))
 
 
+def test_token_level_log_cuts_the_transcripts_repeat_of_each_response():
+    encode = lambda text: [ord(c) for c in text]  # noqa: E731 (one id per character)
+    text = lambda ids: "".join(map(chr, ids))  # noqa: E731
+    log = GlobalStateLog([1], encode)
+    first = log.extend("TASK t: x", None, "a_0", "a", 1)
+    log.add_response(encode(" 19 + 20 = 39\n"), " 19 + 20 = 39\n")
+    second = log.extend("TASK t: x\n[round 1] a_0: 19 + 20 = 39 (graded)", None, "b_0", "b", 1)
+    assert second[:len(first) + 14] == first + encode(" 19 + 20 = 39\n")  # input + response: a prefix
+    gained = text(second[len(first) + 14:])
+    assert gained.startswith("\n[round 1] a_0:  (graded)\nDECISION round 1") and "39" not in gained
+    log.add_response(encode("42"), "42")  # too short to cut safely: kept
+    transcript = "TASK t: x\n[round 1] a_0: 19 + 20 = 39 (graded)\n[round 1] b_0: 42"
+    third = log.extend(transcript, None, "a_0", "a", 2)
+    assert "[round 1] b_0: 42" in text(third)
+    log.add_response(encode("not what the env shows"), "not what the env shows")  # rendered otherwise: kept
+    fourth = log.extend(transcript + "\n[round 2] a_0: NOT WHAT", None, "b_0", "b", 2)
+    assert "[round 2] a_0: NOT WHAT" in text(fourth) and log.restarts == 0
+    plain = GlobalStateLog([1], encode)  # action-level logs never hold responses: nothing is cut
+    plain.extend("TASK t: x", None, "a_0", "a", 1)
+    assert "19 + 20 = 39" in text(plain.extend("TASK t: x\n[round 1] a_0: 19 + 20 = 39", None, "b_0", "b", 1))
+
+
 def test_prefix_chains_groups_prefixes_under_the_longest():
     seqs = [[1, 2], [1, 2, 3, 4], [5], [1, 2, 3], [1, 2], [5, 6]]
     heads, where = prefix_chains(seqs)
