@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from marft_agents.ppo_math import ENTROPY_LOGP_FLOOR
+from marft_agents.ppo_math import entropy_from_logprobs, floored_probs
 
 CHUNK_BYTES = 24 << 20
 """Float32 logits per chunk (24 MiB, 128 positions of a 49k vocabulary): under glibc's 32 MiB
@@ -80,10 +80,9 @@ def _scaled_chunk(hidden: torch.Tensor, weight: torch.Tensor, temperature: float
     return _buffer("x", hidden.shape[0], weight, torch.float32).copy_(logits).div_(temperature)
 
 
-def _clamped_exp(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``exp(max(x, ENTROPY_LOGP_FLOOR))`` in the reused ``"p"`` buffer."""
-    out = _buffer("p", x.shape[0], weight, torch.float32)
-    return torch.clamp(x, min=ENTROPY_LOGP_FLOOR, out=out).exp_()
+def _probs_buffer(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The reused ``"p"`` buffer for a chunk ``x [n, V]``'s probabilities."""
+    return _buffer("p", x.shape[0], weight, torch.float32)
 
 
 class _HeadLogprobs(torch.autograd.Function):
@@ -103,12 +102,11 @@ class _HeadLogprobs(torch.autograd.Function):
             x = _scaled_chunk(hidden[start:end], weight, temperature)  # [n, V]
             peak = x.amax(dim=-1, keepdim=True)  # [n, 1]
             x.sub_(peak)  # x - max
-            norm = _clamped_exp(x, weight).sum(-1, keepdim=True).log_()  # [n, 1]
+            norm = floored_probs(x, _probs_buffer(x, weight)).sum(-1, keepdim=True).log_()  # [n, 1]
             logp[start:end] = x.gather(-1, tokens[start:end, None]).squeeze(-1) - norm.squeeze(-1)
             top[start:end], log_norm[start:end] = peak.squeeze(-1), norm.squeeze(-1)
-            if with_entropy:  # x: the log-probs [n, V]; entropy_from_logprobs' formula, in place
-                x.sub_(norm)
-                entropy[start:end] = _clamped_exp(x, weight).mul_(x).sum(-1).neg_()
+            if with_entropy:  # x: the log-probs [n, V]
+                entropy[start:end] = entropy_from_logprobs(x.sub_(norm), out=_probs_buffer(x, weight))
         ctx.save_for_backward(hidden, weight, tokens, top, log_norm, entropy)
         ctx.temperature = temperature
         ctx.set_materialize_grads(False)  # an output the loss does not use gets None: skip its terms
@@ -128,7 +126,7 @@ class _HeadLogprobs(torch.autograd.Function):
             end = min(start + step, hidden.shape[0])
             logp_all = _scaled_chunk(hidden[start:end], weight, ctx.temperature)  # [n, V]
             logp_all.sub_(top[start:end, None]).sub_(log_norm[start:end, None])  # log p
-            probs = _clamped_exp(logp_all, weight)  # [n, V]
+            probs = floored_probs(logp_all, _probs_buffer(logp_all, weight))  # [n, V]
             g_logp = grad_logp[start:end, None]  # [n, 1]
             if use_entropy:  # d/ds (g_lp logp_tok + g_H H) = g_lp (onehot - p) - g_H p (logp + H)
                 logp_all.add_(entropy[start:end, None]).mul_(grad_entropy[start:end, None])
