@@ -67,7 +67,10 @@ def _buffer(slot: str, rows: int, like: torch.Tensor, dtype: torch.dtype) -> tor
     key = (slot, like.device, dtype, like.shape[0])
     buf = _scratch.get(key)
     if buf is None or buf.shape[0] < rows:
-        buf = _scratch[key] = torch.empty(rows, like.shape[0], dtype=dtype, device=like.device)
+        # a normal tensor even when first asked for under inference_mode (the rollout's scoring):
+        # an inference tensor could not be written outside it, in the update's passes
+        with torch.inference_mode(False):
+            buf = _scratch[key] = torch.empty(rows, like.shape[0], dtype=dtype, device=like.device)
     return buf[:rows]
 
 

@@ -78,6 +78,18 @@ def test_fused_head_without_entropy_has_the_log_prob_gradient_alone():
     torch.testing.assert_close(fused_in.grad, plain_in.grad, atol=1e-4, rtol=1e-4)
 
 
+def test_fused_head_buffers_first_made_under_inference_mode_serve_a_gradient_pass(monkeypatch):
+    monkeypatch.setattr(hl, "_scratch", {})  # the buffers are made by the inference-mode call
+    hidden, head, tokens = head_case(rows=6)
+    hidden, head = hidden.to(torch.bfloat16), head.to(torch.bfloat16)
+    with torch.inference_mode():
+        scored, _ = hl.head_logprobs(hidden, head, tokens, 0.5, with_entropy=True)
+    fused_in = hidden.clone().requires_grad_(True)
+    logp, _ = hl.head_logprobs(fused_in, head, tokens, 0.5, with_entropy=True)
+    logp.sum().backward()
+    assert torch.equal(logp.detach(), scored) and torch.isfinite(fused_in.grad).all()
+
+
 def test_fused_head_rejects_a_non_positive_temperature():
     hidden, head, tokens = head_case(rows=2)
     with pytest.raises(ValueError, match="temperature must be > 0"):
