@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # `make demo RESUME=1` continues the run in runs/demo instead of refusing to overwrite it.
 RESUME ?=
 
-.PHONY: setup demo test test-all bench clean clean-runs
+.PHONY: setup demo test test-all test-avx2 lint bench clean clean-runs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,19 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
+
+# The tests that reach CPU-specific kernels, again as on an AVX2-only CPU (no AVX-512, no AMX):
+# oneDNN and ATen capped by their documented ISA variables, so every machine runs the fallbacks.
+# Its own inductor cache: kernels compiled under ATEN_CPU_CAPABILITY=avx2 crashed (SIGSEGV) an
+# uncapped process that reused them from the shared default cache.
+AVX2_TESTS := tests/agents/test_cpu_support.py tests/agents/test_direct_decode.py tests/agents/test_learners.py \
+	tests/agents/test_shared_prefix.py tests/agents/test_distributed.py tests/test_benchmarks.py
+test-avx2: setup
+	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 TORCHINDUCTOR_CACHE_DIR="$(CURDIR)/.cache/inductor-avx2" \
+		$(BIN)/python -m pytest -m "not slow" -q $(AVX2_TESTS)
+
+lint: setup
+	$(BIN)/ruff check .
 
 test-all: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

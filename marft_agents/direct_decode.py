@@ -40,6 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from marft_agents.cpu_support import onednn_bf16_prepack
+
 DIRECT_MODEL_TYPES = ("llama",)
 """``config.model_type`` values whose decoder layer this module computes."""
 
@@ -77,12 +79,13 @@ def _base_linear(module: nn.Module) -> tuple[nn.Linear, list[tuple[torch.Tensor,
 
 def packs(weight: torch.Tensor) -> bool:
     """Whether ``weight`` is multiplied through a oneDNN-prepacked copy (``_Linear``): bfloat16 on
-    a CPU with oneDNN. There the plain ``F.linear`` re-lays out the weight for the matrix unit on
-    every call (reading and writing the whole weight again, per step), and the prepacked product
-    is bit-identical (checked in tests/agents/test_direct_decode.py); float32 prepacking changes
-    the kernel and its rounding, so float32 keeps ``F.linear``."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    a CPU where the prepacked product runs (``cpu_support.onednn_bf16_prepack``: AVX-512 BW/VL/DQ
+    or AVX-NE-CONVERT; an AVX2-only CPU falls back to ``F.linear``). There the plain ``F.linear``
+    re-lays out the weight for the matrix unit on every call (reading and writing the whole weight
+    again, per step), and the prepacked product is bit-identical (checked in
+    tests/agents/test_direct_decode.py); float32 prepacking changes the kernel and its rounding,
+    so float32 keeps ``F.linear``."""
+    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and onednn_bf16_prepack()
 
 
 class _Linear:
@@ -119,7 +122,9 @@ def _fused_base(parent: nn.Module, bases: list[nn.Linear]) -> _Linear:
     """The stacked base weight (and bias) of ``bases`` as one product, cached on ``parent`` and
     rebuilt only when a member weight is replaced or modified in place (the base is frozen in
     MARFT, so this is built once per model)."""
-    key = tuple((b.weight.data_ptr(), b.weight._version, b.weight.device, b.weight.dtype) for b in bases)
+    # packs(): a cached probe, in the key so that forcing the plain kernels rebuilds the product
+    key = tuple((b.weight.data_ptr(), b.weight._version, b.weight.device, b.weight.dtype, packs(b.weight))
+                for b in bases)
     cache = getattr(parent, "_marft_direct_fused", None) or {}
     names = tuple(id(b) for b in bases)
     hit = cache.get(names)

@@ -7,6 +7,7 @@ Greedy sampling makes the rollouts a function of the policy alone, so a 2-rank r
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -50,14 +51,49 @@ def update_only(out: Path, algorithm: str) -> dict:
 
     cfg = config(out, algorithm, {"sampling.do_sample": True, **UPDATE_ONLY[algorithm]})
     trainer = Trainer(cfg, tiny())
-    history = []
+    history, tokens = [], 0
     for update in range(2):
         torch.manual_seed(100 + update)
         rollout = trainer.collector.collect(cfg.schedule.episodes_per_update)
         if trainer.data_parallel is not None:  # rank 0's rollout on every rank: the same global batch
             rollout = trainer.data_parallel.gather(rollout)[0]
         history.append(trainer.learner.update(rollout, update))
-    return {"adapters": trainer.policy.adapter_state_dict(), "history": history}
+        tokens = max(tokens, rollout_positions(rollout))
+    return {"adapters": trainer.policy.adapter_state_dict(), "history": history,
+            "arithmetic": {"steps": optimizer_steps(trainer.learner.state_dict()), "positions": tokens,
+                           "lr": max(cfg.schedule.actor_lr, cfg.schedule.critic_lr)}}
+
+
+def rollout_positions(rollout) -> int:
+    """Token positions of every forward pass over ``rollout`` (policy and critic rows): an upper
+    bound on the number of terms in any one gradient entry's float32 sum."""
+    return sum(len(d.prompt_ids) + len(d.response_ids) + len(d.critic_prompt_ids or ())
+               for d in rollout.decisions)
+
+
+@contextlib.contextmanager
+def counting_positions():
+    """Within the block, every rollout collected appends its ``rollout_positions`` to the list."""
+    from marft_agents.rollout import RolloutCollector
+
+    seen: list[int] = []
+    collect = RolloutCollector.collect
+
+    def counted(self, *args, **kwargs):
+        rollout = collect(self, *args, **kwargs)
+        seen.append(rollout_positions(rollout))
+        return rollout
+
+    RolloutCollector.collect = counted
+    try:
+        yield seen
+    finally:
+        RolloutCollector.collect = collect
+
+
+def optimizer_steps(learner_state: dict) -> int:
+    """The most Adam steps any adapter's optimizer took (from a learner's ``state_dict``)."""
+    return max(int(p["step"]) for opt in learner_state["optimizers"].values() for p in opt["state"].values())
 
 
 def tiny():
@@ -79,13 +115,20 @@ def tiny_initial_adapters(algorithm: str, extra: dict | None = None) -> dict:
 def run_all(out: Path, rank: int = 0) -> dict:
     """Train every learner for 2 updates, plus an interrupted-and-resumed run of ``RESUMED``;
     returns (and on every rank saves to ``out/rank<r>.pt``) adapters, metrics and evaluations."""
+    from marft_agents.checkpoint import load_checkpoint
     from marft_agents.trainer import iter_train, train
 
     quiet = {"eval_before": False, "tensorboard": False, "plot": False, "handle_signals": False}
     results: dict = {}
     for algorithm in ALGORITHMS:
-        result = train(config(out / "full", algorithm), model_and_tokenizer=tiny(), **quiet)
+        cfg = config(out / "full", algorithm)
+        with counting_positions() as positions:
+            result = train(cfg, model_and_tokenizer=tiny(), **quiet)
         results[algorithm] = {"adapters": result.policy.adapter_state_dict(), "history": result.history}
+        if rank == 0:  # rank 0 writes the checkpoints; the test reads the 1-process run's figures
+            learner_state = load_checkpoint(result.last_checkpoint)["state"]["learner"]
+            results[algorithm]["arithmetic"] = {"steps": optimizer_steps(learner_state), "positions": max(positions),
+                                                "lr": max(cfg.schedule.actor_lr, cfg.schedule.critic_lr)}
         if result.final_eval is not None:
             results["eval"] = result.final_eval.per_task
     for algorithm in UPDATE_ONLY:
