@@ -23,7 +23,6 @@ def check_env_config(cfg: TrainConfig) -> list[str]:
     ``horizon: 0``, a missing profile) as a :class:`ConfigError` before a model is loaded, and
     checks that a single-agent algorithm gets a one-role profile. Costs one env construction.
     """
-    import marft_envs
     from marft_agents.learners import get_learner
 
     variants = [("env.kwargs", dict(cfg.env.kwargs))]

@@ -31,7 +31,6 @@ File format::
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
