@@ -143,7 +143,7 @@ def bare_loss(policy: Any, call: Call, rows: list[int], prefix_len: int) -> torc
         width = batch.response_ids.shape[1]
         cache = prefix_cache(policy.lm, batch.prefix_ids, len(rows), device) if prefix_len else None
         logits = policy.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                           position_ids=batch.position_ids, past_key_values=cache, use_cache=cache is not None,
+                           position_ids=batch.position_ids, cache=cache, use_cache=cache is not None,
                            logits_to_keep=width + 1).logits[:, :width]  # [B, T, V]
         nll = F.cross_entropy(logits.float().flatten(0, 1), batch.response_ids.flatten(),
                               reduction="none").view_as(batch.response_mask)  # [B, T]
@@ -174,7 +174,7 @@ def chain_rows(policy: Any, decoder: Any, seqs: list[list[int]], prefix: list[in
     cache = prefix_cache(decoder, prefix, len(heads), policy.device) if prefix else None
     ids, mask = left_pad([seqs[h] for h in heads], policy.tokenizer.pad_token_id, policy.device)  # [h, L]
     mask, pos = after_prefix(mask, len(prefix))  # [h, s + L], [h, L]
-    hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+    hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
                      use_cache=cache is not None).last_hidden_state  # [h, L, H]
     return heads, where, hidden
 

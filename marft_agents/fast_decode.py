@@ -113,7 +113,7 @@ def reserved_cache(model: torch.nn.Module, prefix: Sequence[int], rows: int, cap
     if prefix:
         ids = torch.as_tensor([list(prefix)], dtype=torch.long, device=device)  # [1, s]
         pos = torch.arange(ids.shape[1], device=device)[None]  # [1, s]
-        model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True,
+        model(input_ids=ids, position_ids=pos, cache=cache, use_cache=True,
               logits_to_keep=1)
         if not plain:
             cache.batch_repeat_interleave(rows)
@@ -210,9 +210,9 @@ def fast_sample_batch(
     rows = torch.arange(batch, device=device)  # original index of each row still in the batch
     done = torch.zeros(batch, dtype=torch.bool, device=device)  # per row still in the batch
 
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
                 use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    cache = out.cache
     logits = out.logits[:, -1]  # [b, V]
     decoder = DirectDecoder.build(model, cache) if direct else None
     attend = full_mask.bool() if decoder is not None else None  # [B, s + P + steps]
@@ -256,7 +256,7 @@ def fast_sample_batch(
             logits = decoder.step(token, pos, width + step, attend[:, :width + step + 1])
         else:
             out = model(input_ids=token[:, None], attention_mask=full_mask[:, :width + step + 1],
-                        position_ids=pos, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                        position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1]  # [b, V]
 
     tokens_cpu, logp_cpu = out_tokens.cpu(), out_logp.cpu()

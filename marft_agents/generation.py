@@ -185,7 +185,7 @@ def prefix_cache(forward, prefix: Sequence[int], batch: int, device: torch.devic
     ids = torch.as_tensor([list(prefix)], dtype=torch.long, device=device)  # [1, s]
     pos = torch.arange(ids.shape[1], device=device)[None]  # [1, s]
     kwargs = {"logits_to_keep": 1} if hasattr(forward, "get_output_embeddings") else {}
-    cache = forward(input_ids=ids, position_ids=pos, use_cache=True, **kwargs).past_key_values
+    cache = forward(input_ids=ids, position_ids=pos, use_cache=True, **kwargs).cache
     cache.batch_repeat_interleave(batch)
     return cache
 
@@ -268,9 +268,9 @@ def sample_batch(
 
     rows = torch.arange(batch, device=device)  # original index of each row still in the batch
     done = torch.zeros(batch, dtype=torch.bool, device=device)  # per row still in the batch
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
                 use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    cache = out.cache
     can_prune = True
     for step in range(cfg.max_new_tokens):
         logp = scaled_logprobs(out.logits[:, -1], cfg.temperature)  # [b, V]
@@ -298,7 +298,7 @@ def sample_batch(
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # [b, L+1]
         pos = pos[:, -1:] + 1  # [b, 1]
         out = model(input_ids=token[:, None], attention_mask=mask, position_ids=pos,
-                    past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    cache=cache, use_cache=True, logits_to_keep=1)
 
     tokens_cpu, logp_cpu = out_tokens.cpu(), out_logp.cpu()
     lengths_cpu, finished_cpu = lengths.cpu().tolist(), finished.cpu().tolist()

@@ -104,7 +104,7 @@ class ScoringMixin:
             return TokenStats(zeros.masked_scatter(mask, logp_real), entropy, mask)
         cache = self._prefix_cache(self.lm, batch.prefix_ids, batch.input_ids.shape[0])
         out = self.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                      position_ids=batch.position_ids, past_key_values=cache,
+                      position_ids=batch.position_ids, cache=cache,
                       use_cache=cache is not None, logits_to_keep=width + 1)
         # logits of columns P-1 .. P+T-1; the last one predicts past the end: drop it
         logp_all = scaled_logprobs(out.logits[:, :width], temperature)  # [B, T, V]
@@ -157,7 +157,7 @@ class ScoringMixin:
         decoder = self.lm.get_decoder()
         cache = self._prefix_cache(decoder, prefix, ids.shape[0])
         return decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
-                       past_key_values=cache, use_cache=cache is not None).last_hidden_state
+                       cache=cache, use_cache=cache is not None).last_hidden_state
 
     def _hidden(self, critic: str, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
                 prefix: Sequence[int] = ()) -> torch.Tensor:

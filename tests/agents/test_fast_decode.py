@@ -114,9 +114,9 @@ def test_reserved_cache_writes_in_place_and_holds_the_prefix_once_per_row(policy
     ids = torch.tensor([[9, 10]] * 3, device=DEVICE)
     with torch.no_grad():
         lm(input_ids=ids, attention_mask=torch.ones(3, 6, dtype=torch.long, device=DEVICE),
-           position_ids=torch.tensor([[4, 5]] * 3, device=DEVICE), past_key_values=cache, use_cache=True)
+           position_ids=torch.tensor([[4, 5]] * 3, device=DEVICE), cache=cache, use_cache=True)
     assert layer.get_seq_length() == 6 and layer._k.data_ptr() == buffer  # no reallocation
     # the same numbers as an unshared forward of prefix + suffix
     with torch.no_grad():
-        full = lm(input_ids=torch.tensor([prefix + [9, 10]], device=DEVICE), use_cache=True).past_key_values
+        full = lm(input_ids=torch.tensor([prefix + [9, 10]], device=DEVICE), use_cache=True).cache
     torch.testing.assert_close(layer.keys[1:2], full.layers[0].keys, atol=1e-5, rtol=0)
