@@ -3,17 +3,27 @@
 peft stores every adapter's weights inside the same injected layers
 (``...q_proj.lora_A.<adapter>.weight``); the helpers here group those parameters by adapter
 name so the policy can freeze, save and load each adapter on its own.
+
+:func:`default_target_modules` picks the layers to adapt when ``lora.target_modules`` is unset
+and peft knows no default for the model type (Phi-3, any architecture missing from peft's
+table): the model's own attention projections.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from peft import LoraConfig
 from torch import nn
+
+from marft_agents.config_schema import ConfigError
+
+log = logging.getLogger(__name__)
 
 # Sub-module names under which peft keeps one entry per adapter; the adapter name is the path
 # component right after one of these.
@@ -38,7 +48,9 @@ class LoraSpec:
     target_modules: tuple[str, ...] | str | None = None
     """Module names to adapt, e.g. ("q_proj", "v_proj") or "all-linear" (more capacity, ~2x
     the adapter cost). None = peft's default for the architecture (q_proj + v_proj for
-    Llama/Qwen/Mistral), which also works for other families (GPT-2's c_attn, ...)."""
+    Llama/Qwen/Mistral, c_attn for GPT-2, ...); for a model type peft has no default for, the
+    model's attention projections (the fused QKV projection, else the query and value ones; see
+    ``default_target_modules``), named in one log line."""
 
     def __post_init__(self) -> None:
         if self.r < 1:
@@ -48,13 +60,116 @@ class LoraSpec:
         if isinstance(self.target_modules, list):  # YAML gives lists; keep the spec hashable
             object.__setattr__(self, "target_modules", tuple(self.target_modules))
 
-    def to_peft(self) -> LoraConfig:
-        """The equivalent ``peft.LoraConfig`` for a causal LM."""
+    def to_peft(self, default_targets: Sequence[str] | None = None) -> LoraConfig:
+        """The equivalent ``peft.LoraConfig`` for a causal LM; ``default_targets`` (from
+        :func:`default_target_modules`) stands in for an unset ``target_modules``."""
         targets: Any = self.target_modules
+        if targets is None and default_targets is not None:
+            targets = tuple(default_targets)
         if isinstance(targets, tuple):
             targets = list(targets)
         return LoraConfig(task_type="CAUSAL_LM", r=self.r, lora_alpha=self.alpha,
                           lora_dropout=self.dropout, target_modules=targets, bias="none")
+
+
+# Leaf names of attention projections (matched case-insensitively): one fused QKV projection
+# (Phi-3, GPT-2 / StarCoder, GPT-NeoX / Falcon / Bloom, MPT / DBRX, Baichuan), else separate
+# query and value projections (Llama-like, BERT-like, DistilBERT, T5, Llama's original wq/wv).
+_FUSED_QKV = frozenset({"qkv_proj", "c_attn", "query_key_value", "wqkv", "w_pack", "qkv",
+                        "qkv_linear"})
+_QUERY = frozenset({"q_proj", "query", "q", "wq", "q_lin", "query_proj", "q_linear"})
+_VALUE = frozenset({"v_proj", "value", "v", "wv", "v_lin", "value_proj", "v_linear"})
+_ATTENTION_PART = re.compile(r"attn|attention", re.IGNORECASE)
+
+
+def _peft_default_targets(model_type: str | None) -> Any:
+    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    return TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type) if model_type else None
+
+
+def _linear_leaves(model: nn.Module) -> dict[str, nn.Module]:
+    """``{name: module}`` of the linear leaf layers LoRA can adapt (``nn.Linear`` and
+    transformers' ``Conv1D``), the output head excluded."""
+    from transformers.pytorch_utils import Conv1D
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return {name: module for name, module in model.named_modules()
+            if isinstance(module, (nn.Linear, Conv1D)) and module is not head
+            and next(module.children(), None) is None}
+
+
+def _in_attention(name: str, modules: dict[str, nn.Module]) -> bool:
+    """Whether the layer ``name`` sits in an attention block: an enclosing module is named like
+    one (``self_attn``, ``attention``, ``attn``) or its class is (``LlamaAttention``)."""
+    parts = name.split(".")[:-1]
+    for i in range(len(parts), 0, -1):
+        if _ATTENTION_PART.search(parts[i - 1]):
+            return True
+        parent = modules.get(".".join(parts[:i]))
+        if parent is not None and "attention" in type(parent).__name__.lower():
+            return True
+    return False
+
+
+def _projections(names: Sequence[str]) -> list[str]:
+    """The attention projections to adapt among ``names``: the fused QKV ones, else the query and
+    value ones (peft's choice for the families it knows); [] if neither is there."""
+    leaf = {name: name.rsplit(".", 1)[-1].lower() for name in names}
+    fused = [n for n in names if leaf[n] in _FUSED_QKV]
+    if fused:
+        return fused
+    query = [n for n in names if leaf[n] in _QUERY]
+    value = [n for n in names if leaf[n] in _VALUE]
+    return query + value if query and value else []
+
+
+def _shortest_suffixes(chosen: Sequence[str], all_names: Sequence[str]) -> list[str]:
+    """For each of ``chosen``, the shortest dotted suffix (how peft matches a ``target_modules``
+    entry) that matches no module outside ``chosen``: ``c_proj`` names GPT-2's MLP output too,
+    so its attention one becomes ``attn.c_proj``."""
+    chosen_set = set(chosen)
+    out: set[str] = set()
+    for name in chosen:
+        parts = name.split(".")
+        for i in range(len(parts) - 1, -1, -1):
+            suffix = ".".join(parts[i:])
+            hits = {n for n in all_names if n == suffix or n.endswith("." + suffix)}
+            if hits <= chosen_set:
+                out.add(suffix)
+                break
+    return sorted(out)
+
+
+def default_target_modules(model: nn.Module) -> list[str] | None:
+    """LoRA targets for a model whose type peft has no default for; None when peft has one.
+
+    The rule: among the model's linear leaf layers (``nn.Linear`` / ``Conv1D``, not the output
+    head), those inside attention blocks; of these, the fused QKV projection if there is one
+    (``qkv_proj``, ``c_attn``, ``query_key_value``, ``Wqkv``, ...), else the query and value
+    projections (``q_proj`` + ``v_proj``, ``query`` + ``value``, ...), else all of them. A model
+    without recognisable attention blocks gets its QKV or query + value projections wherever they
+    are. Logs one line naming the choice; raises :class:`ConfigError` (one line, listing the
+    linear layer names found) when there is nothing to choose.
+    """
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if _peft_default_targets(model_type) is not None:
+        return None
+    linears = _linear_leaves(model)
+    modules = dict(model.named_modules())
+    attention = [name for name in linears if _in_attention(name, modules)]
+    chosen = _projections(attention) or attention or _projections(list(linears))
+    if not chosen:
+        leaves = sorted({name.rsplit(".", 1)[-1] for name in linears})
+        raise ConfigError(
+            f"no LoRA targets for model type {model_type!r}: peft has no default for it and no attention "
+            f"projection was found among its linear layers {leaves}; set lora.target_modules to the ones to "
+            f"adapt (a list of names from these) or to all-linear")
+    targets = _shortest_suffixes(chosen, list(modules))
+    log.info("peft has no default LoRA targets for model type %r: adapting its attention projections "
+             "%s (%d layers); set lora.target_modules to choose others", model_type, targets, len(chosen))
+    return targets
 
 
 def check_adapter_name(name: str) -> str:

@@ -34,6 +34,7 @@ from marft_agents.adapters import (
     LoraSpec,
     check_adapter_name,
     copy_into,
+    default_target_modules,
     group_adapter_parameters,
 )
 from marft_agents.attention import training_passes, use_grouped_matmul_attention
@@ -99,13 +100,16 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
         specs.update({name: (critic.lora or lora) for name in self.critic_adapters
                       if critic is not None})
         names = list(specs)
+        # unset target_modules on a model type peft has no default for: its attention projections
+        default_targets = (default_target_modules(model)
+                           if any(spec.target_modules is None for spec in specs.values()) else None)
         # get_peft_model injects LoRA layers into `model` in place: no copy of the base weights.
         with warnings.catch_warnings():  # peft 0.21 calls an API transformers 5 deprecated
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
-            self.model = get_peft_model(model, specs[names[0]].to_peft(),
+            self.model = get_peft_model(model, specs[names[0]].to_peft(default_targets),
                                         adapter_name=names[0])
         for name in names[1:]:
-            self.model.add_adapter(name, specs[name].to_peft())
+            self.model.add_adapter(name, specs[name].to_peft(default_targets))
         self._params = group_adapter_parameters(self.model)
 
         hidden = self.lm.config.get_text_config().hidden_size
