@@ -119,7 +119,8 @@ def evaluate_scripted(fn: ScriptedPolicy, env_id: str, env_kwargs: dict[str, Any
 
 
 def resolve_checkpoint(output_dir: str, which: str | None) -> Path | None:
-    """``none`` -> None; ``latest`` / ``best`` -> that folder of ``output_dir``; else a path."""
+    """``none`` -> None; ``latest`` / ``best`` -> that folder of ``output_dir``; else a checkpoint
+    folder, or a run folder (its latest checkpoint)."""
     from marft_agents.checkpoint import BEST_DIR, latest_checkpoint
 
     if which in (None, "none"):
@@ -130,6 +131,8 @@ def resolve_checkpoint(output_dir: str, which: str | None) -> Path | None:
             raise FileNotFoundError(f"no checkpoint in {output_dir}; pass --checkpoint PATH or none")
         return found
     path = Path(output_dir) / BEST_DIR if which == "best" else Path(which)
+    if which != "best" and not (path / "adapters.pt").is_file() and latest_checkpoint(path) is not None:
+        path = latest_checkpoint(path)  # a run folder, as `marft eval` accepts: its latest checkpoint
     if not (path / "adapters.pt").is_file():
         raise FileNotFoundError(f"{path} holds no adapters.pt; pass --checkpoint latest, none or a checkpoint folder")
     return path
@@ -141,12 +144,13 @@ def evaluate_config(cfg: Any, env_id: str, env_kwargs: dict[str, Any], n_problem
     from marft_agents import models
     from marft_agents.checkpoint import load_adapters
     from marft_agents.evaluation import evaluate
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.trainer import build_policy
 
     agent_ids = list(_envs().make(env_id, **env_kwargs).possible_agents)
     model, tokenizer = models.load_model_and_tokenizer(cfg.model)
-    policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
-                              critic=cfg.critic)
+    # The adapters training built (a critic only for learners that use values), as `marft eval`
+    # does: a checkpoint of a critic-less learner (grpo, value_mode None) then loads strictly.
+    policy = build_policy(cfg, model, tokenizer, agent_ids)
     if checkpoint is not None:
         policy.load_adapter_state_dict(load_adapters(checkpoint))
     return evaluate(policy, env_id, env_kwargs, n_problems=n_problems, greedy=cfg.eval.greedy, seed=seed,
@@ -159,6 +163,12 @@ def _updates_of(checkpoint: Path | None) -> int | None:
         return 0
     meta = checkpoint / "meta.json"
     return json.loads(meta.read_text()).get("update") if meta.is_file() else None
+
+
+def _config_dict(cfg: Any) -> dict[str, Any]:
+    from marft_agents.config import config_to_dict
+
+    return config_to_dict(cfg)
 
 
 def _slug(text: str) -> str:
@@ -181,7 +191,6 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         overrides: ``{"section.key": value}`` for the config.
     """
     from leaderboards.records import Record, git_commit, write_record
-    from marft_agents.config import config_to_dict, load_config
     from marft_envs.registry import installed_marft_version
 
     marft_envs = _envs()
@@ -193,6 +202,8 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         fn, cfg = load_scripted(policy), None
         base: dict[str, Any] = {}
     else:
+        from marft_agents.config import load_config  # needs torch; a scripted policy does not
+
         cfg = load_config(policy, overrides or {})
         env_id = env_id or cfg.env.id
         base = {**cfg.env.kwargs, **cfg.eval.env_kwargs} if env_id == cfg.env.id else {}
@@ -224,7 +235,7 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
                     "greedy": True if scripted else cfg.eval.greedy, "seed": seed},
         budget={"updates": _updates_of(ckpt), "eval_seconds": round(seconds, 1)},
         config={"policy": policy, **({"checkpoint": str(ckpt)} if ckpt else {}),
-                **({} if scripted else {"train_config": config_to_dict(cfg)})},
+                **({} if scripted else {"train_config": _config_dict(cfg)})},
         commit=commit,
         marft_version=installed_marft_version() or marft_envs.__version__,
         env_package={"distribution": source.distribution, "version": source.version,

@@ -192,10 +192,13 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     # rejects. Only load checkpoints you wrote yourself.
     adapters = torch.load(path / "adapters.pt", map_location=map_location, weights_only=False)
     state = torch.load(path / "state.pt", map_location=map_location, weights_only=False)
-    config = None
-    if (path / "config.yaml").is_file():
-        config = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8"))
-    return {"adapters": adapters, "state": state, "config": config, "path": path}
+    return {"adapters": adapters, "state": state, "config": load_checkpoint_config(path), "path": path}
+
+
+def load_checkpoint_config(path: str | os.PathLike) -> dict[str, Any] | None:
+    """Only ``config.yaml`` of a checkpoint folder (plain data), or None when it has none."""
+    file = Path(path) / "config.yaml"
+    return yaml.safe_load(file.read_text(encoding="utf-8")) if file.is_file() else None
 
 
 def load_adapters(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -12,6 +12,11 @@ overrides any config field (the value is parsed as YAML: ``--set schedule.num_up
 A mistake of the user (a bad config value, a missing file, a bad flag) prints one line saying
 what was expected and how to fix it, with exit status 2; a traceback means a bug, and
 ``marft --debug ...`` shows the traceback of user errors too.
+
+Without the ``agents`` extra (torch, transformers, peft) ``marft envs`` and ``marft bench`` with a
+scripted policy work; ``marft train``, ``eval``, ``config`` and ``bench`` of a config policy say in
+one line to ``pip install 'marft[agents]'`` (exit status 2). This module imports torch-using modules
+only inside the subcommands that need them.
 """
 
 from __future__ import annotations
@@ -26,9 +31,17 @@ from typing import Any, NoReturn
 
 import yaml
 
-from marft_agents.config import ConfigError
+# Only torch-free modules at import time: without the ``agents`` extra (torch, transformers, peft)
+# ``marft envs`` and ``marft bench`` with a scripted policy still work, and the subcommands that
+# need a model say which extra to install (``main``). ConfigError lives in the torch-free schema
+# module (``marft_agents.config`` re-exports it).
+from marft_agents.config_schema import ConfigError
 
 USER_ERROR_EXIT = 2
+
+AGENTS_EXTRA_MODULES = frozenset({"torch", "transformers", "peft", "gguf", "tqdm", "matplotlib", "tensorboard"})
+"""Top-level modules of the ``agents`` extra (``pip install 'marft[agents]'``): a subcommand that
+fails to import one says so in one line instead of a traceback."""
 
 
 class UsageError(Exception):
@@ -263,6 +276,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"marft {args.command}: error: {err}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    except ModuleNotFoundError as err:
+        missing = (err.name or "").partition(".")[0]
+        if args.debug or missing not in AGENTS_EXTRA_MODULES:
+            raise
+        print(f"marft {args.command} needs the agents extra (no module named {missing!r} here): "
+              "pip install 'marft[agents]'", file=sys.stderr)
         return USER_ERROR_EXIT
 
 

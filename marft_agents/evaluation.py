@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 import marft_envs
-from marft_agents.rollout import RolloutCollector
+
+# torch (and the rollout collector, which needs it) are imported by :func:`evaluate` only: the
+# problem set, the standard error and the split check serve ``marft bench`` with a scripted
+# policy, which an install without the ``agents`` extra (no torch) can run.
 
 
 @dataclass
@@ -141,7 +143,10 @@ def evaluate(
             in problem order, so every rank returns the figures of the whole set. With greedy
             decoding they equal one process's; sampled decoding draws per-rank samples.
     """
+    import torch
+
     from marft_agents.policy import SamplingConfig
+    from marft_agents.rollout import RolloutCollector
 
     env_kwargs = dict(env_kwargs or {})
     envs = [marft_envs.make(env_id, **env_kwargs) for _ in range(max(1, num_envs))]

@@ -21,7 +21,9 @@ Metric keys include ``losses/policy_loss``, ``losses/value_loss``, ``losses/entr
 Resuming: ``resume=True`` loads the latest checkpoint in ``cfg.output_dir`` (adapters, value
 head, optimizer states, counters, RNG states, the task order) and continues with the next update;
 the result is the same as a run that was never interrupted (tested on CPU). Starting a fresh run
-in a folder that already has checkpoints is refused rather than silently overwriting them.
+in a folder that already has checkpoints is refused rather than silently overwriting them, and so
+is a resume that changes the evaluation setting (``eval.n_problems``, ``eval.seed``, the split ...:
+:data:`EVAL_SET_FIELDS`), whose "best" would otherwise compare accuracies on different problem sets.
 Setting ``Trainer.stop_requested`` (the protocol's signal handlers do) ends the loop after the
 update in progress, with a checkpoint, so a preempted run resumes exactly.
 """
@@ -47,6 +49,7 @@ from marft_agents.checkpoint import (
     latest_checkpoint,
     load_best_meta,
     load_checkpoint,
+    load_checkpoint_config,
     restore_rng_state,
     save_best_adapters,
     save_checkpoint,
@@ -95,6 +98,57 @@ def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequen
     needs_critic = get_learner(cfg.algorithm).value_mode is not None
     return MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
                             critic=cfg.critic if needs_critic else None)
+
+
+EVAL_SET_FIELDS = ("n_problems", "seed", "greedy", "env_kwargs")
+"""The ``eval`` fields that decide what an evaluation measures: which problems (``n_problems``,
+``seed``, the env keywords such as ``split``) and how they are decoded (``greedy``). A resumed run
+compares its evaluations (``best/``, the step-0 baseline) with those before the interruption, so
+these must not change on resume; the others (``interval``, ``at_end``, ``num_envs``,
+``keep_best``) may."""
+
+
+def eval_setting_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
+    """``"key: old -> new"`` for every setting of the evaluation that differs between the config
+    a run was saved with (``saved``, plain data) and ``now``; empty when none (or nothing saved).
+
+    Compared: the :data:`EVAL_SET_FIELDS` of ``eval``, the env id and the keywords the evaluation
+    env gets (``env.kwargs`` overlaid with ``eval.env_kwargs``; each change is named by the
+    section it comes from). A field the saved config lacks (an older version) is not compared.
+    """
+    if not saved:
+        return []
+    old_eval, new_eval = saved.get("eval") or {}, now.get("eval") or {}
+    old_env, new_env = saved.get("env") or {}, now.get("env") or {}
+    changes = [f"eval.{key}: {old_eval[key]!r} -> {new_eval.get(key)!r}" for key in EVAL_SET_FIELDS
+               if key in old_eval and key != "env_kwargs" and old_eval[key] != new_eval.get(key)]
+    if "id" in old_env and old_env["id"] != new_env.get("id"):
+        changes.append(f"env.id: {old_env['id']!r} -> {new_env.get('id')!r}")
+    if "kwargs" in old_env and "env_kwargs" in old_eval:
+        old_kwargs = {**(old_env["kwargs"] or {}), **(old_eval["env_kwargs"] or {})}
+        new_kwargs = {**(new_env.get("kwargs") or {}), **(new_eval.get("env_kwargs") or {})}
+        missing = "<unset>"
+        for key in sorted(set(old_kwargs) | set(new_kwargs)):
+            before, after = old_kwargs.get(key, missing), new_kwargs.get(key, missing)
+            if before != after:
+                in_eval = key in (old_eval["env_kwargs"] or {}) or key in (new_eval.get("env_kwargs") or {})
+                section = "eval.env_kwargs" if in_eval else "env.kwargs"
+                changes.append(f"{section}.{key}: {before if before is missing else repr(before)} -> "
+                               f"{after if after is missing else repr(after)}")
+    return changes
+
+
+def check_eval_setting_unchanged(saved: dict[str, Any] | None, cfg: TrainConfig, where: str | Path) -> None:
+    """Refuse (``ConfigError``, one line) to resume the run saved at ``where`` with another
+    evaluation setting: its best adapters and baseline were measured on the old one, so a "best"
+    picked across both would compare accuracies on different problem sets."""
+    changes = eval_setting_changes(saved, config_to_dict(cfg))
+    if changes:
+        raise ConfigError(
+            f"cannot resume {where}: the evaluation setting changed ({'; '.join(changes)}), so its "
+            "evaluations (best/, the baseline) would be compared with ones on a different problem set; "
+            "restore the old value(s) (in the config or with --set) to resume, or start a new run in "
+            "another output_dir (--output-dir)")
 
 
 def seed_everything(seed: int) -> None:
@@ -188,6 +242,7 @@ class Trainer:
         if list(state["agent_ids"]) != self.agent_ids:
             raise ValueError(f"checkpoint {path} was trained with agents {state['agent_ids']}, "
                              f"this run has {self.agent_ids}; use the same env profile to resume")
+        check_eval_setting_unchanged(ckpt["config"], self.cfg, path)
         self._warn_config_changes(ckpt["config"])
         self.policy.load_adapter_state_dict(ckpt["adapters"])
         self.learner.load_state_dict(state["learner"])
@@ -303,7 +358,8 @@ def prepare_trainer(cfg: TrainConfig, resume: bool = False,
     """Build a :class:`Trainer`; with ``resume`` restore the latest checkpoint of ``output_dir``.
 
     A fresh run (``resume=False``) in an ``output_dir`` that already holds checkpoints is refused,
-    before the model is loaded.
+    before the model is loaded; so is a resume whose evaluation setting (:data:`EVAL_SET_FIELDS`,
+    the evaluation env) differs from the checkpoint's.
     """
     found = latest_checkpoint(cfg.output_dir)
     if found is not None and not resume:
@@ -312,6 +368,8 @@ def prepare_trainer(cfg: TrainConfig, resume: bool = False,
             f"`marft train --resume` (Python: train(..., resume=True); make: `make demo RESUME=1`), or start "
             "afresh in another output_dir (--output-dir) or after deleting that folder"
         )
+    if found is not None and resume:  # a changed evaluation setting is refused before the model loads
+        check_eval_setting_unchanged(load_checkpoint_config(found), cfg, found)
     trainer = Trainer(cfg, model_and_tokenizer)
     if resume and not trainer.restore():
         log.warning("resume requested but %s has no checkpoint; starting a fresh run", trainer.output_dir)

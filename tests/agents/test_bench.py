@@ -14,6 +14,8 @@ from marft_agents.bench import evaluate_scripted, load_scripted, run_bench
 from marft_agents.cli import main
 from marft_agents.config import config_to_dict
 from marft_agents.evaluation import TrainingTasksWarning
+from marft_agents.learners import register_learner
+from marft_agents.trainer import train
 
 import marft_envs
 
@@ -97,6 +99,62 @@ def test_config_bench_evaluates_once_without_training(tmp_path, monkeypatch):
     assert record["config"]["train_config"]["algorithm"] == "eval_only"
     assert record_path.parent == tmp_path / "out" and record["eval_after"]["n"] == 3
     assert 0.0 <= record["eval_after"]["accuracy"] <= 1.0 and record["commit"] is not None
+
+
+class NoCriticLearner:
+    """A plug-in learner without a critic (``value_mode = None``) that trains nothing."""
+
+    value_mode = None
+    options_class = None
+
+    def __init__(self, policy, cfg, agent_ids):
+        self.updates = 0
+
+    def trainable_agents(self, update):
+        return []
+
+    def update(self, rollout, update):
+        self.updates += 1
+        return {}
+
+    def state_dict(self):
+        return {"updates": self.updates}
+
+    def load_state_dict(self, state):
+        self.updates = state["updates"]
+
+
+register_learner("test_bench_no_critic", NoCriticLearner, replace=True)
+
+
+@pytest.mark.parametrize("algorithm, sections", [
+    ("grpo", {"learner": {"group_size": 2}, "schedule.episodes_per_update": 4}),
+    ("test_bench_no_critic", {}),
+])
+def test_config_bench_loads_a_critic_less_checkpoint_like_eval(algorithm, sections, tmp_path, monkeypatch, capsys):
+    # grpo and plug-in learners with value_mode None train no value head: the bench must build the
+    # policy without one, as `marft eval` does, or loading their adapters fails.
+    monkeypatch.setattr(models, "load_model_and_tokenizer", load_tiny_model)
+    cfg = small_config(tmp_path, **{"algorithm": algorithm, "schedule.num_updates": 1, **sections})
+    with pytest.warns(TrainingTasksWarning):
+        trained = train(cfg, model_and_tokenizer=load_tiny_model(cfg.model), tensorboard=False, plot=False,
+                        handle_signals=False)
+    assert not any(key.startswith("value_head/") for key in trained.policy.adapter_state_dict())
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    # `marft eval` of the checkpoint works (the reference behaviour) ...
+    with pytest.warns(TrainingTasksWarning):
+        assert main(["eval", "--config", str(path), "--checkpoint", "latest", "--quiet"]) == 0
+    # ... and so does `marft bench` of latest, best, a checkpoint folder and a run folder.
+    for k, checkpoint in enumerate(["latest", "best", str(trained.last_checkpoint), cfg.output_dir]):
+        records = tmp_path / "records" / str(k)
+        with pytest.warns(TrainingTasksWarning):
+            code = main(["bench", "--policy", str(path), "--checkpoint", checkpoint, "--records", str(records)])
+        assert code == 0, capsys.readouterr().err
+        record = json.loads(next(records.glob("*.json")).read_text())
+        assert record["algorithm"] == algorithm and record["eval_after"]["n"] == 2
+        # best/ holds the untrained baseline unless the one update beat it (a random model rarely does).
+        assert record["budget"]["updates"] in ((0, 1) if checkpoint == "best" else (1,))
 
 
 def test_load_scripted_accepts_the_prefixless_form():

@@ -105,3 +105,22 @@ def test_bm25s_routine_logging_is_silenced(capsys, caplog):
         logging.getLogger("bm25s").info("The query is empty.")
         logging.getLogger("bm25s").warning("a real problem")
     assert [r.getMessage() for r in caplog.records if r.name == "bm25s"] == ["a real problem"]
+
+
+def test_resume_with_another_evaluation_set_is_one_line_before_the_model_loads(tmp_path, tiny_loader, capsys,
+                                                                               monkeypatch):
+    path, _ = _write_config(tmp_path, **{"eval.interval": 1})
+    assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard"]) == 0
+    capsys.readouterr()
+
+    def refuse(cfg):
+        raise AssertionError("the model was loaded before the changed evaluation set was refused")
+
+    monkeypatch.setattr(models, "load_model_and_tokenizer", refuse)
+    assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard", "--resume",
+                 "--set", "eval.n_problems=5", "--set", "schedule.num_updates=4"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "eval.n_problems: 2 -> 5" in lines[0] and "--output-dir" in lines[0]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["counters"]["update"] == 2

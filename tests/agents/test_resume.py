@@ -114,3 +114,37 @@ def test_keep_best_off_writes_no_best_folder(tmp_path, monkeypatch):
     cfg = small_config(tmp_path, **{"eval.interval": 1, "eval.keep_best": False})
     assert train(cfg, model_and_tokenizer=_tiny()).best_eval is None
     assert not (tmp_path / "run" / BEST_DIR).exists()
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"eval.n_problems": 3}, "eval.n_problems: 2 -> 3"),
+    ({"eval.seed": 7}, "eval.seed: 1234 -> 7"),
+    ({"eval.greedy": False}, "eval.greedy: True -> False"),
+    ({"eval.env_kwargs": {"horizon": 1}}, "eval.env_kwargs.horizon: <unset> -> 1"),
+    ({"env.kwargs": {"horizon": 1}}, "env.kwargs.horizon: <unset> -> 1"),
+])
+def test_resume_refuses_a_changed_evaluation_setting(tmp_path, monkeypatch, changes, named):
+    from marft_agents.checkpoint import load_best_meta
+    from marft_agents.config import ConfigError
+    from marft_agents.trainer import Trainer, prepare_trainer
+
+    # Update 1 evaluates best on the old problem set; a resume on another set would compare with it.
+    _scripted_evaluations(monkeypatch, {0: 0.0, 1: 0.5, 2: 0.4, 3: 0.9})
+    cfg = small_config(tmp_path, **{"schedule.num_updates": 3, "eval.interval": 1})
+    first = iter_train(cfg, model_and_tokenizer=_tiny())
+    next(first)
+    first.close()
+    changed = small_config(tmp_path, **{"schedule.num_updates": 3, "eval.interval": 1, **changes})
+    with pytest.raises(ConfigError, match="evaluation setting changed") as refused:
+        train(changed, resume=True, model_and_tokenizer=_tiny())
+    message = str(refused.value)
+    assert "\n" not in message and named in message
+    assert "--output-dir" in message and "restore" in message
+    assert load_best_meta(cfg.output_dir)["update"] == 1  # best/ untouched
+    # Trainer.restore (a path of its own) refuses too.
+    with pytest.raises(ConfigError, match="evaluation setting changed"):
+        Trainer(changed, _tiny()).restore()
+    # Settings that leave the problem set alone may change; restoring the old setting resumes.
+    same = small_config(tmp_path, **{"schedule.num_updates": 2, "eval.interval": 2, "eval.num_envs": 1,
+                                     "eval.keep_best": True})
+    assert prepare_trainer(same, resume=True, model_and_tokenizer=_tiny()).counters["update"] == 1
