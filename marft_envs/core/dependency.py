@@ -85,7 +85,14 @@ class RoundGraph:
         return matrix
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-friendly view (lists, not arrays) for ``infos`` and logs."""
+        """D_t in the env's one dependency format: a JSON-friendly dict (lists, not arrays), the
+        value of both ``infos[agent]["dependency"]`` and ``env.state()["dependency"]``.
+
+        Keys: ``agents`` (all agent ids, profile order: the index space of ``adjacency``),
+        ``active`` (who acts, in turn order), ``edges`` (sorted ``[parent, child]`` pairs),
+        ``adjacency`` (``[N, N]`` nested lists of 0/1, ``[i][j] == 1`` iff agent j sees agent i)
+        and ``history`` (``"graded"`` or ``"all"``). Space: ``marft_envs.core.spaces.DependencySpace``.
+        """
         return {
             "agents": list(self.agents),
             "active": list(self.active),

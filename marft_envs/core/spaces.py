@@ -11,6 +11,7 @@ hostile text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -59,9 +60,70 @@ def text_observation_space(max_length: int) -> spaces.Dict:
     return spaces.Dict({"text": UnicodeText(max_length)})
 
 
-def dependency_space(num_agents: int) -> spaces.MultiBinary:
-    """Space of one adjacency matrix D_t (``[N, N]`` of 0/1, ``D[i, j] = 1``: j sees i)."""
-    return spaces.MultiBinary([num_agents, num_agents])
+class DependencySpace(spaces.Space):
+    """Space of D_t in the env's one dependency format (``RoundGraph.as_dict``), as in
+    ``infos[agent]["dependency"]`` and ``state()["dependency"]``.
+
+    A member is a dict with exactly the keys ``agents`` (the env's agent ids, in profile order),
+    ``active`` (distinct agent ids, in turn order, at least one), ``edges`` (sorted
+    ``[parent, child]`` pairs between active agents, parent before child in ``active``), ``adjacency`` (``[N, N]``
+    nested lists of 0/1 agreeing with ``edges``: ``adjacency[i][j] == 1`` iff agent j sees agent i)
+    and ``history`` (``"graded"`` or ``"all"``). ``sample()`` draws a random round graph (random
+    active set in profile order, random forward edges between them).
+    """
+
+    HISTORY = ("graded", "all")
+
+    def __init__(self, agents: Sequence[str], seed: Any = None):
+        self.agents = tuple(agents)
+        super().__init__(None, None, seed)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def sample(self, mask: Any = None) -> dict[str, Any]:
+        n = len(self.agents)
+        rng = self.np_random
+        chosen = [a for a in self.agents if rng.random() < 0.5] or [self.agents[int(rng.integers(n))]]
+        edges = sorted([a, b] for i, a in enumerate(chosen) for b in chosen[i + 1:] if rng.random() < 0.5)
+        return _as_dict(self.agents, chosen, edges, self.HISTORY[int(rng.integers(2))])
+
+    def contains(self, x: Any) -> bool:
+        if not isinstance(x, dict) or set(x) != {"agents", "active", "edges", "adjacency", "history"}:
+            return False
+        agents, active, edges = x["agents"], x["active"], x["edges"]
+        if not isinstance(agents, list) or tuple(agents) != self.agents or x["history"] not in self.HISTORY:
+            return False
+        if not isinstance(active, list) or not active or len(set(active)) != len(active) \
+                or not all(isinstance(a, str) and a in self.agents for a in active):
+            return False
+        if not isinstance(edges, list) or not all(
+                isinstance(e, list) and len(e) == 2 and e[0] in active and e[1] in active
+                and active.index(e[0]) < active.index(e[1])  # turn order is a topological order
+                for e in edges):
+            return False
+        return x == _as_dict(self.agents, active, edges, x["history"])
+
+    def __repr__(self) -> str:
+        return f"DependencySpace({list(self.agents)})"
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, DependencySpace) and other.agents == self.agents
+
+
+def _as_dict(agents: tuple[str, ...], active: list[str], edges: list, history: str) -> dict[str, Any]:
+    index = {a: k for k, a in enumerate(agents)}
+    adjacency = [[0] * len(agents) for _ in agents]
+    for parent, child in edges:
+        adjacency[index[parent]][index[child]] = 1
+    return {"agents": list(agents), "active": list(active), "edges": sorted([list(e) for e in edges]),
+            "adjacency": adjacency, "history": history}
+
+
+def dependency_space(agents: Sequence[str]) -> DependencySpace:
+    """Space of D_t (``infos[agent]["dependency"]`` and ``state()["dependency"]``) over ``agents``."""
+    return DependencySpace(agents)
 
 
 def empty_adjacency(num_agents: int) -> np.ndarray:

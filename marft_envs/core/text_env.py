@@ -16,9 +16,23 @@ Observations and actions
 
 Infos (per agent, refreshed after every step)
     ``role``, ``system_prompt``, ``graded``, ``task_id``, ``round``, ``turn_order``, ``parents``,
-    ``acts_this_round``, ``dependency`` (D_t as a JSON-friendly dict with ``adjacency``),
+    ``acts_this_round``, ``dependency`` (D_t, see "Dependency format" below),
     ``agent_reward`` (env-reported per-agent reward of the last graded round) and, once a round has
     been graded, ``last_outcome`` (team reward, solved, feedback, grading details).
+
+State
+    ``state()`` returns ``{"text": transcript(), "dependency": D_t}``: the transcript shows every
+    round's utterances once, then that round's grade line; the dependency is the same dict as
+    ``infos[agent]["dependency"]`` (space: ``state_space``).
+
+Dependency format (``infos[agent]["dependency"]`` and ``state()["dependency"]``, one format)
+    D_t of the current round (of the last round once the episode is over) as the JSON-friendly
+    dict of :meth:`RoundGraph.as_dict`: ``agents`` (every agent id, profile order: the index space
+    of ``adjacency``), ``active`` (who acts this round, in turn order), ``edges`` (sorted
+    ``[parent, child]`` pairs: child sees parent's output of this round), ``adjacency`` (``[N, N]``
+    nested lists of 0/1, ``adjacency[i][j] == 1`` iff agent j sees agent i; as a matrix:
+    ``np.array(d["adjacency"])``) and ``history`` (``"graded"`` or ``"all"``: what earlier rounds
+    show). Each call builds a fresh dict; the two are equal (``==``) between steps.
 
 Reset options
     ``{"task_index": i}`` plays task ``i`` of the task source (fixed evaluation sets);
@@ -88,7 +102,7 @@ class TextTaskEnv(AECEnv):
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
         self.action_spaces = {a: act_space for a in self.possible_agents}
         self.state_space = spaces.Dict(
-            {"text": UnicodeText(10 * max_observation_chars), "dependency": dependency_space(len(self.possible_agents))}
+            {"text": UnicodeText(10 * max_observation_chars), "dependency": dependency_space(self.possible_agents)}
         )
         self._rng: np.random.Generator | None = None
         self._order: np.ndarray | None = None
@@ -96,6 +110,7 @@ class TextTaskEnv(AECEnv):
         self.task: Task | None = None
         self.history: list[RoundRecord] = []
         self.agents: list[str] = []
+        self._round_open = False  # a round has begun and is not graded yet (see transcript())
 
     # -- hooks for subclasses --------------------------------------------------------------------
     def grade_round(self, task: Task, outputs: dict[str, str], round_index: int) -> RoundOutcome:
@@ -199,6 +214,7 @@ class TextTaskEnv(AECEnv):
         self.graph: RoundGraph = self.dependency.plan(self.possible_agents, self.round_index, self.history)
         self.round_outputs: dict[str, str] = {}
         self._turn = 0
+        self._round_open = True
         self.agent_selection = self.graph.active[0]
 
     def observe(self, agent: str) -> dict[str, str]:
@@ -210,7 +226,9 @@ class TextTaskEnv(AECEnv):
         return {"text": text}
 
     def state(self) -> dict[str, Any]:
-        return {"text": self.transcript(), "dependency": self.graph.adjacency()}
+        """The global state: ``{"text": transcript(), "dependency": D_t}``, D_t in the same format
+        as ``infos[agent]["dependency"]`` (module docstring, "Dependency format")."""
+        return {"text": self.transcript(), "dependency": self.graph.as_dict()}
 
     def step(self, action: Any) -> None:
         agent = self.agent_selection
@@ -252,6 +270,10 @@ class TextTaskEnv(AECEnv):
             raise TypeError(f"{type(self).__name__}.grade_round must return a RoundOutcome, got {type(outcome).__name__}")
         self._last_outcome = outcome
         self.history.append(RoundRecord(self.round_index, self.graph, dict(self.round_outputs), outcome))
+        # The round is in ``history`` now; ``round_outputs`` keeps its outputs until the next
+        # round begins (observations of a finished episode still show them), but they are no
+        # longer the open round's.
+        self._round_open = False
         for a in self.agents:
             self.rewards[a] = float(outcome.team_reward)
         if outcome.solved:
@@ -292,9 +314,15 @@ class TextTaskEnv(AECEnv):
 
     # -- rendering -------------------------------------------------------------------------------
     def transcript(self) -> str:
-        """Every utterance and grade of the episode so far, as plain text."""
-        lines = [f"TASK {self.task.task_id}: {self.task.prompt}"] if self.task else []
-        records = [*self.history, RoundRecord(self.round_index, self.graph, self.round_outputs)] if self.task else []
+        """Every utterance and grade of the episode so far, as plain text: each round's utterances
+        once, in turn order, then that round's grade line; the round in progress (if any) last,
+        without a grade line."""
+        if not self.task:
+            return ""
+        lines = [f"TASK {self.task.task_id}: {self.task.prompt}"]
+        records = list(self.history)
+        if self._round_open:  # a graded round is in history only: never shown twice
+            records.append(RoundRecord(self.round_index, self.graph, self.round_outputs))
         for record in records:
             if record.outcome is None and not record.outputs:
                 continue

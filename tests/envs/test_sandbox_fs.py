@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -217,3 +218,59 @@ def test_declared_paths_site_packages_and_files(tmp_path_factory) -> None:
         run_program("", files={"../escape.txt": "x"})
     with pytest.raises(ValueError, match="absolute paths"):
         SandboxLimits(read_only_paths=("relative/dir",))
+
+
+HOST_VIEW = r'''
+import json, os, subprocess, sys
+import ctypes, json.decoder  # modules the program imports itself, besides those already loaded
+child = subprocess.run([sys.executable, "-c", "import sys; print(sys.prefix)"],
+                       capture_output=True, text=True, timeout=20)
+print(json.dumps({
+    "pid1_cmdline": open("/proc/1/cmdline").read(),
+    "own_cmdline": open("/proc/self/cmdline").read(),
+    "executable": sys.executable, "prefix": sys.prefix, "base_prefix": sys.base_prefix,
+    "exec_prefix": sys.exec_prefix, "path": sys.path, "orig_argv": sys.orig_argv,
+    "module_files": sorted({m.__file__ for m in list(sys.modules.values())
+                            if isinstance(getattr(m, "__file__", None), str)}),
+    "child": [child.returncode, child.stdout.strip(), child.stderr[-500:]],
+}))
+'''
+
+
+def _host_paths() -> list[str]:
+    """Where this test's interpreter and checkout live on the host: the repository, the venv
+    (``sys.prefix``) and the real interpreter prefix (``sys.base_prefix``), as spelled and
+    resolved. A distribution's prefix (``/usr``) says nothing about the host and is left out."""
+    paths = {str(REPO), sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable))}
+    paths |= {os.path.realpath(p) for p in paths}
+    return sorted(p for p in paths if p not in ("/", "/usr", "/usr/bin"))
+
+
+def _names_path(text: str, path: str) -> bool:
+    """``path`` (absolute) or a path below it occurs in ``text`` as a path of its own (not as the
+    tail of another one: the repository ``/work/main`` is not named by ``/tmp/work/main.py``)."""
+    return re.search(r"(?<![\w./-])" + re.escape(path) + r"(?![\w.-])", text) is not None
+
+
+def test_program_sees_no_host_path_of_interpreter_or_checkout() -> None:
+    """Issue 35/8: /proc/1/cmdline named the host's interpreter (the venv in the checkout) and
+    the checkout's launcher path; sys.executable / sys.prefix / sys.path named /root/.pyenv."""
+    if "fsroot" not in isolation_available():
+        pytest.skip("the kernel refused the private root file system here")
+    res = run_program(HOST_VIEW, limits=SandboxLimits(wall_s=30, cpu_s=10))
+    assert res.status == "ok", res
+    seen = json.loads(res.stdout)
+    host = _host_paths()
+    assert str(REPO) in host and sys.base_prefix in host or sys.base_prefix in ("/", "/usr")
+    for key, value in seen.items():
+        for text in (value if isinstance(value, list) else [value]):
+            leaked = [h for h in host if _names_path(str(text), h)]
+            assert leaked == [], f"{key} shows host path(s) {leaked}: {text!r}"
+    # PID 1 and the program's own command line name the interpreter by its path inside.
+    assert seen["pid1_cmdline"].rstrip("\0").split("\0")[0] == seen["executable"]
+    assert seen["own_cmdline"].rstrip("\0").split("\0") == seen["orig_argv"]
+    assert seen["orig_argv"][-1] == "/tmp/work/main.py"
+    # That path is a working interpreter: a child of it runs, from the same (neutral) prefix.
+    assert seen["child"][:2] == [0, seen["prefix"]], seen["child"]
+    assert any(f.endswith("/os.py") and f.startswith(seen["prefix"]) for f in seen["module_files"])

@@ -4,7 +4,8 @@ from pettingzoo.test import api_test, parallel_api_test, seed_test
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 from toy import ToyEnv
 
-from marft_envs import Task, load_profile
+from marft_envs import RoundOutcome, Task, TextTaskEnv, load_profile
+from marft_envs.envs.arithmetic import ArithmeticEnv
 
 
 def play(env, answers):
@@ -75,7 +76,7 @@ def test_turn_order_follows_dag_and_is_exposed_in_infos_and_state():
         assert info["turn_order"] == ["verifier_0", "reasoner_0", "actor_0"]
         adjacency = np.array(info["dependency"]["adjacency"])
         assert adjacency[2, 0] == 1 and adjacency[0, 1] == 1 and adjacency.sum() == 2
-        assert np.array_equal(env.state()["dependency"], adjacency)
+        assert env.state()["dependency"] == info["dependency"]  # one format in both
         env.step("0")
     assert order == ["verifier_0", "reasoner_0", "actor_0"]
 
@@ -178,3 +179,86 @@ def test_bad_constructor_arguments_are_explained():
         ToyEnv(horizon=0)
     with pytest.raises(ValueError, match="cycle"):
         ToyEnv(profile="dual", dependency={"dag": [["actor", "reasoner"], ["reasoner", "actor"]]})
+
+
+class _OutsideEnv(TextTaskEnv):
+    """A minimal env built on the public base class only, as another package would write one."""
+
+    def __init__(self, **kwargs):
+        tasks = [Task(task_id=f"outside/{i}", prompt=f"Say {i}.", answer=str(i)) for i in range(3)]
+        super().__init__(tasks, **kwargs)
+
+    def grade_round(self, task, outputs, round_index):
+        correct = self.graded_output(outputs).strip() == task.answer
+        return RoundOutcome(team_reward=float(correct), solved=correct, feedback="" if correct else "no.")
+
+
+def _play_to_the_end(env, utterance):
+    for agent in env.agent_iter():
+        _, _, term, trunc, info = env.last()
+        env.step(None if term or trunc else utterance(agent, info["round"]))
+
+
+@pytest.mark.parametrize("make_env, horizon, solve_in_round", [
+    (lambda h: ArithmeticEnv(level=1, profile="dual", horizon=h), 2, None),  # truncated
+    (lambda h: _OutsideEnv(profile="dual", horizon=h), 2, None),  # truncated
+    (lambda h: _OutsideEnv(profile="dual", horizon=h), 3, 1),  # solved (terminated) in round 1
+    (lambda h: _OutsideEnv(profile="solo", horizon=h), 1, None),  # one round, one agent
+], ids=["arithmetic-truncated", "outside-truncated", "outside-solved", "outside-solo-one-round"])
+def test_transcript_shows_each_round_once_then_its_grade(make_env, horizon, solve_in_round):
+    env = make_env(horizon)
+    env.reset(options={"task_index": 1})
+    answer = env.task.answer
+
+    def utterance(agent, round_index):
+        return answer if round_index == solve_in_round else f"{agent} try {round_index}"
+
+    _play_to_the_end(env, utterance)
+    rounds = horizon if solve_in_round is None else solve_in_round + 1
+    assert len(env.history) == rounds and env.agents == []
+    expected = [f"TASK {env.task.task_id}: {env.task.prompt}"]
+    for r, record in enumerate(env.history):
+        expected += [f"[round {r}] {agent}: {utterance(agent, r)}" for agent in env.possible_agents]
+        o = record.outcome
+        expected.append(f"[round {r}] grade: reward={o.team_reward:g} solved={o.solved} {o.feedback}".rstrip())
+    assert env.transcript().splitlines() == expected  # nothing after the last grade line
+    assert env.state()["text"] == env.transcript()
+
+
+def test_transcript_mid_round_shows_the_open_round_once_without_a_grade():
+    env = _OutsideEnv(profile="dual", horizon=2)
+    env.reset(options={"task_index": 0})
+    env.step("plan")
+    env.step("wrong")  # round 0 graded; round 1 begins
+    assert env.transcript().splitlines()[1:] == [
+        "[round 0] reasoner_0: plan", "[round 0] actor_0: wrong", "[round 0] grade: reward=0 solved=False no."]
+    env.step("plan 2")
+    assert env.transcript().splitlines()[-1] == "[round 1] reasoner_0: plan 2"
+    assert env.transcript().count("plan 2") == 1
+
+
+@pytest.mark.parametrize("profile, dependency", [
+    ("trio", {"dag": [["verifier", "reasoner"], ["reasoner", "actor"]]}), ("orchestrated", None),
+    ("quartet", "full"), ("dual", "independent"),
+])
+def test_state_dependency_is_the_infos_dependency_format(profile, dependency):
+    env = ToyEnv(profile=profile, dependency=dependency, horizon=2)
+    env.reset(options={"task_index": 4})
+    steps = 0
+    for agent in env.agent_iter():
+        _, _, term, trunc, info = env.last()
+        state = env.state()
+        assert type(state["dependency"]) is type(info["dependency"]) is dict  # one format ...
+        assert state["dependency"] == info["dependency"]  # ... and the same D_t
+        assert all(state["dependency"] == env.infos[a]["dependency"] for a in env.agents)
+        assert env.state_space.contains(state)
+        d = state["dependency"]
+        assert set(d) == {"agents", "active", "edges", "adjacency", "history"}
+        assert d["agents"] == env.possible_agents and d["active"] == info["turn_order"]
+        assert np.array_equal(np.array(d["adjacency"]), env.graph.adjacency())
+        steps += 1
+        env.step(None if term or trunc else "NEXT: actor_0" if agent == "orchestrator_0" else "0")
+    assert steps > len(env.possible_agents)
+    space = env.state_space["dependency"]
+    assert all(space.contains(space.sample()) for _ in range(50))
+    assert not space.contains(env.graph.adjacency())  # the bare matrix is not the format
