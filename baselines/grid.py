@@ -279,10 +279,11 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     evaluation = {"accuracy": result.accuracy, "stderr": result.stderr, "n": result.n, "distinct": result.distinct,
                   "mean_reward": result.mean_reward, "greedy": e.greedy}
     from marft_agents.config import config_to_dict
+    from marft_agents.learners.registry import EVAL_ONLY
 
     return Record(
         name=run.name, env_id=cfg.env.id, env_kwargs=env_kwargs,
-        algorithm="eval_only" if run.kind == "untrained" else cfg.algorithm,
+        algorithm=EVAL_ONLY if run.kind == "untrained" else cfg.algorithm,
         model=cfg.model.name_or_path, eval_after=evaluation,
         eval_curve=[{"update": 0, "accuracy": result.accuracy, "stderr": result.stderr, "train_seconds": 0.0}]
         if run.kind == "untrained" else [],

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from marft_agents.models import ModelConfig, load_model_and_tokenizer, tiny_model_and_tokenizer
+from marft_agents.models import load_model_and_tokenizer, tiny_model_and_tokenizer
+from marft_agents.settings.model import ModelConfig
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

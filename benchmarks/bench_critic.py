@@ -46,8 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import set_threads  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
-from marft_agents.critic import CRITIC_MODES  # noqa: E402
 from marft_agents.models import tiny_model_and_tokenizer  # noqa: E402
+from marft_agents.settings.critic import CRITIC_MODES  # noqa: E402
+from marft_agents.settings.model import DTYPES  # noqa: E402
 from marft_agents.trainer import Trainer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -121,7 +122,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = auto (see _common)")
     parser.add_argument("--eval-problems", type=int, default=0,
                         help="held-out problems per evaluation (same for every run); 0 = the config's")
-    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+    parser.add_argument("--dtype", default=None, choices=DTYPES,
                         help="override model.dtype (float32 on CPUs without bf16 instructions)")
     args = parser.parse_args()
     set_threads(args.threads)

@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from marft_agents.models import DTYPE_NAMES  # noqa: E402  (after the sys.path line)
+from marft_agents.settings.model import DTYPE_NAMES  # noqa: E402  (after the sys.path line)
 
 MODEL = "smollm2-135m-instruct"
 TARGET = 0.8

@@ -25,9 +25,12 @@ from dataclasses import dataclass
 import torch
 from transformers import GenerationConfig
 
-from marft_agents.generation import GenRequest, SamplingConfig
-from marft_agents.models import ModelConfig, load_model_and_tokenizer
-from marft_agents.policy import LoraSpec, MultiAgentPolicy
+from marft_agents.generation import GenRequest
+from marft_agents.models import load_model_and_tokenizer
+from marft_agents.policy import MultiAgentPolicy
+from marft_agents.settings.lora import LoraSpec
+from marft_agents.settings.model import ModelConfig
+from marft_agents.settings.sampling import SamplingConfig
 
 
 def arithmetic_prompts(policy: MultiAgentPolicy, n: int, seed: int = 0) -> list[list[int]]:

@@ -29,9 +29,12 @@ import sys
 def child(args: argparse.Namespace) -> None:
     import torch
 
-    from marft_agents.generation import GenRequest, SamplingConfig
-    from marft_agents.models import ModelConfig, load_model_and_tokenizer
-    from marft_agents.policy import CriticConfig, MultiAgentPolicy
+    from marft_agents.generation import GenRequest
+    from marft_agents.models import load_model_and_tokenizer
+    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.settings.critic import CriticConfig
+    from marft_agents.settings.model import ModelConfig
+    from marft_agents.settings.sampling import SamplingConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)

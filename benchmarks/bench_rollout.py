@@ -93,9 +93,13 @@ from transformers import GenerationConfig  # noqa: E402
 import marft_envs  # noqa: E402
 from benchmarks._bound import decode_step_layouts, head_layout_seconds, model_linears, train_pass_seconds  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads  # noqa: E402
-from marft_agents.generation import ENGINES, effective_prefix_len, left_pad  # noqa: E402
-from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy, SamplingConfig  # noqa: E402
+from marft_agents.generation import effective_prefix_len, left_pad  # noqa: E402
+from marft_agents.learners.protocol import VALUE_MODES  # noqa: E402
+from marft_agents.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.rollout import RolloutCollector  # noqa: E402
+from marft_agents.settings.critic import CriticConfig  # noqa: E402
+from marft_agents.settings.lora import LoraSpec  # noqa: E402
+from marft_agents.settings.sampling import ENGINES, SamplingConfig  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.85
@@ -222,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--new-tokens", type=int, default=64, help="max_new_tokens per utterance")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--values", default="state", choices=["state", "token", "none"],
+    ap.add_argument("--values", default="state", choices=[mode or "none" for mode in VALUE_MODES],
                     help="critic values the collector records (MARFT-A: state, MARFT-T: token)")
     ap.add_argument("--horizon", type=int, default=1,
                     help="rounds per episode; 1 keeps every generate call at the full batch")

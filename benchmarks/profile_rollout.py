@@ -44,8 +44,11 @@ from torch import nn  # noqa: E402
 import marft_envs  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, set_threads  # noqa: E402
 from marft_agents.direct_decode import DirectDecoder  # noqa: E402
-from marft_agents.generation import ENGINES, SamplingConfig, effective_prefix_len, sampler_for  # noqa: E402
-from marft_agents.policy import CriticConfig, LoraSpec, MultiAgentPolicy  # noqa: E402
+from marft_agents.generation import effective_prefix_len, sampler_for  # noqa: E402
+from marft_agents.policy import MultiAgentPolicy  # noqa: E402
+from marft_agents.settings.critic import CriticConfig  # noqa: E402
+from marft_agents.settings.lora import LoraSpec  # noqa: E402
+from marft_agents.settings.sampling import ENGINES, SamplingConfig  # noqa: E402
 
 BUCKETS = ("prefill", "linear (base)", "LoRA", "LM head", "attention", "other model ops",
            "sampling + bookkeeping", "Python / untraced")

@@ -1,4 +1,4 @@
-"""LoRA settings and bookkeeping for several named peft adapters on one base model.
+"""LoRA with peft: the ``peft.LoraConfig`` of a ``LoraSpec``, and several named adapters on one model.
 
 peft stores every adapter's weights inside the same injected layers
 (``...q_proj.lora_A.<adapter>.weight``); the helpers here group those parameters by adapter
@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,6 +21,7 @@ from peft import LoraConfig
 from torch import nn
 
 from marft_agents.config_schema import ConfigError
+from marft_agents.settings.lora import LoraSpec
 
 log = logging.getLogger(__name__)
 
@@ -33,43 +33,16 @@ _PER_ADAPTER_CONTAINERS = frozenset({
 _VALID_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 
 
-@dataclass(frozen=True)
-class LoraSpec:
-    """LoRA hyper-parameters of one adapter (named to avoid clashing with ``peft.LoraConfig``)."""
-
-    r: int = 8
-    """Rank of the update ``B @ A``."""
-    alpha: float = 16.0
-    """Scale numerator: the update is multiplied by ``alpha / r``."""
-    dropout: float = 0.0
-    """Dropout on the adapter input in train mode. The policy samples and trains in eval mode
-    (a PPO ratio must compare the function that sampled the actions), so training configs
-    reject a value > 0 (``TrainConfig.validate``); it only matters to other uses of the spec."""
-    target_modules: tuple[str, ...] | str | None = None
-    """Module names to adapt, e.g. ("q_proj", "v_proj") or "all-linear" (more capacity, ~2x
-    the adapter cost). None = peft's default for the architecture (q_proj + v_proj for
-    Llama/Qwen/Mistral, c_attn for GPT-2, ...); for a model type peft has no default for, the
-    model's attention projections (the fused QKV projection, else the query and value ones; see
-    ``default_target_modules``), named in one log line."""
-
-    def __post_init__(self) -> None:
-        if self.r < 1:
-            raise ValueError(f"LoRA rank r must be >= 1, got {self.r}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout}")
-        if isinstance(self.target_modules, list):  # YAML gives lists; keep the spec hashable
-            object.__setattr__(self, "target_modules", tuple(self.target_modules))
-
-    def to_peft(self, default_targets: Sequence[str] | None = None) -> LoraConfig:
-        """The equivalent ``peft.LoraConfig`` for a causal LM; ``default_targets`` (from
-        :func:`default_target_modules`) stands in for an unset ``target_modules``."""
-        targets: Any = self.target_modules
-        if targets is None and default_targets is not None:
-            targets = tuple(default_targets)
-        if isinstance(targets, tuple):
-            targets = list(targets)
-        return LoraConfig(task_type="CAUSAL_LM", r=self.r, lora_alpha=self.alpha,
-                          lora_dropout=self.dropout, target_modules=targets, bias="none")
+def to_peft_config(spec: LoraSpec, default_targets: Sequence[str] | None = None) -> LoraConfig:
+    """The ``peft.LoraConfig`` of ``spec`` for a causal LM; ``default_targets`` (from
+    :func:`default_target_modules`) stands in for an unset ``target_modules``."""
+    targets: Any = spec.target_modules
+    if targets is None and default_targets is not None:
+        targets = tuple(default_targets)
+    if isinstance(targets, tuple):
+        targets = list(targets)
+    return LoraConfig(task_type="CAUSAL_LM", r=spec.r, lora_alpha=spec.alpha,
+                      lora_dropout=spec.dropout, target_modules=targets, bias="none")
 
 
 # Leaf names of attention projections (matched case-insensitively): one fused QKV projection

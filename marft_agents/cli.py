@@ -14,7 +14,7 @@ what was expected and how to fix it, with exit status 2; a traceback means a bug
 ``marft --debug ...`` shows the traceback of user errors too.
 
 Without the ``agents`` extra (torch, transformers, peft) ``marft envs`` and ``marft bench`` with a
-scripted policy work; ``marft train``, ``eval``, ``config`` and ``bench`` of a config policy say in
+scripted policy work; ``marft config`` lists the config keys; ``marft train``, ``eval`` and ``bench`` of a config policy say in
 one line to ``pip install 'marft[agents]'`` (exit status 2). This module imports torch-using modules
 only inside the subcommands that need them.
 """

@@ -8,6 +8,11 @@ silently ignored means an experiment that did not run what its author thinks:
 * a value of the wrong type raises ``ConfigError`` saying which type was expected;
 * cross-field checks (``TrainConfig.validate``) explain how to fix the combination.
 
+Plain data: this module holds the run-level sections (``env``, ``ppo``, ``schedule``, ``eval``);
+the model-side ones (``model``, ``lora``, ``critic``, ``sampling``) and GRPO's options are in
+:mod:`marft_agents.settings`. Importing them loads no torch; ``validate`` does, to look the learner
+class up in the registry and to resolve ``model.dtype: auto`` on the device.
+
 Example::
 
     algorithm: mappo_action
@@ -29,15 +34,20 @@ from typing import Any, Literal
 
 import yaml
 
-from marft_agents.config_schema import (ANNOTATION_TYPES, ConfigError, build_dataclass, field_docs, join_key,
-                                        register_annotation_types, type_name)
-from marft_agents.models import AUTO_DTYPE, DTYPE_NAMES, ModelConfig, alias_typo, auto_dtype
-from marft_agents.policy import CriticConfig, LoraSpec, SamplingConfig
+from marft_agents.config_schema import ConfigError, build_dataclass, field_docs, join_key, type_name
+from marft_agents.settings.critic import CriticConfig
+from marft_agents.settings.lora import LoraSpec
+from marft_agents.settings.model import AUTO_DTYPE, DTYPE_NAMES, ModelConfig, alias_typo
+from marft_agents.settings.sampling import SamplingConfig
 
-__all__ = ["ConfigError", "EnvConfig", "EvalConfig", "PPOConfig", "ScheduleConfig", "TrainConfig", "build_dataclass",
-           "config_from_dict", "config_to_dict", "describe_config", "field_docs", "load_config"]
+__all__ = ["CREDIT_STRATEGIES", "ConfigError", "CreditStrategy", "EnvConfig", "EvalConfig", "PPOConfig",
+           "ScheduleConfig", "TrainConfig", "build_dataclass", "config_from_dict", "config_to_dict", "describe_config",
+           "field_docs", "load_config"]
 
-
+CreditStrategy = Literal["team", "step_discounted", "per_step"]
+"""How the env's rewards become per-decision training rewards (``ppo.credit``;
+``marft_agents/learners/credit.py`` implements them)."""
+CREDIT_STRATEGIES: tuple[str, ...] = typing.get_args(CreditStrategy)
 
 # Common shorthands of dtype names, for the "did you mean" of a dtype error (not accepted as is:
 # a config says what it runs in one spelling).
@@ -74,7 +84,7 @@ class PPOConfig:
     shrinks the credit reaching an utterance's first token with its length (0.99**512 ~ 0.006)."""
     lam_token: float = 1.0
     """Token level: GAE lambda between tokens of one utterance."""
-    credit: Literal["team", "step_discounted", "per_step"] = "team"
+    credit: CreditStrategy = "team"
     """Credit assignment (see ``marft_agents/learners/credit.py``)."""
     logprob_reduction: Literal["sum", "mean"] = "sum"
     """Action level: utterance log-prob = sum of token log-probs, or their length-normalised mean."""
@@ -174,11 +184,9 @@ class TrainConfig:
     """Everything a training run needs; ``load_config`` builds it from YAML."""
 
     algorithm: str = "mappo_action"
-    """The learner, by registered name (``marft_agents.list_learners()``): shipped are
-    ``mappo_action`` (MARFT-A), ``mappo_token`` (MARFT-T), single-agent PPO ``ppo`` / ``ppo_token``
-    (one-role profiles only), ``grpo`` (critic-free, group-relative; ``learners/grpo.py``) and
-    ``eval_only`` (no training); plugins add theirs by entry point
-    (``marft_agents/ADDING_A_LEARNER.md``)."""
+    """The learner, by registered name: ``marft_agents.list_learners()`` lists them, the shipped
+    ones are ``BUILTIN_LEARNERS`` in ``marft_agents/learners/registry.py``, and plugins add theirs
+    by entry point (``marft_agents/ADDING_A_LEARNER.md``)."""
     learner: Any = None
     """Options of the chosen learner, a mapping checked against its ``options_class`` (e.g.
     ``learner: {group_size: 4}``); after loading, an instance of that class (None when the
@@ -211,8 +219,10 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Cross-field checks; returns self."""
         self._check_learner()
+        from marft_agents.learners.registry import learner_trains
+
         s, p = self.schedule, self.ppo
-        trains = self.algorithm != "eval_only"
+        trains = learner_trains(self.algorithm)
         positive = {"schedule.num_updates": s.num_updates, "schedule.episodes_per_update": s.episodes_per_update,
                     "schedule.ppo_epochs": s.ppo_epochs, "schedule.minibatch_size": s.minibatch_size,
                     "env.num_envs": self.env.num_envs, "schedule.keep_checkpoints": s.keep_checkpoints,
@@ -254,6 +264,8 @@ class TrainConfig:
             raise ConfigError(f"model.name_or_path {self.model.name_or_path!r} is no model alias, folder or Hub id; "
                               f"did you mean {typo_of!r}?")
         if self.model.dtype == AUTO_DTYPE:  # resolved here so every record names the dtype it ran in
+            from marft_agents.models import auto_dtype  # probes the device: loads torch
+
             self.model.dtype = auto_dtype(self.model.device)
         if self.model.dtype not in DTYPE_NAMES:
             close = ([_DTYPE_SHORTHANDS[self.model.dtype.lower()]] if self.model.dtype.lower() in _DTYPE_SHORTHANDS
@@ -277,7 +289,7 @@ class TrainConfig:
             cls = get_learner(self.algorithm)
         except (UnknownLearnerError, ImportError, TypeError) as err:
             raise ConfigError(f"algorithm: {err}") from None
-        options_class = getattr(cls, "options_class", None)
+        options_class = cls.options_class
         if options_class is None:
             if self.learner not in (None, {}):
                 raise ConfigError(f"learner: algorithm {self.algorithm!r} declares no learner options, "
@@ -378,16 +390,13 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
-register_annotation_types(LoraSpec, CriticConfig, SamplingConfig, ModelConfig)
-
-
 def describe_config(cfg: Any = None, where: str = "") -> list[tuple[str, str, Any, str]]:
     """``(dotted key, type, value, docstring)`` of every field, sections flattened, in order.
 
     ``cfg`` defaults to ``TrainConfig()``, so the values are the defaults (``marft config --show``).
     """
     cfg = TrainConfig() if cfg is None else cfg
-    hints = typing.get_type_hints(type(cfg), localns=ANNOTATION_TYPES)
+    hints = typing.get_type_hints(type(cfg))
     docs = field_docs(type(cfg))
     rows: list[tuple[str, str, Any, str]] = []
     for f in dataclasses.fields(cfg):

@@ -23,17 +23,6 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid; the message says where and how to fix it."""
 
 
-
-ANNOTATION_TYPES: dict[str, type] = {}
-"""Names that config modules import only for type checkers, resolved when their string
-annotations are read (:func:`register_annotation_types`)."""
-
-
-def register_annotation_types(*classes: type) -> None:
-    """Make ``classes`` resolvable by name in the annotations of config dataclasses."""
-    ANNOTATION_TYPES.update({cls.__name__: cls for cls in classes})
-
-
 def build_dataclass(cls: type, data: Any, where: str) -> Any:
     """Recursively build dataclass ``cls`` from ``data`` with strict key and type checks."""
     label = where or "the config"
@@ -47,8 +36,7 @@ def build_dataclass(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(
             f"unknown key {join_key(where, str(unknown[0]))!r} in {cls.__name__}; valid keys: {', '.join(fields)}"
         )
-    # Some config modules import their annotation types only for type checkers; resolve them here.
-    hints = typing.get_type_hints(cls, localns=ANNOTATION_TYPES)
+    hints = typing.get_type_hints(cls)
     kwargs = {name: _convert(hints[name], value, join_key(where, name)) for name, value in data.items()}
     try:
         return cls(**kwargs)

@@ -1,11 +1,11 @@
-"""Critic configuration, the critic's view of the global state, and the value head.
+"""The critic's view of the global state, and the value head (its config: ``settings/critic.py``).
 
 The critic is a LoRA adapter on the *same* base model as the agents plus a linear value head
 reading the final hidden state (after the model's last norm). The head is kept in float32
 whatever the base dtype: it is tiny and its outputs feed value losses whose scale matters.
 
-Critic modes (``CriticConfig.mode``, listed once in ``CRITIC_MODES``)
---------------------------------------------------------------------
+Critic modes (``CriticConfig.mode``, listed once in ``marft_agents.settings.critic``)
+-----------------------------------------------------------------------------------
 ``centralised`` (default; MAPPO's centralised training, decentralised execution)
     One critic adapter ``critic`` for the team; its input at a decision is the **global state**
     before the acting agent speaks (:class:`GlobalStateLog`): the task, every agent's output
@@ -65,19 +65,11 @@ verbatim repeat of each response was cut from token-level logs (``REPEAT_CUT_MIN
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from marft_agents.policy import LoraSpec
-
-CRITIC_MODES = ("centralised", "per_agent", "local")
-"""What the critic reads and how many there are (see the module docstring)."""
-GLOBAL_STATE_MODES = ("centralised", "per_agent")
-"""Modes whose critics read the global state rather than the acting agent's prompt."""
 CRITIC_SYSTEM_PROMPT = ("You are the critic of a team of agents solving a task together. Judge how "
                         "likely the team is to solve it, given the log of the episode below.")
 """The critic's system turn for the global-state modes (shared prefix of every critic input)."""
@@ -85,48 +77,6 @@ REPEAT_CUT_MIN_CHARS = 8
 """Shortest response text (stripped) whose verbatim repeat in the transcript a token-level log
 cuts: shorter strings could match the env's own text (a round number, a one-digit answer) and
 cost few tokens anyway."""
-
-
-@dataclass(frozen=True)
-class CriticConfig:
-    """The value function(s) built next to the agents' adapters."""
-
-    mode: Literal["centralised", "per_agent", "local"] = "centralised"
-    """``centralised``: one critic on the global state (task, every agent's outputs so far, D_t).
-    ``per_agent``: one critic adapter + head per agent (``critic_<agent_id>``), on the global
-    state. ``local``: one critic on the acting agent's own prompt (an ablation)."""
-    lora: LoraSpec | None = None
-    """LoRA settings of the critic adapter(s); None = the same as the agents'."""
-    value_head_init_std: float = 0.0
-    """Std of the head's normal weight init; 0 = zero weights, so initial values equal
-    ``value_head_bias`` exactly and early value losses do not swamp the policy update."""
-    value_head_bias: float = 0.0
-    """Initial bias, i.e. the initial value of every state when the weights start at zero."""
-    max_state_chars: int = 16_000
-    """Longest global-state log (characters) the critic reads in one episode; past it the log
-    restarts from the current transcript, head and tail kept. 0 = no limit."""
-    centralised: bool | None = None
-    """Removed: use ``mode``. Setting it raises an error that says how to migrate."""
-
-    def __post_init__(self) -> None:
-        if self.centralised is not None:
-            old = "true" if self.centralised else "false"
-            raise ValueError(
-                f"critic.centralised was replaced by critic.mode (one of {', '.join(CRITIC_MODES)}); "
-                f"centralised: {old} -> " + ("mode: centralised (it now reads the global state; mode: local "
-                                             "keeps the old input, the acting agent's prompt)" if self.centralised
-                                             else "mode: per_agent (one critic per agent, now on the global state)")
-                + ". Remove the centralised key.")
-        if self.mode not in CRITIC_MODES:
-            raise ValueError(f"critic mode must be one of {CRITIC_MODES}, got {self.mode!r}")
-        if self.value_head_init_std < 0:
-            raise ValueError(f"value_head_init_std must be >= 0, got {self.value_head_init_std}")
-        if self.max_state_chars < 0:
-            raise ValueError(f"max_state_chars must be >= 0 (0 = no limit), got {self.max_state_chars}")
-
-    @property
-    def reads_global_state(self) -> bool:
-        return self.mode in GLOBAL_STATE_MODES
 
 
 def describe_dependency(dependency: Mapping[str, Any] | None) -> str:

@@ -247,7 +247,7 @@ def attach(trainer: Any) -> DataParallel | None:
     episodes = cfg.schedule.episodes_per_update
     if episodes % (group * world.world_size):
         raise ConfigError(
-            f"schedule.episodes_per_update ({episodes}) must be a multiple of the learner's samples per task "
+            f"schedule.episodes_per_update ({episodes}) must be a multiple of the learner's group_size "
             f"({group}) times the number of ranks ({world.world_size}) = {group * world.world_size}: every rank "
             "plays the same number of whole task groups; change episodes_per_update or --nproc_per_node")
     learner = trainer.learner

@@ -145,7 +145,7 @@ def evaluate(
     """
     import torch
 
-    from marft_agents.policy import SamplingConfig
+    from marft_agents.settings.sampling import SamplingConfig
     from marft_agents.rollout import RolloutCollector
 
     env_kwargs = dict(env_kwargs or {})

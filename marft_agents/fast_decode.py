@@ -32,13 +32,13 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from marft_agents.direct_decode import DirectDecoder
 from marft_agents.generation import (
-    SamplingConfig,
     _pick,
     _Sampled,
     after_prefix,
     left_pad,
     scaled_logprobs,
 )
+from marft_agents.settings.sampling import SamplingConfig
 
 BLOCK = 512
 """Vocabulary entries per block of the two-level draw (the last block may be shorter)."""

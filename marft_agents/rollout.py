@@ -25,7 +25,7 @@ task once per epoch) and resets with ``options={"task_index": i}``; otherwise ev
 reset with its own derived seed. Either way the order depends only on the collector's seed and
 its state (``state_dict``), which checkpoints save, so a resumed run sees the same tasks.
 
-Grouped sampling (``group_size = k > 1``, asked for by a learner's ``samples_per_task``): each
+Grouped sampling (``group_size = k > 1``, asked for by a learner's ``group_size``): each
 plan drawn from the task order is played k times, with the *same* reset seed and options (so the
 same task, and for envs without a task source the same seeded start), and independent policy
 samples. The k episodes form one group: ``EpisodeRecord.group`` and ``Decision.group`` hold its
@@ -85,8 +85,10 @@ class RolloutCollector:
         if not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
         self.group_size = group_size
-        if values not in ("state", "token", None):
-            raise ValueError(f"values must be 'state', 'token' or None, got {values!r}")
+        from marft_agents.learners.protocol import VALUE_MODES  # lazy: protocol.py imports this module
+
+        if values not in VALUE_MODES:
+            raise ValueError(f"values must be one of {VALUE_MODES} (a learner's value_mode), got {values!r}")
         self.slots = [_Slot(env, i) for i, env in enumerate(envs)]
         self.policy, self.sampling, self.values, self.seed = policy, sampling, values, seed
         self.agent_ids = list(envs[0].possible_agents)

@@ -59,6 +59,7 @@ from marft_agents.config import ConfigError, TrainConfig, config_to_dict
 from marft_agents.env_check import check_env_config
 from marft_agents.evaluation import EvalResult, evaluate
 from marft_agents.learners import get_learner, make_learner
+from marft_agents.learners.registry import learner_trains
 from marft_agents.rollout import RolloutCollector, rollout_metrics
 
 log = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ class Trainer:
         from marft_agents.models import load_model_and_tokenizer
 
         self.cfg = cfg.validate()
-        trains = cfg.algorithm != "eval_only"
+        trains = learner_trains(cfg.algorithm)
         if (trains and cfg.model.dtype != "float32" and not cfg.ppo.recompute_old_logprobs
                 and not cfg.sampling.recompute_logprobs):
             # Measured with SmolLM2 in bfloat16: cached-decoding log-probs differ from the training
@@ -194,11 +195,11 @@ class Trainer:
         model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model)
         self.policy = build_policy(cfg, model, tokenizer, self.agent_ids)
         self.learner = make_learner(cfg.algorithm, self.policy, cfg, self.agent_ids)
-        group_size = int(getattr(self.learner, "samples_per_task", 1))
+        group_size = self.learner.group_size
         if group_size < 1 or cfg.schedule.episodes_per_update % group_size:
             raise ConfigError(
                 f"schedule.episodes_per_update ({cfg.schedule.episodes_per_update}) must be a multiple of "
-                f"the learner's samples per task ({group_size}, algorithm {cfg.algorithm!r}): each update "
+                f"the learner's group_size ({group_size}, algorithm {cfg.algorithm!r}): each update "
                 "collects whole groups of episodes of one task")
         self.collector = RolloutCollector(self.envs, self.policy, cfg.sampling, values=self.learner.value_mode,
                                           seed=cfg.seed, group_size=group_size)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from marft_agents.generation import ENGINES
+from marft_agents.settings.sampling import ENGINES
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--tiny", "--repeats", "1", "--threads", "1", "--batch", "2", "--new-tokens", "4"]

@@ -69,12 +69,18 @@ def test_scripted_bench_works_without_torch(tmp_path):
     assert record["eval_after"]["n"] == 2 and record["algorithm"] == "scripted"
 
 
+def test_config_listing_works_without_torch(tmp_path):
+    # the config dataclasses are plain data (marft_agents.config imports no torch)
+    done = _marft(tmp_path, "config")
+    assert done.returncode == 0, done.stderr
+    assert "output_dir: str" in done.stdout and "schedule.num_updates" in done.stdout
+
+
 @pytest.mark.parametrize("argv", [
     ["train", "--config", "run.yaml"],
     ["train", "--config", "run.yaml", "--resume"],
     ["eval", "--config", "run.yaml", "--checkpoint", "none"],
     ["bench", "--policy", "run.yaml"],
-    ["config"],
 ])
 def test_model_commands_name_the_extra_in_one_line(tmp_path, argv):
     (tmp_path / "run.yaml").write_text("env: {id: marft/Arithmetic-v0}\noutput_dir: out\n")

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from marft_agents.learners.base import BaseLearner, Sample
-from marft_agents.learners.credit import CREDIT_STRATEGIES, assign_credit
+from marft_agents.learners.credit import assign_credit
 from marft_agents.learners.eval_only import EvalOnly
-from marft_agents.learners.grpo import GRPO, GRPOOptions
+from marft_agents.learners.grpo import GRPO
 from marft_agents.learners.mappo_action import ActionLevelMAPPO
 from marft_agents.learners.mappo_token import TokenLevelMAPPO
-from marft_agents.learners.protocol import VALUE_MODES, Learner
+from marft_agents.learners.protocol import VALUE_MODES, Learner, check_learner_instance
 from marft_agents.learners.registry import (
     BUILTIN_LEARNERS,
     ENTRY_POINT_GROUP,
@@ -31,7 +31,8 @@ from marft_agents.learners.single_agent import SingleAgentPPO, SingleAgentTokenP
 
 
 def make_learner(name: str, policy: Any, cfg: Any, agent_ids: Sequence[str]) -> Any:
-    """Build the learner registered as ``name`` for ``agent_ids`` (checks its ``max_agents``)."""
+    """Build the learner registered as ``name`` for ``agent_ids`` (checks its ``max_agents``, and
+    that the learner built has every member of :class:`Learner`, ``group_size`` included)."""
     cls = get_learner(name)
     limit = getattr(cls, "max_agents", None)
     if limit is not None and len(agent_ids) > limit:
@@ -41,10 +42,12 @@ def make_learner(name: str, policy: Any, cfg: Any, agent_ids: Sequence[str]) -> 
             f"{list(agent_ids)}; use a profile with fewer roles (e.g. env kwargs profile: solo) or a "
             "multi-agent learner such as 'mappo_action' / 'mappo_token'"
         )
-    return cls(policy, cfg, agent_ids)
+    learner = cls(policy, cfg, agent_ids)
+    check_learner_instance(name, learner)
+    return learner
 
 
-__all__ = ["ActionLevelMAPPO", "BUILTIN_LEARNERS", "BaseLearner", "CREDIT_STRATEGIES", "ENTRY_POINT_GROUP",
-           "EvalOnly", "GRPO", "GRPOOptions", "Learner", "Sample", "SingleAgentPPO", "SingleAgentTokenPPO", "TokenLevelMAPPO",
+__all__ = ["ActionLevelMAPPO", "BUILTIN_LEARNERS", "BaseLearner", "ENTRY_POINT_GROUP",
+           "EvalOnly", "GRPO", "Learner", "Sample", "SingleAgentPPO", "SingleAgentTokenPPO", "TokenLevelMAPPO",
            "UnknownLearnerError", "VALUE_MODES", "assign_credit", "get_learner", "list_learners",
            "make_learner", "register_learner"]

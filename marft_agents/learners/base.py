@@ -100,6 +100,13 @@ class BaseLearner(LogprobTargets):
     value_mode: str | None = "state"
     """What the critic values: ``"state"`` (one value per decision), ``"token"`` (one per
     response token) or None (no critic: no critic pass, no critic optimizer)."""
+    options_class: type | None = None
+    """The dataclass of the config's ``learner:`` section; None: the PPO learners take their
+    settings from ``ppo:`` and declare none."""
+    trains: bool = True
+    """Whether an update changes adapters, so that the training-only config checks apply."""
+    group_size: int = 1
+    """Episodes per task group the collector plays (1: every episode its own task)."""
     unit = "decision"
     """What the policy loss averages over: ``"decision"`` or ``"token"`` (see ``units``)."""
     data_parallel: Any = None

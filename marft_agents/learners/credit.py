@@ -24,9 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from marft_agents.config import CREDIT_STRATEGIES
 from marft_agents.rollout import Decision
-
-CREDIT_STRATEGIES = ("team", "step_discounted", "per_step")
 
 
 def assign_credit(decisions: Sequence[Decision], strategy: str, gamma: float) -> tuple[list[float], list[float]]:

@@ -16,6 +16,11 @@ class EvalOnly:
     """A learner whose update does nothing (same interface as :class:`BaseLearner`)."""
 
     value_mode: str | None = None
+    options_class: type | None = None
+    trains: bool = False
+    """Nothing trains: the config's training-only checks (untruncated sampling, no LoRA dropout)
+    and the trainer's training warnings do not apply."""
+    group_size: int = 1
     data_parallel: Any = None
     """Set under torch.distributed; unused: nothing to synchronise in an update that trains nothing."""
 

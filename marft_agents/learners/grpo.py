@@ -1,9 +1,10 @@
 """GRPO and its multi-agent groupings: critic-free, group-relative policy optimisation.
 
-Registered as ``algorithm: grpo``; options in the ``learner:`` section (:class:`GRPOOptions`).
+Registered as ``algorithm: grpo``; options in the ``learner:`` section
+(:class:`marft_agents.settings.grpo.GRPOOptions`).
 
-1. Sampling. The learner asks for ``group_size`` episodes of every task (``samples_per_task``):
-   same task, independent samples (``rollout.py``, grouped sampling).
+1. Sampling. The learner asks for ``group_size`` episodes of every task (its ``group_size``
+   attribute): same task, independent samples (``rollout.py``, grouped sampling).
 2. Advantages. Every decision gets one scalar advantage from ``marft_agents.group_math``: its
    unit's score (team return, per agent, or per agent and turn: ``grouping``) against the other
    units with the same key, normalised as ``normalisation`` says. No critic is built, no value is
@@ -24,61 +25,13 @@ both work (a shared adapter trains on every agent's decisions).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from marft_agents import group_math as gm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack
 from marft_agents.rollout import Rollout
-
-
-@dataclass
-class GRPOOptions:
-    """Options of ``algorithm: grpo`` (the config's ``learner:`` section)."""
-
-    group_size: int = 4
-    """Episodes per task (k >= 2): each task drawn is played k times and the k episodes are
-    compared with each other. ``schedule.episodes_per_update`` must be a multiple of it (e.g.
-    8 tasks x 4 = 32)."""
-    grouping: Literal["team", "agent", "agent_turn"] = "team"
-    """What is compared with what (``group_math``). ``team``: an episode's team return against
-    the other episodes of its group, the same advantage for every agent's decisions; this is the
-    joint-reward grouping of MAGRPO (multi-agent GRPO for LLM collaboration).
-    ``agent``: each agent's score normalised only among that agent's samples of the group, the
-    per-agent normalisation Dr. MAS argues for, since agents with different reward scales would
-    otherwise distort each other's advantages. ``agent_turn``: groups of one agent's utterances
-    at one round of one task, as in AT-GRPO (agent- and turn-wise grouping), because a role's
-    turn-2 prompt (with feedback) is not comparable with its turn-1 prompt or another role's."""
-    normalisation: Literal["mean", "mean_std", "leave_one_out"] = "mean_std"
-    """``mean_std``: subtract the group mean, divide by the group std (GRPO, Shao et al., 2024,
-    DeepSeekMath). ``mean``: subtract the mean only; Dr. GRPO (Liu et al., 2025, "Understanding
-    R1-Zero-like training") shows the std division over-weights groups that are almost all right
-    or all wrong, i.e. biases updates by question difficulty. ``leave_one_out``: subtract the mean
-    of the other k - 1 samples, an unbiased baseline (RLOO, Ahmadian et al., 2024)."""
-    aggregation: Literal["token", "sequence"] = "token"
-    """``token``: average the per-token loss over every token of the batch, so long answers count
-    per token (DAPO's token-level loss, Yu et al., 2025). ``sequence``: average within each
-    utterance first, then over utterances (the original GRPO objective), which lets each
-    utterance weigh the same whatever its length."""
-    agent_rewards: bool = False
-    """Add each agent's env-reported per-agent rewards (``infos["agent_reward"]``, e.g. a format
-    reward) to its score; used by the ``agent`` and ``agent_turn`` groupings only (the ``team``
-    score is the team return)."""
-    kl_coef: float = 0.0
-    """Weight of a per-token KL(policy || reference) penalty (reference = base model, adapters
-    off), in the k2 form ``0.5 * (log pi - log ref)**2`` whose expected gradient is that of
-    KL(pi || ref), the direction GRPO's objective penalises (Shao et al., 2024); its k3 estimate
-    used directly as a loss would follow KL(ref || pi) instead. 0 = none (no reference pass).
-    Use this, not ``ppo.kl_coef``."""
-
-    def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (a group of one has nothing to compare with), "
-                             f"got {self.group_size}")
-        if self.kl_coef < 0:
-            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+from marft_agents.settings.grpo import GRPOOptions
 
 
 class GRPO(BaseLearner):
@@ -96,7 +49,7 @@ class GRPO(BaseLearner):
             raise ValueError("algorithm grpo has no critic to warm up; set ppo.critic_warmup_updates: 0")
         super().__init__(policy, cfg, agent_ids)
         self.options = opts
-        self.samples_per_task = opts.group_size
+        self.group_size = opts.group_size
         self.unit = "token" if opts.aggregation == "token" else "decision"
         # The base loop reads these from self.ppo: the KL weight decides whether reference
         # log-probs are attached, and advantages are normalised within groups, never re-whitened.

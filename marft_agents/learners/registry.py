@@ -27,15 +27,19 @@ from marft_agents.learners.protocol import check_learner_class
 
 ENTRY_POINT_GROUP = "marft_agents.learners"
 
+EVAL_ONLY = "eval_only"
+"""The name of the evaluation-only baseline (:class:`~marft_agents.learners.eval_only.EvalOnly`),
+which records of runs that train nothing name as their algorithm (a grid's untrained cells)."""
+
 BUILTIN_LEARNERS: dict[str, str] = {
-    "mappo_action": "marft_agents.learners.mappo_action:ActionLevelMAPPO",
-    "mappo_token": "marft_agents.learners.mappo_token:TokenLevelMAPPO",
-    "ppo": "marft_agents.learners.single_agent:SingleAgentPPO",
-    "ppo_token": "marft_agents.learners.single_agent:SingleAgentTokenPPO",
-    "eval_only": "marft_agents.learners.eval_only:EvalOnly",
-    "grpo": "marft_agents.learners.grpo:GRPO",
+    "mappo_action": "marft_agents.learners.mappo_action:ActionLevelMAPPO",  # MARFT-A
+    "mappo_token": "marft_agents.learners.mappo_token:TokenLevelMAPPO",  # MARFT-T
+    "ppo": "marft_agents.learners.single_agent:SingleAgentPPO",  # one-role profiles only
+    "ppo_token": "marft_agents.learners.single_agent:SingleAgentTokenPPO",  # one-role profiles only
+    EVAL_ONLY: "marft_agents.learners.eval_only:EvalOnly",  # no training
+    "grpo": "marft_agents.learners.grpo:GRPO",  # critic-free, group-relative
 }
-"""The shipped learners (``module:Class``; imported on first use)."""
+"""The shipped learners (``module:Class``; imported on first use): the one list of their names."""
 
 _registry: dict[str, Any] = dict(BUILTIN_LEARNERS)  # name -> class or "module:Class"
 _origin: dict[str, str] = {name: "marft" for name in BUILTIN_LEARNERS}
@@ -84,6 +88,12 @@ def get_learner(name: str) -> type:
         check_learner_class(name, target)
         _registry[name] = target
     return target
+
+
+def learner_trains(name: str) -> bool:
+    """Whether the learner registered as ``name`` trains: its class attribute ``trains`` (optional
+    for plugins, True when absent; the evaluation-only baseline sets False). Imports the class."""
+    return bool(getattr(get_learner(name), "trains", True))
 
 
 def _import(name: str, spec: str) -> type:

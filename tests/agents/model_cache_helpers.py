@@ -55,9 +55,10 @@ def load_in_child(cache_dir: str, counter: str, result: str, barrier) -> None:
     """A spawned process: load the default alias from ``cache_dir`` once every process is ready,
     converting with the fake; writes the loaded model's parameter count to ``result``."""
     from marft_agents import models
+    from marft_agents.settings.model import ModelConfig
 
     for name, value in fake_gguf_patches(Path(counter), delay_s=1.5).items():
         setattr(models, name, value)
     barrier.wait(timeout=120)
-    model, tokenizer = models.load_model_and_tokenizer(models.ModelConfig(cache_dir=cache_dir))
+    model, tokenizer = models.load_model_and_tokenizer(ModelConfig(cache_dir=cache_dir))
     Path(result).write_text(f"{sum(p.numel() for p in model.parameters())} {tokenizer.eos_token}\n")

@@ -106,6 +106,7 @@ class NoCriticLearner:
 
     value_mode = None
     options_class = None
+    group_size = 1
 
     def __init__(self, policy, cfg, agent_ids):
         self.updates = 0

@@ -14,7 +14,7 @@ from test_direct_decode import STOPS, _requests, _seeded_policy
 
 from marft_agents import cpu_support
 from marft_agents.direct_decode import _Linear, packs
-from marft_agents.generation import SamplingConfig
+from marft_agents.settings.sampling import SamplingConfig
 
 
 @pytest.fixture

@@ -22,7 +22,8 @@ TRIO = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think.
 
 
 def _policy(tiny, mode="centralised"):
-    from marft_agents.policy import CriticConfig, MultiAgentPolicy
+    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.settings.critic import CriticConfig
 
     model, tokenizer = tiny
     return MultiAgentPolicy(model, tokenizer, ["reasoner_0", "actor_0", "verifier_0"],
@@ -30,7 +31,7 @@ def _policy(tiny, mode="centralised"):
 
 
 def _collect(policy, episodes=4, values="state"):
-    from marft_agents.policy import SamplingConfig
+    from marft_agents.settings.sampling import SamplingConfig
 
     envs = [marft_envs.make(LETTERS_ID, profile=TRIO, horizon=2) for _ in range(2)]
     torch.manual_seed(0)

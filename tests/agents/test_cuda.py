@@ -20,9 +20,11 @@ from test_policy import AGENTS, perturb
 
 from marft_agents.checkpoint import list_checkpoints, load_checkpoint
 from marft_agents.fast_decode import BLOCK, draw_and_score
-from marft_agents.generation import ENGINES, _pick, scaled_logprobs
+from marft_agents.generation import _pick, scaled_logprobs
 from marft_agents.models import tiny_model_and_tokenizer
-from marft_agents.policy import GenRequest, MultiAgentPolicy, SamplingConfig
+from marft_agents.policy import GenRequest, MultiAgentPolicy
+from marft_agents.settings.sampling import ENGINES
+from marft_agents.settings.sampling import SamplingConfig
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (torch.cuda.is_available() is False)")

@@ -14,8 +14,8 @@ from test_policy import make_policy
 
 from marft_agents.direct_decode import DirectDecoder, _Linear, packs
 from marft_agents.fast_decode import reserved_cache
-from marft_agents.generation import SamplingConfig
 from marft_agents.policy import GenRequest
+from marft_agents.settings.sampling import SamplingConfig
 
 STOPS = tuple(range(3, 130))  # rows end at different steps: pruning happens mid-decode
 

@@ -137,9 +137,9 @@ def test_grpo_trains_end_to_end_on_two_ranks(runs):
 
 def test_a_rank_plays_whole_groups_of_the_global_task_order():
     from agent_helpers import LettersEnv
-    from marft_agents.generation import SamplingConfig
     from marft_agents.policy import MultiAgentPolicy
     from marft_agents.rollout import RolloutCollector
+    from marft_agents.settings.sampling import SamplingConfig
 
     model, tokenizer = ddp_worker.tiny()
     policy = MultiAgentPolicy(model, tokenizer, LettersEnv().possible_agents)

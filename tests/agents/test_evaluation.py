@@ -29,7 +29,8 @@ def test_clustered_stderr_is_binomial_for_distinct_problems_and_grows_with_repea
 
 
 def test_greedy_evaluation_is_deterministic_and_leaves_rng_alone(tiny):
-    from marft_agents.policy import MultiAgentPolicy, SamplingConfig
+    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.settings.sampling import SamplingConfig
 
     model, tokenizer = tiny
     agents = marft_envs.make(LETTERS_ID).possible_agents
@@ -51,7 +52,8 @@ def test_greedy_evaluation_is_deterministic_and_leaves_rng_alone(tiny):
 
 
 def test_arithmetic_env_accuracy_with_random_model_is_zero(tiny):
-    from marft_agents.policy import MultiAgentPolicy, SamplingConfig
+    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.settings.sampling import SamplingConfig
 
     model, tokenizer = tiny
     policy = MultiAgentPolicy(model, tokenizer, ["actor_0"])

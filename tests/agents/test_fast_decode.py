@@ -12,8 +12,9 @@ from agent_helpers import DEVICE, seeded_generator
 from test_policy import make_policy, prompts
 
 from marft_agents.fast_decode import BLOCK, ReservedLayer, draw_and_score, reserved_cache
-from marft_agents.generation import ENGINES, SamplingConfig, scaled_logprobs
+from marft_agents.generation import scaled_logprobs
 from marft_agents.policy import GenRequest
+from marft_agents.settings.sampling import ENGINES, SamplingConfig
 
 
 def test_blocked_draw_matches_the_distribution_and_scores_with_scaled_logprobs():

@@ -10,6 +10,7 @@ import torch
 from marft_agents import group_math as gm
 from marft_agents import ppo_math as pm
 from marft_agents.rollout import Decision, EpisodeRecord, Rollout
+from marft_agents.settings.grpo import NORMALISATIONS
 
 S3 = 1 / math.sqrt(3)  # std of [1, 1, 0] (unbiased) is sqrt(1/3)
 
@@ -86,7 +87,7 @@ def test_agent_turn_grouping_compares_one_role_at_one_round(normalisation, round
     assert all(adv[(e, agent, 0)] == 0.0 for e in (3, 4) for agent in "ra")
 
 
-@pytest.mark.parametrize("normalisation", gm.NORMALISATIONS)
+@pytest.mark.parametrize("normalisation", NORMALISATIONS)
 @pytest.mark.parametrize("agent_rewards", [False, True])
 def test_agent_turn_equals_agent_when_every_episode_has_one_round(normalisation, agent_rewards):
     """With horizon 1 each agent acts once per episode, so its (agent, round) group is its agent
@@ -97,7 +98,7 @@ def test_agent_turn_equals_agent_when_every_episode_has_one_round(normalisation,
     assert torch.equal(by_agent, by_turn) and by_agent.abs().sum() > 0
 
 
-@pytest.mark.parametrize("normalisation", gm.NORMALISATIONS)
+@pytest.mark.parametrize("normalisation", NORMALISATIONS)
 def test_agent_grouping_without_agent_rewards_is_team_grouping_when_every_agent_acts(normalisation):
     """Shared team rewards give each agent the same scores as its episode: the same advantages."""
     rollout = _rollout()
@@ -106,7 +107,7 @@ def test_agent_grouping_without_agent_rewards_is_team_grouping_when_every_agent_
     assert not torch.equal(gm.decision_advantages(rollout, "agent", normalisation, agent_rewards=True), team)
 
 
-@pytest.mark.parametrize("normalisation", gm.NORMALISATIONS)
+@pytest.mark.parametrize("normalisation", NORMALISATIONS)
 def test_singletons_and_equal_scores_give_zero_never_nan(normalisation):
     out = gm.group_relative([3.0, 5.0, 5.0, 5.0, 0.0], ["a", "b", "b", "b", "c"], normalisation)
     assert torch.equal(out, torch.zeros(5))

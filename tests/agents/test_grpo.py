@@ -9,7 +9,8 @@ import torch
 
 from agent_helpers import small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from marft_agents.config import ConfigError
-from marft_agents.learners import GRPO, GRPOOptions
+from marft_agents.learners import GRPO
+from marft_agents.settings.grpo import GRPOOptions
 from marft_agents.trainer import prepare_trainer, train
 
 

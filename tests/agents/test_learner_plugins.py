@@ -40,7 +40,7 @@ class CountingLearner:
 
     def __init__(self, policy, cfg, agent_ids):
         self.policy, self.agent_ids = policy, list(agent_ids)
-        self.samples_per_task = cfg.learner.group_size
+        self.group_size = cfg.learner.group_size
         self.seen: list = []
 
     def trainable_agents(self, update):
@@ -144,7 +144,7 @@ def test_episodes_per_update_must_be_a_multiple_of_the_group(tmp_path, tiny):
 
     cfg = small_config(tmp_path, algorithm="test_counting", learner={"group_size": 3},
                        **{"schedule.episodes_per_update": 4})
-    with pytest.raises(ConfigError, match="multiple of the learner's samples per task"):
+    with pytest.raises(ConfigError, match="multiple of the learner's group_size"):
         prepare_trainer(cfg, model_and_tokenizer=tiny)
 
 

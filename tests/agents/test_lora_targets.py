@@ -21,10 +21,11 @@ from transformers import (
     PretrainedConfig,
 )
 
-from marft_agents.adapters import LoraSpec
+from marft_agents.adapters import to_peft_config
 from marft_agents.cli import USER_ERRORS
 from marft_agents.config import ConfigError
 from marft_agents.policy import MultiAgentPolicy
+from marft_agents.settings.lora import LoraSpec
 from marft_agents.tiny_models import tiny_model_and_tokenizer, tiny_tokenizer
 
 LOG = "marft_agents.adapters"
@@ -134,7 +135,7 @@ def test_unfamiliar_attention_names_adapt_the_whole_attention_block(caplog):
         targets = default_target_modules(model)
     assert targets == ["attn.proj", "to_kv", "to_q"]  # "proj" alone would hit the MLP's too
     assert len(choices(caplog)) == 1
-    inject_adapter_in_model(LoraSpec(r=2).to_peft(targets), model)
+    inject_adapter_in_model(to_peft_config(LoraSpec(r=2), targets), model)
     got = {name for name, module in model.named_modules() if hasattr(module, "lora_A")}
     assert got == {f"blocks.{i}.attn.{leaf}" for i in range(2) for leaf in ("to_q", "to_kv", "proj")}
 
@@ -150,4 +151,4 @@ def test_no_attention_projection_is_one_line_naming_the_setting_and_the_candidat
     assert "['dt_proj', 'in_proj', 'out_proj', 'x_proj']" in message  # the linear layers found
     assert "lm_head" not in message
     # an explicit setting is used as given, without asking the rule
-    assert LoraSpec(target_modules=["in_proj"]).to_peft(None).target_modules == {"in_proj"}
+    assert to_peft_config(LoraSpec(target_modules=["in_proj"]), None).target_modules == {"in_proj"}

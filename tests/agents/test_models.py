@@ -8,14 +8,9 @@ import pytest
 import torch
 
 from marft_agents import models
-from marft_agents.models import (
-    ModelConfig,
-    load_model_and_tokenizer,
-    model_cache_dir,
-    resolve_device,
-    resolve_dtype,
-    tiny_model_and_tokenizer,
-)
+from marft_agents.models import (load_model_and_tokenizer, model_cache_dir, resolve_device, resolve_dtype,
+                                 tiny_model_and_tokenizer)
+from marft_agents.settings.model import DEFAULT_MODEL, ModelConfig, alias_typo
 
 
 def test_tiny_model_is_seeded_and_leaves_global_rng_alone():
@@ -107,12 +102,12 @@ def test_threads_set_when_the_model_loads(tmp_path):
 @pytest.mark.slow
 def test_default_alias_converts_once_then_reuses_the_cache(tmp_path):
     try:
-        models.packaged_gguf_path(models.DEFAULT_MODEL)
+        models.packaged_gguf_path(DEFAULT_MODEL)
     except FileNotFoundError as err:
         pytest.skip(str(err))
     cfg = ModelConfig(cache_dir=str(tmp_path))
     model, _ = load_model_and_tokenizer(cfg)  # dequantises the GGUF (~20 s)
-    folder = tmp_path / models.DEFAULT_MODEL
+    folder = tmp_path / DEFAULT_MODEL
     assert (folder / "model.safetensors").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dir left
     start = time.perf_counter()
@@ -120,7 +115,7 @@ def test_default_alias_converts_once_then_reuses_the_cache(tmp_path):
     assert time.perf_counter() - start < 10  # read from the safetensors copy
     from transformers import AutoModelForCausalLM
 
-    gguf = models.packaged_gguf_path(models.DEFAULT_MODEL)
+    gguf = models.packaged_gguf_path(DEFAULT_MODEL)
     direct = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                   dtype=torch.float32)
     direct_params = dict(direct.named_parameters())
@@ -139,9 +134,9 @@ def test_mistyped_alias_fails_at_once_offline_with_a_suggestion(monkeypatch):
     with pytest.raises(models.ModelNotFoundError, match="did you mean the alias 'smollm2-135m-instruct'"):
         load_model_and_tokenizer(ModelConfig(name_or_path="smollm2-135m-instrct"))
     assert time.perf_counter() - started < 2.0
-    assert models.alias_typo("SmolLM2-135M-Instrct") == "smollm2-135m-instruct"
-    assert models.alias_typo("HuggingFaceTB/SmolLM2-135M-Instruct") is None  # a Hub id, not a typo
-    assert models.alias_typo("gpt2") is None
+    assert alias_typo("SmolLM2-135M-Instrct") == "smollm2-135m-instruct"
+    assert alias_typo("HuggingFaceTB/SmolLM2-135M-Instruct") is None  # a Hub id, not a typo
+    assert alias_typo("gpt2") is None
 
 
 def test_hub_probe_gives_up_after_its_timeout(monkeypatch):
@@ -191,7 +186,7 @@ def test_cpu_has_fast_bf16_reads_the_flags_line(flags, fast):
 def _broken_cache(cache_dir):
     """The alias's cache folder holding tokenizer files only (left by some other process)."""
     _, tok = tiny_model_and_tokenizer()
-    folder = cache_dir / models.DEFAULT_MODEL
+    folder = cache_dir / DEFAULT_MODEL
     tok.save_pretrained(folder)
     assert (folder / "tokenizer_config.json").is_file() and not (folder / "config.json").exists()
     return folder, sorted(p.name for p in folder.iterdir())
@@ -210,7 +205,7 @@ def test_a_cache_folder_that_fails_its_check_is_moved_aside_and_rebuilt(tmp_path
         model, tok = load_model_and_tokenizer(cfg)
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
     assert model.config.hidden_size == 32 and tok.eos_token == "<|im_end|>"
-    aside = [p for p in cache.iterdir() if p.name.startswith(f"{models.DEFAULT_MODEL}.broken-")]
+    aside = [p for p in cache.iterdir() if p.name.startswith(f"{DEFAULT_MODEL}.broken-")]
     assert len(aside) == 1  # kept for inspection, not deleted...
     assert sorted(p.name for p in aside[0].iterdir()) == left_over  # ...and not trusted either
     moved = [r for r in caplog.records if "moved it aside" in r.getMessage()]
@@ -245,9 +240,9 @@ def test_concurrent_loads_convert_once_under_a_lock(tmp_path, broken):
     results = {(tmp_path / f"result{i}").read_text() for i in range(2)}
     assert len(results) == 1 and results.pop().endswith(" <|im_end|>\n")  # both loaded the same model
     assert len(counter.read_text().splitlines()) == 1  # the converter ran once
-    assert models._is_converted(cache / models.DEFAULT_MODEL)
+    assert models._is_converted(cache / DEFAULT_MODEL)
     assert len([p for p in cache.iterdir() if ".broken-" in p.name]) == int(broken)  # moved aside once
-    assert (cache / f"{models.DEFAULT_MODEL}.lock").is_file()
+    assert (cache / f"{DEFAULT_MODEL}.lock").is_file()
 
 
 def test_a_cache_that_cannot_be_repaired_is_one_line_naming_the_folder(tmp_path, monkeypatch):

@@ -10,13 +10,10 @@ from agent_helpers import DEVICE, seeded_generator, tiny_on_device
 
 from marft_agents.adapters import base_parameters
 from marft_agents.generation import _pick, scaled_logprobs
-from marft_agents.policy import (
-    CriticConfig,
-    GenRequest,
-    LoraSpec,
-    MultiAgentPolicy,
-    SamplingConfig,
-)
+from marft_agents.policy import GenRequest, MultiAgentPolicy
+from marft_agents.settings.critic import CriticConfig
+from marft_agents.settings.lora import LoraSpec
+from marft_agents.settings.sampling import SamplingConfig
 
 AGENTS = ["reasoner_0", "actor_0"]
 

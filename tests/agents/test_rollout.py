@@ -19,7 +19,7 @@ def policy(tiny):
 
 
 def _sampling(n=4):
-    from marft_agents.policy import SamplingConfig
+    from marft_agents.settings.sampling import SamplingConfig
 
     return SamplingConfig(max_new_tokens=n, temperature=1.0)
 
@@ -128,7 +128,8 @@ TRIO = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think.
 
 
 def _collect_with_critic(tiny, mode, dependency, values="state", episodes=3):
-    from marft_agents.policy import CriticConfig, MultiAgentPolicy
+    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.settings.critic import CriticConfig
 
     model, tokenizer = tiny
     envs = [marft_envs.make(LETTERS_ID, profile=TRIO, dependency=dependency, horizon=2) for _ in range(2)]

@@ -13,8 +13,9 @@ from test_policy import AGENTS, perturb
 import marft_envs
 from marft_agents.attention import training_passes
 from marft_agents.generation import pack
-from marft_agents.policy import GenRequest, MultiAgentPolicy, SamplingConfig
+from marft_agents.policy import GenRequest, MultiAgentPolicy
 from marft_agents.rollout import RolloutCollector
+from marft_agents.settings.sampling import SamplingConfig
 
 
 def make(dtype: str = "float32") -> MultiAgentPolicy:

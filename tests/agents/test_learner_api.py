@@ -1,0 +1,258 @@
+"""``marft_agents.testing.learner_api_test``, the installed learner contract test: every registered
+learner and the outside example pass it, and learners that break the contract (a flipped loss
+sign, a forgotten RNG state, a missing member, loose options) fail it at the right check."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+import torch
+
+import agent_helpers  # noqa: F401 (one intra-op thread, like the other model tests)
+from marft_agents.learners import GRPO, ActionLevelMAPPO, EvalOnly, Learner, get_learner, list_learners
+from marft_agents.learners.protocol import METHODS, REQUIRED_MEMBERS
+from marft_agents.learners.registry import BUILTIN_LEARNERS, ENTRY_POINT_GROUP
+from marft_agents.testing import CHECKS, learner_api_test
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "marft-rloo"
+
+
+@pytest.fixture
+def rloo(monkeypatch):
+    """The example package, importable as an installed one would be."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    import marft_rloo
+
+    return marft_rloo
+
+
+def _registered_for_users() -> list[str]:
+    """The shipped learners and every installed plugin's (entry points), not the test doubles that
+    other test modules register at run time."""
+    return sorted(set(BUILTIN_LEARNERS) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+# -- what passes ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", _registered_for_users())
+def test_every_registered_learner_passes_the_api_test(name):
+    cls = get_learner(name)
+    report = learner_api_test(cls)
+    if getattr(cls, "trains", True):
+        assert report["direction"] > 0 and report["positive_change"] > report["negative_change"]
+    else:
+        assert report["direction"] is None
+
+
+def test_the_example_plugins_own_test_runs_the_api_test(rloo):
+    spec = importlib.util.spec_from_file_location("marft_rloo_own_test", EXAMPLE / "tests" / "test_rloo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.learner_api_test is learner_api_test
+    module.test_rloo_follows_the_learner_api()
+    assert learner_api_test(rloo.RLOO)["direction"] > 0
+
+
+def test_the_shipped_classes_satisfy_the_protocol_they_publish(tmp_path):
+    from agent_helpers import small_config
+
+    published = set(Learner.__annotations__) | {m for m in vars(Learner) if m in METHODS}
+    assert published == set(REQUIRED_MEMBERS)
+    cfg = small_config(tmp_path, algorithm="eval_only")
+    assert isinstance(EvalOnly(None, cfg, ["a"]), Learner)
+    for cls in (get_learner(name) for name in BUILTIN_LEARNERS):
+        assert all(hasattr(cls, m) for m in REQUIRED_MEMBERS), cls  # class defaults: group_size included
+
+
+# -- what fails, and at which check -----------------------------------------------------------------
+class FlippedGRPO(GRPO):
+    """GRPO with the advantage's sign flipped: it unlearns what it is rewarded for."""
+
+    def build_samples(self, rollout):
+        samples = super().build_samples(rollout)
+        for s in samples:
+            s.advantages = -s.advantages
+        return samples
+
+
+class FlippedMAPPO(ActionLevelMAPPO):
+    """MARFT-A whose policy loss has the wrong sign (a critic learner)."""
+
+    def policy_units(self, samples, logprobs, mask):
+        units = super().policy_units(samples, logprobs, mask)
+        units.advantages = -units.advantages
+        return units
+
+
+def _flipped_rloo(rloo):
+    class FlippedRLOO(rloo.RLOO):
+        def advantages(self, rollout):
+            return -super().advantages(rollout)
+
+    return FlippedRLOO
+
+
+@pytest.mark.parametrize("make", [lambda _: FlippedGRPO, lambda _: FlippedMAPPO, _flipped_rloo],
+                         ids=["grpo", "mappo_action", "rloo"])
+def test_a_flipped_loss_sign_fails_the_update_direction_check(make, rloo):
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[update direction\] .*must be > 0") as caught:
+        learner_api_test(make(rloo))
+    assert "flipped" in str(caught.value)
+
+
+class NoRngMAPPO(ActionLevelMAPPO):
+    """Saves its optimizers but not the minibatch RNG: its state round-trips, its resume is not exact."""
+
+    def state_dict(self):
+        state = super().state_dict()
+        del state["rng"]
+        return state
+
+    def load_state_dict(self, state):
+        super().load_state_dict({**state, "rng": self.rng.bit_generator.state})
+
+
+def test_a_learner_that_does_not_save_its_rng_fails_exact_resume():
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[exact resume\] .*NoRngMAPPO.*tensors differ"):
+        learner_api_test(NoRngMAPPO)
+
+
+def test_a_learner_that_loads_nothing_fails_the_state_round_trip(rloo):
+    class Forgetful(rloo.RLOO):
+        def load_state_dict(self, state):
+            pass
+
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[state round trip\] .*different state_dict"):
+        learner_api_test(Forgetful)
+
+
+@dataclass
+class NullOptions:
+    """Options of the test learner."""
+
+    group_size: int = 2
+    """Episodes per task."""
+    tag: str = "x"
+    """A label."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {self.group_size}")
+
+
+class NullLearner:
+    """Trains nothing (``trains = False``), with options: the cheapest complete learner."""
+
+    value_mode = None
+    options_class = NullOptions
+    trains = False
+
+    def __init__(self, policy, cfg, agent_ids):
+        self.agent_ids = list(agent_ids)
+        self.group_size = cfg.learner.group_size
+        self.updates = 0
+
+    def trainable_agents(self, update):
+        return []
+
+    def update(self, rollout, update):
+        self.updates += 1
+        return {"null/episodes": float(len(rollout.episodes))}
+
+    def state_dict(self):
+        return {"updates": self.updates}
+
+    def load_state_dict(self, state):
+        self.updates = state["updates"]
+
+
+def test_a_complete_learner_without_training_passes():
+    report = learner_api_test(NullLearner, bad_options=[{"group_size": 0}])
+    assert report["group_size"] == 2 and report["direction"] is None
+
+
+def test_protocol_failures_name_the_missing_member():
+    class NoGroupSize(NullLearner):
+        def __init__(self, policy, cfg, agent_ids):
+            self.agent_ids = list(agent_ids)
+
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[protocol\] .*lacks the members \['group_size'\]"):
+        learner_api_test(NoGroupSize)
+    class NoOptionsClass:
+        value_mode = None
+        trainable_agents, update = NullLearner.trainable_agents, NullLearner.update
+        state_dict, load_state_dict = NullLearner.state_dict, NullLearner.load_state_dict
+
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[protocol\] .*lacks the class attributes "
+                                             r"\['options_class'\]"):
+        learner_api_test(NoOptionsClass)
+
+    class TensorMetrics(NullLearner):
+        def update(self, rollout, update):
+            return {"null/loss": torch.tensor(1.0)}
+
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[protocol\] .*flat \{str: float\}.*Tensor"):
+        learner_api_test(TensorMetrics)
+
+    class TrainsNobody(NullLearner):
+        trains = True
+
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[protocol\] .*trainable_agents\(0\) is empty"):
+        learner_api_test(TrainsNobody)
+
+
+def test_options_failures_are_reported():
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[options\] .*bad_options \{'tag': 'y'\} was accepted"):
+        learner_api_test(NullLearner, bad_options=[{"tag": "y"}])
+
+    @dataclass
+    class Undocumented:
+        group_size: int = 1
+
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[options\] .*without a docstring.*group_size"):
+        learner_api_test(type("U", (NullLearner,), {"options_class": Undocumented}))
+
+    @dataclass
+    class Crashing:
+        """Options whose check raises the wrong exception."""
+
+        group_size: int = 1
+        """Episodes per task."""
+
+        def __post_init__(self) -> None:
+            if self.group_size > 5:
+                raise KeyError("too big")
+
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[options\] .*raised KeyError .*not the project's ConfigError"):
+        learner_api_test(type("C", (NullLearner,), {"options_class": Crashing}), bad_options=[{"group_size": 9}])
+
+
+def test_an_untrained_learner_must_leave_the_adapters_alone():
+    class SecretlyTrains(NullLearner):
+        def __init__(self, policy, cfg, agent_ids):
+            super().__init__(policy, cfg, agent_ids)
+            self.policy = policy
+
+        def update(self, rollout, update):
+            with torch.no_grad():
+                for name in self.policy.adapter_names:
+                    for p in self.policy.adapter_parameters(name):
+                        p.add_(0.01)
+            return super().update(rollout, update)
+
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[update direction\] .*trains is False but update"):
+        learner_api_test(SecretlyTrains)
+
+
+def test_the_api_test_leaves_no_registration_rng_or_thread_change_behind():
+    before, threads, rng = list_learners(), torch.get_num_threads(), torch.get_rng_state()
+    with pytest.raises(AssertionError):
+        learner_api_test(FlippedGRPO)
+    learner_api_test(NullLearner)
+    assert list_learners() == before and torch.get_num_threads() == threads
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert CHECKS == ("protocol", "options", "update direction", "state round trip", "exact resume")
