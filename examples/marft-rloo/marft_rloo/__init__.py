@@ -1,6 +1,6 @@
 """RLOO: REINFORCE with a leave-one-out, per-agent baseline, as an outside marft learner.
 
-Each task is played ``samples_per_task`` times. A decision of agent ``a`` in episode ``e`` is
+Each task is played ``group_size`` times. A decision of agent ``a`` in episode ``e`` is
 pushed along ``A = R_a(e) - mean of R_a over the other episodes of e's group``, where ``R_a`` is
 the agent's PettingZoo return (the rewards the env gave it). No critic: ``value_mode = None``.
 """
@@ -16,7 +16,7 @@ import torch
 class RLOOOptions:
     """The ``learner:`` section of a config that uses ``algorithm: rloo``."""
 
-    samples_per_task: int = 4
+    group_size: int = 4
     """Episodes per task (>= 2: the baseline of one is the mean of the others)."""
     lr: float = 1e-4
     """AdamW learning rate of every agent adapter."""
@@ -24,8 +24,8 @@ class RLOOOptions:
     """Clip of the global gradient norm, per update."""
 
     def __post_init__(self) -> None:
-        if self.samples_per_task < 2:
-            raise ValueError(f"samples_per_task must be >= 2, got {self.samples_per_task}")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2, got {self.group_size}")
 
 
 class RLOO:
@@ -34,7 +34,7 @@ class RLOO:
 
     def __init__(self, policy, cfg, agent_ids):
         self.policy, self.agent_ids, self.opts = policy, list(agent_ids), cfg.learner
-        self.samples_per_task = self.opts.samples_per_task  # the collector honours this
+        self.group_size = self.opts.group_size  # the collector plays each task this many times
         self.temperature = cfg.sampling.temperature
         adapters = sorted({policy.adapter_for(a) for a in self.agent_ids})
         params = [p for name in adapters for p in policy.adapter_parameters(name)]
@@ -66,7 +66,7 @@ class RLOO:
             seq_logprob = stats.logprobs.sum(-1)  # [B] (0 on padding)
             loss = -(advantages[rows].to(seq_logprob.device) * seq_logprob).sum() / len(rollout.decisions)
             loss.backward()
-            total += float(loss)
+            total += float(loss.detach())
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.opts.max_grad_norm)
         self.optimizer.step()
