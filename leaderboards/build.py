@@ -1,5 +1,8 @@
 """Generate ``leaderboards/README.md`` from the JSON records and the grid reports, and the grid
-block of the top-level README (``python -m leaderboards.build``)."""
+block of the top-level README (``python -m leaderboards.build``).
+
+With ``--records DIR`` (an env package's own records) only ``--out`` (default ``DIR/README.md``) is
+written: marft's README files are touched only for marft's own records folder or when named."""
 
 from __future__ import annotations
 
@@ -166,21 +169,51 @@ def readme_with_grids(readme_text: str, grids_dir: Path, link_prefix: str = "lea
 
 
 REPO_README = Path(__file__).resolve().parents[1] / "README.md"
+BOARD_README = Path(__file__).resolve().parent / "README.md"
+
+EPILOG = """Which files are written:
+  --records marft's own leaderboards/records (the default): leaderboards/README.md and the grid block
+      of marft's top-level README.md (`python -m leaderboards.build` with no options rebuilds both).
+  --records any other folder: only --out (default: DIR/README.md); no file of marft is touched
+      unless named by --out or --readme.
+  --readme PATH refreshes the generated grid block of the README at PATH from the grids beside the
+      records folder (DIR/../grids); --no-readme skips the README even for marft's own records."""
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--records", type=Path, default=RECORDS_DIR)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "README.md")
-    parser.add_argument("--readme", type=Path, default=REPO_README,
-                        help="README whose generated grid block is refreshed too ('' to skip)")
-    args = parser.parse_args()
-    args.out.write_text(build(args.records), encoding="utf-8")
-    print(f"wrote {args.out}")
-    if str(args.readme) and args.readme.is_file():
-        text = args.readme.read_text(encoding="utf-8")
-        args.readme.write_text(readme_with_grids(text, args.records.parent / "grids"), encoding="utf-8")
-        print(f"refreshed the grid block of {args.readme}")
+def _is_own_records(records: Path) -> bool:
+    return records.resolve() == RECORDS_DIR.resolve()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=Path, default=RECORDS_DIR,
+                        help="folder of record JSON files (default: marft's leaderboards/records)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="table to write (default: leaderboards/README.md for marft's own records, "
+                             "DIR/README.md for any other --records DIR)")
+    readme = parser.add_mutually_exclusive_group()
+    readme.add_argument("--readme", default=None, metavar="PATH",
+                        help="README whose generated grid block is refreshed too (default: marft's README.md "
+                             "for marft's own records only, none otherwise)")
+    readme.add_argument("--no-readme", action="store_true", help="refresh no README's grid block")
+    args = parser.parse_args(argv)
+    own = _is_own_records(args.records)
+    out = args.out if args.out is not None else (BOARD_README if own else args.records / "README.md")
+    if args.no_readme or args.readme == "":  # --readme '' is the older spelling of --no-readme
+        target = None
+    elif args.readme is not None:
+        target = Path(args.readme)
+        if not target.is_file():
+            parser.error(f"--readme {target}: no such file")
+    else:  # marft's own records: its README's grid block, when there is one (not in an installed copy)
+        target = REPO_README if own and REPO_README.is_file() else None
+    out.write_text(build(args.records), encoding="utf-8")
+    print(f"wrote {out}")
+    if target is not None:
+        text = target.read_text(encoding="utf-8")
+        target.write_text(readme_with_grids(text, args.records.parent / "grids"), encoding="utf-8")
+        print(f"refreshed the grid block of {target}")
 
 
 if __name__ == "__main__":

@@ -141,3 +141,49 @@ def test_readme_without_the_grid_block_is_refused_with_the_fix(tmp_path):
         readme_with_grids("# a readme\n", tmp_path)
     assert readme_with_grids(f"a\n{README_START}\nold\n<!-- /grids -->\nb\n", tmp_path) == \
         f"a\n{README_START}\n\n<!-- /grids -->\nb\n"
+
+
+def test_building_an_outside_records_folder_leaves_marfts_files_alone(tmp_path):
+    """``python -m leaderboards.build --records DIR --out DIR/README.md`` (marft_envs/ADDING_AN_ENV.md)
+    writes the table and nothing of marft's: the top-level README's grid block used to be emptied."""
+    import subprocess
+    import sys
+
+    records = tmp_path / "records"
+    for name, acc in (("weak", 0.2), ("strong", 0.6)):
+        write_record(Record(name=name, env_id="example/VowelCount-v0", env_kwargs={}, algorithm="none",
+                            model="m", eval_after={"accuracy": acc, "stderr": 0.03, "n": 50}), records)
+    mine = [REPO / "README.md", REPO / "leaderboards" / "README.md"]
+    before = [path.read_bytes() for path in mine]
+    try:
+        done = subprocess.run([sys.executable, "-m", "leaderboards.build", "--records", str(records),
+                               "--out", str(records / "README.md")], cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert [path.read_bytes() for path in mine] == before
+    finally:  # put marft's files back if the command rewrote them
+        for path, text in zip(mine, before):
+            if path.read_bytes() != text:
+                path.write_bytes(text)
+    table = (records / "README.md").read_text(encoding="utf-8")
+    assert table.index("| strong |") < table.index("| weak |")
+    assert "refreshed" not in done.stdout
+
+
+def test_an_outside_readme_grid_block_is_refreshed_only_when_named(tmp_path):
+    from leaderboards.build import README_START, main
+
+    records = tmp_path / "records"
+    write_record(Record(name="r", env_id="e", env_kwargs={}, algorithm="none", model="m",
+                        eval_after={"accuracy": 0.5, "stderr": 0.05, "n": 100}), records)
+    report = tmp_path / "grids" / "g" / "README.md"
+    report.parent.mkdir(parents=True)
+    report.write_text("# grid g\n")
+    readme = tmp_path / "PKG_README.md"
+    readme.write_text(f"a\n{README_START}\nold\n<!-- /grids -->\nb\n")
+    main(["--records", str(records)])  # no --out: DIR/README.md; no --readme: no README
+    assert "| r |" in (records / "README.md").read_text() and "old" in readme.read_text()
+    main(["--records", str(records), "--readme", str(readme)])
+    assert "old" not in readme.read_text() and "[grid g](" in readme.read_text()
+    with pytest.raises(SystemExit):
+        main(["--records", str(records), "--readme", str(tmp_path / "missing.md")])
