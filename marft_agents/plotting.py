@@ -67,9 +67,3 @@ def plot_learning_curve(metrics_path: str | Path, out_path: str | Path, title: s
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def summarize(rows: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
-    """(first, last) value of a metric, for console summaries."""
-    values = [r[key] for r in rows if _number(r.get(key))]
-    return (values[0], values[-1]) if values else None

@@ -336,11 +336,6 @@ def entropy_from_logprobs(logp: Tensor, out: Tensor | None = None) -> Tensor:
     return probs.mul_(logp).sum(-1).neg_()
 
 
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Entropy of the categorical distribution given by ``logits [..., V]`` -> ``[...]``."""
-    return entropy_from_logprobs(torch.log_softmax(logits.float(), dim=-1))  # [..., V] -> [...]
-
-
 def approx_kl(logprobs: Tensor, old_logprobs: Tensor) -> Tensor:
     """k3 estimator of KL(old || new) per element, for samples drawn from the old policy.
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from gymnasium import spaces
 
 _SAMPLE_RANGES = (
@@ -124,7 +123,3 @@ def _as_dict(agents: tuple[str, ...], active: list[str], edges: list, history: s
 def dependency_space(agents: Sequence[str]) -> DependencySpace:
     """Space of D_t (``infos[agent]["dependency"]`` and ``state()["dependency"]``) over ``agents``."""
     return DependencySpace(agents)
-
-
-def empty_adjacency(num_agents: int) -> np.ndarray:
-    return np.zeros((num_agents, num_agents), dtype=np.int8)

@@ -181,8 +181,9 @@ def test_clipped_surrogate_and_value_elements_are_unreduced():
     assert close(v, [0.5 * 1.8 ** 2, 0.5 * 0.5 ** 2]) and vc.tolist() == [True, False]
 
 
-def test_entropy_from_logits_uniform():
-    assert close(pm.entropy_from_logits(torch.zeros(2, 4)), [math.log(4.0)] * 2, 1e-5)
+def test_entropy_of_a_uniform_distribution_is_log_v():
+    uniform = torch.log_softmax(torch.zeros(2, 4), dim=-1)  # [2, V=4]
+    assert close(pm.entropy_from_logprobs(uniform), [math.log(4.0)] * 2, 1e-5)
 
 
 def test_explained_variance_cases():
