@@ -219,7 +219,10 @@ def _overlay_venv(scratch: Path) -> Path:
             continue
         try:
             text = script.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, IsADirectoryError):
+        except UnicodeDecodeError:  # a compiled tool (ruff): it imports nothing of the venv, link it
+            (venv / "bin" / script.name).symlink_to(script)
+            continue
+        except IsADirectoryError:
             continue
         if text.startswith(f"#!{base}/bin/python"):
             target = venv / "bin" / script.name

@@ -1,12 +1,13 @@
 """Generate ``leaderboards/README.md`` from the JSON records and the grid reports, and the grid
-block of the top-level README (``python -m leaderboards.build``).
+block of ``docs/results.md`` (``python -m leaderboards.build``).
 
 With ``--records DIR`` (an env package's own records) only ``--out`` (default ``DIR/README.md``) is
-written: marft's README files are touched only for marft's own records folder or when named."""
+written: marft's files are touched only for marft's own records folder or when named."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -156,10 +157,12 @@ README_END = "<!-- /grids -->"
 
 
 def readme_with_grids(readme_text: str, grids_dir: Path, link_prefix: str = "leaderboards/") -> str:
-    """``readme_text`` with the block between :data:`README_START` and :data:`README_END` replaced
-    by every grid's summary (links relative to the README)."""
+    """``readme_text`` (a markdown file: marft's ``docs/results.md``, or any file named by
+    ``--readme``) with the block between :data:`README_START` and :data:`README_END` replaced by
+    every grid's summary; ``link_prefix`` + ``grids/<name>/README.md`` is each report's link, so it
+    is the path from the file's folder to the grids' parent (see :func:`link_prefix_for`)."""
     if README_START not in readme_text or README_END not in readme_text:
-        raise ValueError(f"the README has no generated grid block: add the lines {README_START!r} and {README_END!r}")
+        raise ValueError(f"the file has no generated grid block: add the lines {README_START!r} and {README_END!r}")
     head, rest = readme_text.split(README_START, 1)
     tail = rest.split(README_END, 1)[1]
     body: list[str] = []
@@ -168,16 +171,26 @@ def readme_with_grids(readme_text: str, grids_dir: Path, link_prefix: str = "lea
     return head + README_START + "\n\n" + "\n".join(body) + README_END + tail
 
 
-REPO_README = Path(__file__).resolve().parents[1] / "README.md"
+def link_prefix_for(target: Path, grids_dir: Path) -> str:
+    """The ``link_prefix`` of :func:`readme_with_grids` for a file at ``target``: the relative path
+    from its folder to the folder holding ``grids_dir`` (``"../leaderboards/"`` for
+    ``docs/results.md``, ``""`` for a file beside the grids)."""
+    relative = Path(os.path.relpath(grids_dir.resolve().parent, target.resolve().parent)).as_posix()
+    return "" if relative == "." else relative + "/"
+
+
+RESULTS_DOC = Path(__file__).resolve().parents[1] / "docs" / "results.md"
+"""The file whose grid block a build of marft's own records refreshes (the top-level README links it)."""
 BOARD_README = Path(__file__).resolve().parent / "README.md"
 
 EPILOG = """Which files are written:
   --records marft's own leaderboards/records (the default): leaderboards/README.md and the grid block
-      of marft's top-level README.md (`python -m leaderboards.build` with no options rebuilds both).
+      of marft's docs/results.md (`python -m leaderboards.build` with no options rebuilds both).
   --records any other folder: only --out (default: DIR/README.md); no file of marft is touched
       unless named by --out or --readme.
-  --readme PATH refreshes the generated grid block of the README at PATH from the grids beside the
-      records folder (DIR/../grids); --no-readme skips the README even for marft's own records."""
+  --readme PATH refreshes the generated grid block of the markdown file at PATH (links relative to
+      it) from the grids beside the records folder (DIR/../grids); --no-readme refreshes no grid
+      block, even for marft's own records."""
 
 
 def _is_own_records(records: Path) -> bool:
@@ -194,9 +207,9 @@ def main(argv: list[str] | None = None) -> None:
                              "DIR/README.md for any other --records DIR)")
     readme = parser.add_mutually_exclusive_group()
     readme.add_argument("--readme", default=None, metavar="PATH",
-                        help="README whose generated grid block is refreshed too (default: marft's README.md "
-                             "for marft's own records only, none otherwise)")
-    readme.add_argument("--no-readme", action="store_true", help="refresh no README's grid block")
+                        help="markdown file (a README, a results page) whose generated grid block is refreshed "
+                             "too (default: marft's docs/results.md for marft's own records only, none otherwise)")
+    readme.add_argument("--no-readme", action="store_true", help="refresh no file's grid block")
     args = parser.parse_args(argv)
     own = _is_own_records(args.records)
     out = args.out if args.out is not None else (BOARD_README if own else args.records / "README.md")
@@ -206,13 +219,14 @@ def main(argv: list[str] | None = None) -> None:
         target = Path(args.readme)
         if not target.is_file():
             parser.error(f"--readme {target}: no such file")
-    else:  # marft's own records: its README's grid block, when there is one (not in an installed copy)
-        target = REPO_README if own and REPO_README.is_file() else None
+    else:  # marft's own records: the grid block of docs/results.md, when there is one (not in an installed copy)
+        target = RESULTS_DOC if own and RESULTS_DOC.is_file() else None
     out.write_text(build(args.records), encoding="utf-8")
     print(f"wrote {out}")
     if target is not None:
         text = target.read_text(encoding="utf-8")
-        target.write_text(readme_with_grids(text, args.records.parent / "grids"), encoding="utf-8")
+        grids = args.records.parent / "grids"
+        target.write_text(readme_with_grids(text, grids, link_prefix_for(target, grids)), encoding="utf-8")
         print(f"refreshed the grid block of {target}")
 
 

@@ -123,15 +123,23 @@ def test_git_commit_is_dirty_for_code_changes_but_not_for_generated_leaderboards
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_committed_leaderboard_and_readme_grid_block_are_current():
+def test_committed_leaderboard_and_results_grid_block_are_current():
     """``python -m leaderboards.build`` regenerates both from the records; this fails when a record
     landed without them."""
-    from leaderboards.build import readme_with_grids
+    from leaderboards.build import RESULTS_DOC, link_prefix_for, readme_with_grids
 
     board = REPO / "leaderboards"
     assert (board / "README.md").read_text(encoding="utf-8") == build(board / "records")
+    assert RESULTS_DOC == REPO / "docs" / "results.md" and link_prefix_for(RESULTS_DOC, board / "grids") == "../leaderboards/"
+    results = RESULTS_DOC.read_text(encoding="utf-8")
+    assert readme_with_grids(results, board / "grids", "../leaderboards/") == results, \
+        "docs/results.md's grid block is out of date: run `python -m leaderboards.build`"
+    assert "(../leaderboards/grids/relay/README.md)" in results  # links resolve from docs/
+
+
+def test_the_front_page_readme_has_no_grid_block_and_links_the_results():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert readme_with_grids(readme, board / "grids") == readme
+    assert "<!-- grids" not in readme and "docs/results.md" in readme
 
 
 def test_readme_without_the_grid_block_is_refused_with_the_fix(tmp_path):
@@ -145,7 +153,8 @@ def test_readme_without_the_grid_block_is_refused_with_the_fix(tmp_path):
 
 def test_building_an_outside_records_folder_leaves_marfts_files_alone(tmp_path):
     """``python -m leaderboards.build --records DIR --out DIR/README.md`` (marft_envs/ADDING_AN_ENV.md)
-    writes the table and nothing of marft's: the top-level README's grid block used to be emptied."""
+    writes the table and nothing of marft's: the grid block of marft's results (then in the
+    top-level README) used to be emptied."""
     import subprocess
     import sys
 
@@ -153,7 +162,7 @@ def test_building_an_outside_records_folder_leaves_marfts_files_alone(tmp_path):
     for name, acc in (("weak", 0.2), ("strong", 0.6)):
         write_record(Record(name=name, env_id="example/VowelCount-v0", env_kwargs={}, algorithm="none",
                             model="m", eval_after={"accuracy": acc, "stderr": 0.03, "n": 50}), records)
-    mine = [REPO / "README.md", REPO / "leaderboards" / "README.md"]
+    mine = [REPO / "README.md", REPO / "docs" / "results.md", REPO / "leaderboards" / "README.md"]
     before = [path.read_bytes() for path in mine]
     try:
         done = subprocess.run([sys.executable, "-m", "leaderboards.build", "--records", str(records),
@@ -184,6 +193,11 @@ def test_an_outside_readme_grid_block_is_refreshed_only_when_named(tmp_path):
     main(["--records", str(records)])  # no --out: DIR/README.md; no --readme: no README
     assert "| r |" in (records / "README.md").read_text() and "old" in readme.read_text()
     main(["--records", str(records), "--readme", str(readme)])
-    assert "old" not in readme.read_text() and "[grid g](" in readme.read_text()
+    assert "old" not in readme.read_text() and "[grid g](grids/g/README.md)" in readme.read_text()  # relative to it
+    nested = tmp_path / "docs" / "results.md"
+    nested.parent.mkdir()
+    nested.write_text(f"{README_START}\n<!-- /grids -->\n")
+    main(["--records", str(records), "--readme", str(nested)])
+    assert "[grid g](../grids/g/README.md)" in nested.read_text()
     with pytest.raises(SystemExit):
         main(["--records", str(records), "--readme", str(tmp_path / "missing.md")])
