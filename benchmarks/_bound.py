@@ -88,10 +88,10 @@ def _inputs(weights: list[torch.Tensor], rows: int) -> dict[int, torch.Tensor]:
 def decode_step_layouts(linears: Linears, batch: int, repeats: int = 5) -> dict[str, float]:
     """Median seconds of one decode step's bare GEMMs at ``batch`` rows, per weight layout:
     ``linear`` (``F.linear`` on the weights as the model holds them) and, where oneDNN can
-    prepack them (bfloat16 on CPU, ``marft_agents.direct_decode.packs``), ``prepacked`` (the
+    prepack them (bfloat16 on CPU, ``marft_agents.engine.direct.packs``), ``prepacked`` (the
     same products on weights laid out once for the matrix unit, as the ``direct`` engine runs
     them; bit-identical results)."""
-    from marft_agents.direct_decode import _Linear, packs
+    from marft_agents.engine.direct import _Linear, packs
 
     weights = linears.body + [linears.head]
     xs = _inputs(weights, batch)

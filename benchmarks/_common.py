@@ -9,8 +9,9 @@ from typing import Any
 
 import torch
 
-from marft_agents.models import load_model_and_tokenizer, tiny_model_and_tokenizer
+from marft_agents.models import load_model_and_tokenizer
 from marft_agents.settings.model import ModelConfig
+from marft_agents.tiny_models import tiny_model_and_tokenizer
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

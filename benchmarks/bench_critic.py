@@ -46,9 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import set_threads  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
-from marft_agents.models import tiny_model_and_tokenizer  # noqa: E402
 from marft_agents.settings.critic import CRITIC_MODES  # noqa: E402
 from marft_agents.settings.model import DTYPES  # noqa: E402
+from marft_agents.tiny_models import tiny_model_and_tokenizer  # noqa: E402
 from marft_agents.trainer import Trainer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

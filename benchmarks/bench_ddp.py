@@ -88,7 +88,7 @@ def worker(args: argparse.Namespace) -> None:
         torch.set_num_threads(1)
         tiny = None
         if args.smoke:
-            from marft_agents.models import tiny_model_and_tokenizer
+            from marft_agents.tiny_models import tiny_model_and_tokenizer
 
             tiny = tiny_model_and_tokenizer(seed=0, hidden_size=64, num_layers=2)
         cfg = load_config(run_config(args, Path(args.out) / f"run{args.tag}"))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from transformers import GenerationConfig
 
-from marft_agents.generation import GenRequest
+from marft_agents.engine import GenRequest
 from marft_agents.models import load_model_and_tokenizer
 from marft_agents.policy import MultiAgentPolicy
 from marft_agents.settings.lora import LoraSpec

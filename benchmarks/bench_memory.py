@@ -29,7 +29,7 @@ import sys
 def child(args: argparse.Namespace) -> None:
     import torch
 
-    from marft_agents.generation import GenRequest
+    from marft_agents.engine import GenRequest
     from marft_agents.models import load_model_and_tokenizer
     from marft_agents.policy import MultiAgentPolicy
     from marft_agents.settings.critic import CriticConfig

@@ -93,8 +93,8 @@ from transformers import GenerationConfig  # noqa: E402
 import marft_envs  # noqa: E402
 from benchmarks._bound import decode_step_layouts, head_layout_seconds, model_linears, train_pass_seconds  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads  # noqa: E402
-from marft_agents.generation import effective_prefix_len, left_pad  # noqa: E402
-from marft_agents.learners.protocol import VALUE_MODES  # noqa: E402
+from marft_agents.engine.layout import effective_prefix_len, left_pad  # noqa: E402
+from marft_agents.episodes import VALUE_MODES  # noqa: E402
 from marft_agents.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.rollout import RolloutCollector  # noqa: E402
 from marft_agents.settings.critic import CriticConfig  # noqa: E402

@@ -65,10 +65,10 @@ import torch.nn.functional as F  # noqa: E402
 import marft_envs  # noqa: E402
 from benchmarks._bound import model_linears, train_pass_seconds  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, now, set_threads, since  # noqa: E402
-from marft_agents.attention import GROUPED_MATMUL, training_passes, use_grouped_matmul_attention  # noqa: E402
-from marft_agents.compiled_norm import use_compiled_rms_norm, use_eager_rms_norm  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
-from marft_agents.generation import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
+from marft_agents.engine.attention import GROUPED_MATMUL, training_passes, use_grouped_matmul_attention  # noqa: E402
+from marft_agents.engine.compiled_norm import use_compiled_rms_norm, use_eager_rms_norm  # noqa: E402
+from marft_agents.engine.layout import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
 from marft_agents.learners import get_learner, make_learner  # noqa: E402
 from marft_agents.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.rollout import Rollout, RolloutCollector  # noqa: E402

@@ -1,9 +1,9 @@
-"""Where a decode step's time goes: one ``sample_batch`` call under ``torch.profiler``.
+"""Where a decode step's time goes: one ``engine.sample`` call under ``torch.profiler``.
 
 Builds the training configs' rollout batch (``marft/Arithmetic-v0`` level 1, profile ``dual``:
 the reasoner's prompts of ``--batch`` episodes, its chat template with the system turn shared as a
 prefix), a ``MultiAgentPolicy`` with the LoRA adapters on, and profiles one warm
-``sample_batch`` call of ``--new-tokens`` steps through the chosen engine. Every profiled
+``marft_agents.engine.sample`` call of ``--new-tokens`` steps through the chosen engine. Every profiled
 operator's *self* CPU time is put in one bucket:
 
 * ``linear (base)``: matrix products of the transformer's own weights;
@@ -43,8 +43,9 @@ from torch import nn  # noqa: E402
 
 import marft_envs  # noqa: E402
 from benchmarks._common import add_common_args, load_avg, load_model, set_threads  # noqa: E402
-from marft_agents.direct_decode import DirectDecoder  # noqa: E402
-from marft_agents.generation import effective_prefix_len, sampler_for  # noqa: E402
+from marft_agents.engine import sample  # noqa: E402
+from marft_agents.engine.direct import DirectDecoder  # noqa: E402
+from marft_agents.engine.layout import effective_prefix_len  # noqa: E402
 from marft_agents.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.settings.critic import CriticConfig  # noqa: E402
 from marft_agents.settings.lora import LoraSpec  # noqa: E402
@@ -135,7 +136,6 @@ def main(argv: list[str] | None = None) -> None:
     prompts, prefix_len = rollout_prompts(policy, args.batch)
     cfg = SamplingConfig(max_new_tokens=args.new_tokens, temperature=args.temperature,
                          stop_token_ids=(), engine=args.engine)
-    sample = sampler_for(args.engine)
     lm = policy.lm
     mark_forward_passes(lm)
     vocab = policy.lm.get_output_embeddings().weight.shape[0]

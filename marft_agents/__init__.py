@@ -11,7 +11,7 @@ from typing import Any
 
 _LAZY = {
     "Learner": "marft_agents.learners.protocol",
-    "VALUE_MODES": "marft_agents.learners.protocol",
+    "VALUE_MODES": "marft_agents.episodes",
     "register_learner": "marft_agents.learners.registry",
     "get_learner": "marft_agents.learners.registry",
     "list_learners": "marft_agents.learners.registry",

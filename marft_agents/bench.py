@@ -247,9 +247,9 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
 def cmd_bench(args: argparse.Namespace) -> int:
     import yaml
 
-    from marft_agents.cli import _overrides
+    from marft_agents.cli_args import parse_overrides
 
-    overrides = _overrides(args.set)
+    overrides = parse_overrides(args.set)
     env_kwargs = yaml.safe_load(args.env_kwargs) if args.env_kwargs else {}
     try:
         if not isinstance(env_kwargs, dict):

@@ -29,12 +29,12 @@ import textwrap
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
-
 # Only torch-free modules at import time: without the ``agents`` extra (torch, transformers, peft)
 # ``marft envs`` and ``marft bench`` with a scripted policy still work, and the subcommands that
 # need a model say which extra to install (``main``). ConfigError lives in the torch-free schema
-# module (``marft_agents.config`` re-exports it).
+# module (``marft_agents.config`` re-exports it); UsageError and the ``--set`` parsing in
+# ``cli_args``, which ``bench`` (the ``marft bench`` subcommand) shares.
+from marft_agents.cli_args import UsageError, parse_overrides
 from marft_agents.config_schema import ConfigError
 
 USER_ERROR_EXIT = 2
@@ -42,10 +42,6 @@ USER_ERROR_EXIT = 2
 AGENTS_EXTRA_MODULES = frozenset({"torch", "transformers", "peft", "gguf", "tqdm", "matplotlib", "tensorboard"})
 """Top-level modules of the ``agents`` extra (``pip install 'marft[agents]'``): a subcommand that
 fails to import one says so in one line instead of a traceback."""
-
-
-class UsageError(Exception):
-    """A command-line mistake; the message says how to fix it."""
 
 
 USER_ERRORS: tuple[type[BaseException], ...] = (UsageError, ConfigError, FileNotFoundError, FileExistsError)
@@ -69,26 +65,12 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _overrides(pairs: list[str]) -> dict[str, Any]:
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise UsageError(f"--set expects section.key=value (e.g. schedule.num_updates=5), got {pair!r}")
-        key, value = pair.split("=", 1)
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise UsageError(f"--set {pair!r}: the value is not valid YAML; quote it, e.g. "
-                             f"--set '{key.strip()}=\"{value}\"'") from None
-    return out
-
-
 def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None):
     """The validated config of ``args`` and its env's agent ids (before any model is loaded)."""
     from marft_agents.config import load_config
     from marft_agents.env_check import check_env_config
 
-    cfg = load_config(args.config, {**_overrides(args.set), **(extra or {})})
+    cfg = load_config(args.config, {**parse_overrides(args.set), **(extra or {})})
     return cfg, check_env_config(cfg)
 
 
@@ -193,7 +175,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     from marft_agents.config import describe_config, load_config
 
-    cfg = load_config(args.config, _overrides(args.set)) if args.config else None
+    cfg = load_config(args.config, parse_overrides(args.set)) if args.config else None
     column = "value" if cfg is not None else "default"
     for key, type_name, value, doc in describe_config(cfg):
         print(f"{key}: {type_name} ({column}: {json.dumps(value, default=str)})")

@@ -37,6 +37,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from marft_agents.seeding import seed_everything
+
 log = logging.getLogger(__name__)
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -238,7 +240,6 @@ def attach(trainer: Any) -> DataParallel | None:
     sampling RNG (after the model and adapters were built from the run's seed).
     """
     from marft_agents.config import ConfigError
-    from marft_agents.trainer import seed_everything
 
     world = trainer.world
     if world.world_size < 2:
@@ -303,8 +304,6 @@ def rank_states(trainer: Any, rng_state: dict[str, Any]) -> dict[str, Any]:
 def rng_state_to_restore(trainer: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     """This rank's RNG state from a checkpoint; None (and a reseed) when it was written by
     another number of ranks, which works but cannot repeat the uninterrupted run exactly."""
-    from marft_agents.trainer import seed_everything
-
     world = trainer.world
     ranks = state.get("ranks")
     saved = len(ranks) if ranks else 1

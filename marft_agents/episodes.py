@@ -10,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+VALUE_MODES: tuple[str | None, ...] = (None, "state", "token")
+"""What a learner may ask the collector to record from the critic (``Learner.value_mode``):
+nothing (and no critic is built at all), ``Decision.value`` = V(prompt) per decision, or
+``Decision.token_values`` = V(prompt + response[:j]) before every response token."""
+
 
 @dataclass
 class Decision:

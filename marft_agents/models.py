@@ -19,8 +19,9 @@ the Hub is unreachable (``HF_HUB_OFFLINE`` set, or no connection to it within
 ``HUB_PROBE_TIMEOUT_S``) a Hub id is looked up in the local Hugging Face cache only.
 
 The tokenizer always pads on the left (generation appends to the right end of every row) and
-gets a pad token when it has none. ``tiny_model_and_tokenizer`` builds a small random Llama-style
-model and a byte-level tokenizer with a chat template, entirely offline, for unit tests.
+gets a pad token when it has none. ``marft_agents.tiny_models.tiny_model_and_tokenizer`` builds a
+small random Llama-style model and a byte-level tokenizer with a chat template, entirely offline,
+for unit tests.
 """
 
 from __future__ import annotations
@@ -431,12 +432,3 @@ def load_model_and_tokenizer(
     model.eval()
     return model, tokenizer
 
-
-def __getattr__(name: str) -> Any:
-    """The tiny test model moved to ``tiny_models.py``; imports from here keep working (lazily:
-    ``tiny_models`` imports this module)."""
-    if name in ("tiny_model_and_tokenizer", "tiny_tokenizer"):
-        from marft_agents import tiny_models
-
-        return getattr(tiny_models, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,12 +10,13 @@ active during each forward pass, so a loss may mix several adapters' passes. Do 
 gradient checkpointing: its backward re-runs forward passes with whatever adapter is active
 *then*.
 
-Log-probs are defined once, by ``generation.scaled_logprobs`` (``log_softmax(logits.float() /
+Sampling goes through ``marft_agents.engine.sample`` (the engine ``sampling.engine`` names).
+Log-probs are defined once, by ``engine.sampling.scaled_logprobs`` (``log_softmax(logits.float() /
 temperature)``), and used both while sampling (``generate``) and in the training forward pass
 (``token_logprobs``, in ``scoring``), so PPO ratios start at 1 up to float rounding.
 
-Every method that runs prompts takes optional per-row ``prefix_lens`` (see
-``generation``'s "shared prefixes"): rows declaring the same prefix share one forward pass of it.
+Every method that runs prompts takes optional per-row ``prefix_lens`` (see "shared prefixes" in
+``engine/layout.py``): rows declaring the same prefix share one forward pass of it.
 A row must be scored with the ``prefix_len`` it was sampled with (``Generation.prefix_len``).
 """
 
@@ -37,15 +38,11 @@ from marft_agents.adapters import (
     group_adapter_parameters,
     to_peft_config,
 )
-from marft_agents.attention import training_passes, use_grouped_matmul_attention
-from marft_agents.compiled_norm import use_compiled_rms_norm
 from marft_agents.critic import ValueHead
-from marft_agents.generation import (
-    GenRequest,
-    Generation,
-    effective_prefix_len,
-    sampler_for,
-)
+from marft_agents.engine import GenRequest, Generation, sample
+from marft_agents.engine.attention import training_passes, use_grouped_matmul_attention
+from marft_agents.engine.compiled_norm import use_compiled_rms_norm
+from marft_agents.engine.layout import effective_prefix_len
 from marft_agents.models import prepare_tokenizer
 from marft_agents.scoring import ScoringMixin, TokenStats
 from marft_agents.settings.critic import CriticConfig
@@ -329,12 +326,11 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
         if len(idxs) > sampling.max_batch_size:  # similar lengths together: less padding
             idxs = sorted(idxs, key=lambda i: -len(requests[i].prompt_ids))
         stop = self._stop_ids if sampling.stop_token_ids is None else sampling.stop_token_ids
-        sample_batch = sampler_for(sampling.engine)
         for start in range(0, len(idxs), sampling.max_batch_size):
             chunk = idxs[start:start + sampling.max_batch_size]
             prompts = [requests[i].prompt_ids for i in chunk]
-            sampled = sample_batch(self.lm, prompts, sampling, stop, self.tokenizer.pad_token_id,
-                                   generator, prefix_len=prefix_len)
+            sampled = sample(self.lm, prompts, sampling, stop, self.tokenizer.pad_token_id,
+                             generator, prefix_len=prefix_len)
             if sampling.recompute_logprobs:  # score with the training forward pass itself
                 with training_passes():
                     stats = self._stats(self._pack(prompts, [s.response_ids for s in sampled],

@@ -45,7 +45,7 @@ import torch
 
 # The records (Decision, EpisodeRecord, Rollout) and rollout_metrics live in episodes.py; they are
 # re-exported here, next to the collector that fills them.
-from marft_agents.episodes import Decision, EpisodeRecord, Rollout, rollout_metrics
+from marft_agents.episodes import VALUE_MODES, Decision, EpisodeRecord, Rollout, rollout_metrics
 
 __all__ = ["Decision", "EpisodeRecord", "Rollout", "RolloutCollector", "rollout_metrics"]
 
@@ -85,8 +85,6 @@ class RolloutCollector:
         if not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
         self.group_size = group_size
-        from marft_agents.learners.protocol import VALUE_MODES  # lazy: protocol.py imports this module
-
         if values not in VALUE_MODES:
             raise ValueError(f"values must be one of {VALUE_MODES} (a learner's value_mode), got {values!r}")
         self.slots = [_Slot(env, i) for i, env in enumerate(envs)]
@@ -198,7 +196,7 @@ class RolloutCollector:
         return None
 
     def _play_tick(self, turns: list[tuple[_Slot, str, dict, dict]], rollout: Rollout) -> None:
-        from marft_agents.policy import GenRequest  # the policy module owns the request type
+        from marft_agents.engine import GenRequest  # lazy: the decoding engine imports transformers
 
         prompts, prefix_lens = [], []
         for _slot, agent, obs, info in turns:

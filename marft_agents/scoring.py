@@ -3,8 +3,8 @@ critic values of given (prompt, response) rows, with grad when grad mode is on.
 
 Kept apart from ``policy`` (sampling, adapters, state) because this is the arithmetic PPO
 compares against the sampled tokens. Rows may declare a shared prefix (``prefix_lens``, see
-``generation``'s "shared prefixes"): rows with the same prefix are run as one group whose prefix
-is computed once, and the groups' results are merged back in row order.
+"shared prefixes" in ``engine/layout.py``): rows with the same prefix are run as one group whose
+prefix is computed once, and the groups' results are merged back in row order.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
-from marft_agents.generation import (
+from marft_agents.engine.head_logprobs import head_logprobs, plain_head
+from marft_agents.engine.layout import (
     PackedBatch,
     after_prefix,
     effective_prefix_len,
     left_pad,
     pack,
     prefix_cache,
-    scaled_logprobs,
 )
-from marft_agents.head_logprobs import head_logprobs, plain_head
+from marft_agents.engine.sampling import scaled_logprobs
 from marft_agents.ppo_math import entropy_from_logprobs
 
 

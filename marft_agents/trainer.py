@@ -31,15 +31,11 @@ update in progress, with a checkpoint, so a preempted run resumes exactly.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
 
 import marft_envs
 from marft_agents.checkpoint import (
@@ -61,6 +57,7 @@ from marft_agents.evaluation import EvalResult, evaluate
 from marft_agents.learners import get_learner, make_learner
 from marft_agents.learners.registry import learner_trains
 from marft_agents.rollout import RolloutCollector, rollout_metrics
+from marft_agents.seeding import seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -150,12 +147,6 @@ def check_eval_setting_unchanged(saved: dict[str, Any] | None, cfg: TrainConfig,
             "evaluations (best/, the baseline) would be compared with ones on a different problem set; "
             "restore the old value(s) (in the config or with --set) to resume, or start a new run in "
             "another output_dir (--output-dir)")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 class Trainer:

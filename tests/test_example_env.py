@@ -119,10 +119,11 @@ def tiny_loader(monkeypatch):
     import torch
 
     import marft_agents.models as models
+    from marft_agents.tiny_models import tiny_model_and_tokenizer
 
     torch.set_num_threads(1)
     monkeypatch.setattr(models, "load_model_and_tokenizer",
-                        lambda cfg: models.tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
+                        lambda cfg: tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
 
 
 def _tiny_config(tmp_path: Path) -> Path:

@@ -76,7 +76,7 @@ import numpy as np
 import torch
 
 from marft_agents import ppo_math as pm
-from marft_agents.attention import training_passes
+from marft_agents.engine.attention import training_passes
 from marft_agents.learners.logprob_targets import LogprobTargets
 from marft_agents.learners.samples import (
     PolicyUnits,

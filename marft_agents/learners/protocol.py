@@ -32,12 +32,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from marft_agents.rollout import Rollout
-
-VALUE_MODES: tuple[str | None, ...] = (None, "state", "token")
-"""What a learner may ask the collector to record from the critic: nothing (and no critic is
-built at all), ``Decision.value`` = V(prompt) per decision, or ``Decision.token_values`` =
-V(prompt + response[:j]) before every response token."""
+from marft_agents.episodes import VALUE_MODES, Rollout
 
 CLASS_MEMBERS: tuple[str, ...] = ("value_mode", "options_class")
 """Members of :class:`Learner` read from the class, before any learner exists."""

@@ -1,7 +1,7 @@
 """The ``sampling:`` section: how rollouts (and evaluations) decode.
 
-Plain data; the decoding loops are :mod:`marft_agents.generation` (and the modules it names per
-engine), whose module docstring explains shared prefixes and the log-prob paths.
+Plain data; the decoding loops are in :mod:`marft_agents.engine` (``engine.sample`` runs the one
+``engine`` names; ``engine/layout.py`` explains shared prefixes).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass
 
 ENGINES = ("direct", "fast", "legacy")
-"""Decoding loops ``SamplingConfig.engine`` can name (``marft_agents.generation.sampler_for``
-returns the function)."""
+"""Decoding loops ``SamplingConfig.engine`` can name (``marft_agents.engine.sampler_for`` returns
+the function)."""
 
 
 @dataclass(frozen=True)
@@ -38,13 +38,14 @@ class SamplingConfig:
     eos ids; () = never stop early (always ``max_new_tokens``)."""
     share_prefix: bool = True
     """Compute each agent's system turn once per batch instead of once per row (see "shared
-    prefixes" in ``marft_agents.generation``; the collector then records every decision's
-    ``prefix_len`` so that training scores it the same way). ~1.5-2x less work for prompts
-    dominated by the system turn. False = every row runs its whole prompt."""
+    prefixes" in ``marft_agents/engine/layout.py``; the collector then records every decision's
+    ``prefix_len`` so that training scores it the same way): much less work for prompts
+    dominated by the system turn (docs/performance.md). False = every row runs its whole
+    prompt."""
     recompute_logprobs: bool = False
     """False: log-probs come from the decoding steps themselves (free; in float32 they match the
     training forward pass to ~1e-5, the two paths use different kernels). True: one extra
-    no-grad training-style forward pass per batch (~35% of a bf16 collect), bit-identical to
+    no-grad training-style forward pass per batch (its cost: docs/performance.md), bit-identical to
     the training forward of a batch with the same padding. Caveat measured in bfloat16 on CPU
     (SmolLM2-135M): a row's numbers also move with its batch's padding width, by as much as
     the decoding path differs (per token mean 0.022 vs 0.025 nats, p99 0.17 vs 0.20; per
@@ -52,13 +53,13 @@ class SamplingConfig:
     sampling batch sees most of that noise again; in float32 both are ~1e-5."""
 
     engine: str = "direct"
-    """Decoding loop (one of ``ENGINES``): ``direct`` (the ``fast`` loop whose decode steps run
-    ``direct_decode.DirectDecoder``: Llama-family layers computed against the weights with
-    fused products and prepacked bf16 weights; other models fall back to ``fast``), ``fast``
-    (``fast_decode``: the model's own forward per step, one fused log-softmax pass and a blocked
-    inverse-CDF draw, a preallocated KV cache) or ``legacy`` (``sample_batch``, kept for
-    same-run comparisons). All sample the same distribution and return the same log-probs up to
-    float rounding."""
+    """Decoding loop (one of ``ENGINES``, in ``marft_agents/engine/``): ``direct`` (the ``fast``
+    loop whose decode steps run ``engine.direct.DirectDecoder``: Llama-family layers computed
+    against the weights with fused products and prepacked bf16 weights; other models fall back
+    to ``fast``), ``fast`` (``engine.fast``: the model's own forward per step, one fused
+    log-softmax pass and a blocked inverse-CDF draw, a preallocated KV cache) or ``legacy``
+    (``engine.legacy``, the reference loop, kept for tests and same-run comparisons). All sample
+    the same distribution and return the same log-probs up to float rounding."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

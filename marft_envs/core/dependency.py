@@ -22,7 +22,7 @@ Built-ins (``Dependency.<name>(...)`` or a spec for ``Dependency.from_spec``):
 ``orchestrated(...)``  an orchestrator acts first; its output names who acts next (a line
                        ``NEXT: reasoner_0, actor_0``; role names work too); those agents then
                        act in that order, each seeing the orchestrator and the earlier ones
-                       (``marft_envs/core/orchestrated.py``)
+                       (:class:`Orchestrated`, :func:`parse_next_agents`)
 =====================  ==============================================================
 
 Every graph is validated: unknown names, self-loops and cycles raise ``ValueError`` naming the
@@ -41,6 +41,7 @@ every env that names it, so it must keep no per-episode state).
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -247,8 +248,6 @@ class Dependency:
         orchestrator: str = "orchestrator",
         parse: Callable[[str, Sequence[str]], list[str]] | None = None,
     ) -> Dependency:
-        from marft_envs.core.orchestrated import Orchestrated, parse_next_agents  # it subclasses Dependency
-
         return Orchestrated(orchestrator, parse or parse_next_agents)
 
     @staticmethod
@@ -369,6 +368,58 @@ class _Callable(Dependency):
             return build_round_graph(agents, value.get("edges", []), active=value["active"],
                                      history=value.get("history", "graded"))
         return build_round_graph(agents, edges_from_adjacency(value, agents))
+
+
+# -- orchestrated: an orchestrator's output names who acts next ---------------------------------
+_NEXT_LINE = re.compile(r"next\s*:\s*(.+)", re.IGNORECASE)
+
+
+def parse_next_agents(text: str, candidates: Sequence[str]) -> list[str]:
+    """Agents named by an orchestrator: the last ``NEXT: a, b`` line, else mentions in text order.
+
+    Names may be agent ids (``actor_0``) or role names (``actor``); unknown names are ignored.
+    """
+    lines = _NEXT_LINE.findall(text)
+    source = lines[-1] if lines else text
+    found: list[tuple[int, str]] = []
+    for agent in candidates:
+        role = agent.rsplit("_", 1)[0]
+        for pattern in (re.escape(agent), rf"\b{re.escape(role)}\b"):
+            match = re.search(pattern, source, re.IGNORECASE)
+            if match:
+                found.append((match.start(), agent))
+                break
+    return [a for _, a in sorted(found)]
+
+
+class Orchestrated(Dependency):
+    """``Dependency.orchestrated``: the orchestrator acts first; the agents its output names act
+    next, in the order named (all of them when it names nobody)."""
+
+    name = "orchestrated"
+
+    def __init__(self, orchestrator: str, parse):
+        self._orchestrator_name, self._parse = orchestrator, parse
+
+    def _orchestrator(self, agents):
+        return resolve_name(self._orchestrator_name, agents)
+
+    def plan(self, agents, round_index, history):
+        return build_round_graph(agents, [], active=[self._orchestrator(agents)])
+
+    def after_action(self, graph, agent, output):
+        orchestrator = self._orchestrator(graph.agents)
+        if agent != orchestrator:
+            return graph
+        others = [a for a in graph.agents if a != orchestrator]
+        named = list(dict.fromkeys(self._parse(output, others)))
+        # Why a fallback: a weak model often names nobody; running everyone keeps the episode
+        # meaningful instead of producing an empty round.
+        followers = named or others
+        edges = [(orchestrator, a) for a in followers]
+        edges += [(a, b) for i, a in enumerate(followers) for b in followers[i + 1 :]]
+        # The chain edges among followers force the topological order to be the named order.
+        return build_round_graph(graph.agents, edges, active=[orchestrator, *followers])
 
 
 def edges_from_adjacency(value: Any, agents: Sequence[str]) -> list[Edge]:

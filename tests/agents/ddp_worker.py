@@ -97,7 +97,7 @@ def optimizer_steps(learner_state: dict) -> int:
 
 
 def tiny():
-    from marft_agents.models import tiny_model_and_tokenizer
+    from marft_agents.tiny_models import tiny_model_and_tokenizer
 
     return tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
 

@@ -104,13 +104,13 @@ def test_the_real_command_prints_one_line_and_exits_2(tmp_path):
 
 
 def test_learning_rates_written_as_researchers_write_them(tmp_path):
-    from marft_agents.cli import _overrides
+    from marft_agents.cli_args import parse_overrides
     from marft_agents.config import load_config
 
     path = _config(tmp_path, text="schedule: {actor_lr: 5e-4, critic_lr: 1e-3}\n")
     cfg = load_config(path)
     assert cfg.schedule.actor_lr == 5e-4 and cfg.schedule.critic_lr == 1e-3  # YAML 1.1 read strings
-    cfg = load_config(path, _overrides(["schedule.actor_lr=5e-5", "ppo.clip_eps=2E-1"]))
+    cfg = load_config(path, parse_overrides(["schedule.actor_lr=5e-5", "ppo.clip_eps=2E-1"]))
     assert cfg.schedule.actor_lr == 5e-5 and isinstance(cfg.schedule.actor_lr, float) and cfg.ppo.clip_eps == 0.2
 
 

@@ -8,9 +8,9 @@ import logging
 import pytest
 import torch
 
-import marft_agents.compiled_norm as cn
-from marft_agents.attention import training_passes
-from marft_agents.models import tiny_model_and_tokenizer
+import marft_agents.engine.compiled_norm as cn
+from marft_agents.engine.attention import training_passes
+from marft_agents.tiny_models import tiny_model_and_tokenizer
 
 
 def norms(model):

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from test_direct_decode import STOPS, _requests, _seeded_policy
 
-from marft_agents import cpu_support
-from marft_agents.direct_decode import _Linear, packs
+from marft_agents.engine import cpu_support
+from marft_agents.engine.direct import _Linear, packs
 from marft_agents.settings.sampling import SamplingConfig
 
 
@@ -34,11 +34,11 @@ def test_a_prepacking_that_raises_falls_back_with_one_log_line(fresh_probe, monk
 
     monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", unsupported)
     weight = _bf16(24, 16, 0)
-    with caplog.at_level(logging.WARNING, logger="marft_agents.cpu_support"):
+    with caplog.at_level(logging.WARNING, logger="marft_agents.engine.cpu_support"):
         assert not packs(weight)
         assert not packs(weight)  # probed once: no second line
         linear = _Linear(weight, None)  # would raise if it still tried to prepack
-    lines = [r for r in caplog.records if r.name == "marft_agents.cpu_support"]
+    lines = [r for r in caplog.records if r.name == "marft_agents.engine.cpu_support"]
     assert len(lines) == 1 and "avx512bw" in lines[0].getMessage() and "F.linear" in lines[0].getMessage()
     x = _bf16(5, 16, 1)
     assert linear.packed is None and torch.equal(linear(x), F.linear(x, weight))

@@ -19,12 +19,12 @@ from agent_helpers import small_config
 from test_policy import AGENTS, perturb
 
 from marft_agents.checkpoint import list_checkpoints, load_checkpoint
-from marft_agents.fast_decode import BLOCK, draw_and_score
-from marft_agents.generation import _pick, scaled_logprobs
-from marft_agents.models import tiny_model_and_tokenizer
+from marft_agents.engine.fast import BLOCK, draw_and_score
+from marft_agents.engine.sampling import pick_tokens, scaled_logprobs
 from marft_agents.policy import GenRequest, MultiAgentPolicy
 from marft_agents.settings.sampling import ENGINES
 from marft_agents.settings.sampling import SamplingConfig
+from marft_agents.tiny_models import tiny_model_and_tokenizer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -93,7 +93,7 @@ def test_draws_on_cuda_sample_the_distribution_and_score_with_scaled_logprobs():
     blocked, logp = draw_and_score(rows.clone(), temperature, gen, scratch)  # the fast engine
     want = scaled_logprobs(rows, temperature).gather(-1, blocked[:, None]).squeeze(-1)
     torch.testing.assert_close(logp, want, atol=1e-6, rtol=0)
-    legacy = _pick(scaled_logprobs(rows, temperature), SamplingConfig(), gen)  # the legacy engine
+    legacy = pick_tokens(scaled_logprobs(rows, temperature), SamplingConfig(), gen)  # the legacy engine
     for tokens in (blocked, legacy):
         assert tokens.device.type == CUDA.type
         freq = torch.bincount(tokens, minlength=vocab).float().cpu() / n

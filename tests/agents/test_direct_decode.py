@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from agent_helpers import DEVICE
 from test_policy import make_policy
 
-from marft_agents.direct_decode import DirectDecoder, _Linear, packs
-from marft_agents.fast_decode import reserved_cache
+from marft_agents.engine.direct import DirectDecoder, _Linear, packs
+from marft_agents.engine.kv_cache import reserved_cache
 from marft_agents.policy import GenRequest
 from marft_agents.settings.sampling import SamplingConfig
 

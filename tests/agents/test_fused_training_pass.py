@@ -9,17 +9,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import marft_agents.head_logprobs as hl
-from marft_agents.attention import (
+import marft_agents.engine.head_logprobs as hl
+from marft_agents.engine.attention import (
     GROUPED_MATMUL,
     grouped_matmul_attention,
     mask_bias,
     training_passes,
     use_grouped_matmul_attention,
 )
-from marft_agents.models import tiny_model_and_tokenizer
 from marft_agents.policy import MultiAgentPolicy
 from marft_agents.ppo_math import entropy_from_logprobs
+from marft_agents.tiny_models import tiny_model_and_tokenizer
 
 
 def reference(hidden, weight, tokens, temperature):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from marft_agents import models
-from marft_agents.models import (load_model_and_tokenizer, model_cache_dir, resolve_device, resolve_dtype,
-                                 tiny_model_and_tokenizer)
+from marft_agents.models import load_model_and_tokenizer, model_cache_dir, resolve_device, resolve_dtype
+from marft_agents.tiny_models import tiny_model_and_tokenizer
 from marft_agents.settings.model import DEFAULT_MODEL, ModelConfig, alias_typo
 
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from marft_agents.config import ConfigError, TrainConfig, field_docs, load_config
-from marft_agents.learners.protocol import VALUE_MODES
+from marft_agents.episodes import VALUE_MODES
 from marft_agents.learners.registry import BUILTIN_LEARNERS, list_learners
 from marft_agents.settings.critic import GLOBAL_STATE_MODES
 from marft_agents.settings.grpo import GRPOOptions

@@ -9,7 +9,7 @@ import torch
 from agent_helpers import DEVICE, seeded_generator, tiny_on_device
 
 from marft_agents.adapters import base_parameters
-from marft_agents.generation import _pick, scaled_logprobs
+from marft_agents.engine.sampling import pick_tokens, scaled_logprobs
 from marft_agents.policy import GenRequest, MultiAgentPolicy
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
@@ -167,14 +167,14 @@ def test_inverse_cdf_sampler_matches_the_distribution():
     logp = probs.log()  # -inf for the impossible token
     gen = torch.Generator().manual_seed(0)
     cfg = SamplingConfig()
-    draws = torch.stack([_pick(logp, cfg, gen) for _ in range(20000)])  # [N, 2]
+    draws = torch.stack([pick_tokens(logp, cfg, gen) for _ in range(20000)])  # [N, 2]
     for row in range(2):
         freq = torch.bincount(draws[:, row], minlength=4).float() / draws.shape[0]
         torch.testing.assert_close(freq, probs[row], atol=0.015, rtol=0)
     assert (draws[:, 0] != 1).all()
-    top2 = _pick(logp[:1].expand(5000, 4).contiguous(), SamplingConfig(top_k=2), gen)
+    top2 = pick_tokens(logp[:1].expand(5000, 4).contiguous(), SamplingConfig(top_k=2), gen)
     assert set(top2.tolist()) == {2, 3}
-    nucleus = _pick(logp[:1].expand(5000, 4).contiguous(), SamplingConfig(top_p=0.65), gen)
+    nucleus = pick_tokens(logp[:1].expand(5000, 4).contiguous(), SamplingConfig(top_p=0.65), gen)
     assert set(nucleus.tolist()) == {2, 3}  # 0.6 alone is short of 0.65: keep the 0.3 too
 
 

@@ -11,8 +11,8 @@ from agent_helpers import LETTERS_ID, seeded_generator, tiny_on_device
 from test_policy import AGENTS, perturb
 
 import marft_envs
-from marft_agents.attention import training_passes
-from marft_agents.generation import pack
+from marft_agents.engine.attention import training_passes
+from marft_agents.engine.layout import pack
 from marft_agents.policy import GenRequest, MultiAgentPolicy
 from marft_agents.rollout import RolloutCollector
 from marft_agents.settings.sampling import SamplingConfig
@@ -69,7 +69,7 @@ def test_forward_passes_match_the_unshared_layout_in_float32(policy):
         torch.testing.assert_close(a.entropy, b.entropy, atol=1e-5, rtol=0)
         assert torch.equal(a.mask, b.mask)
     # values are unbounded sums over the hidden state: the split moves float32 rounding by up to
-    # ~3e-5 here (README, "shared prefixes"); measured 2.5e-5 with some adapter inits
+    # ~3e-5 here (docs/training.md, "Shared prefixes"); measured 2.5e-5 with some adapter inits
     torch.testing.assert_close(plain[1], shared[1], atol=5e-5, rtol=0)
     torch.testing.assert_close(plain[2], shared[2], atol=5e-5, rtol=0)
     assert len(plain[3]) == len(shared[3]) > 0

@@ -2,8 +2,7 @@ import numpy as np
 import pytest
 
 from marft_envs import Dependency, RoundRecord
-from marft_envs.core.dependency import build_round_graph
-from marft_envs.core.orchestrated import parse_next_agents
+from marft_envs.core.dependency import build_round_graph, parse_next_agents
 
 AGENTS = ["planner_0", "reasoner_0", "actor_0", "verifier_0"]
 

@@ -4,18 +4,19 @@ Why: scoring a policy micro-batch the plain way materialises ``[B, T+1, V]`` log
 float32 copy, the log-softmax, ``exp`` of it and the products of the entropy, and as many
 tensors again in the backward: for 16 rows x 32 tokens of SmolLM2 (V = 49,152) each is a
 ~100 MB float32 tensor, allocated fresh (page faults on every first touch) and mostly made of
-subnormal numbers at temperature 0.5. On the 2-core CPU those vocabulary-sized tensors took
-about a third of a bfloat16 PPO step. Here the head runs over the real response positions only
-(no padding), a few dozen of them at a time, each chunk's logits are reduced at once to what the
-loss needs (the token's log-prob, the entropy, the log-normaliser), and the backward recomputes
-a chunk's logits from the saved hidden states instead of keeping them: the only tensors kept are
-``[N]``-sized. The same idea as the fused linear cross-entropy of Liger-Kernel and others.
+subnormal numbers at temperature 0.5. On a CPU those vocabulary-sized tensors took a large share
+of a bfloat16 PPO step (figures: docs/performance.md, "The PPO update's passes"). Here the head
+runs over the real response positions only (no padding), a few dozen of them at a time, each
+chunk's logits are reduced at once to what the loss needs (the token's log-prob, the entropy,
+the log-normaliser), and the backward recomputes a chunk's logits from the saved hidden states
+instead of keeping them: the only tensors kept are ``[N]``-sized. The same idea as the fused
+linear cross-entropy of Liger-Kernel and others.
 
-Arithmetic: the token log-prob is ``(x - max) - log(sum(exp(x - max)))`` with ``x = logits.float()
-/ T``, the formula of ``generation.scaled_logprobs`` (``log_softmax``) and of the samplers; the
-entropy is ``ppo_math.entropy_from_logprobs``'s. Gradients (``s = x``, ``p = softmax(s)``):
-``d logp_tok / ds = onehot - p`` and ``d H / ds = -p * (logp + H)``, then ``/ T`` and through the
-head's weight (frozen: no weight gradient).
+Arithmetic: the token log-prob is ``(x - max) - log(sum(exp(x - max)))`` with ``x =
+logits.float() / T``, the formula of ``engine.sampling.scaled_logprobs`` (``log_softmax``) and of
+the samplers; the entropy is ``marft_agents.ppo_math.entropy_from_logprobs``'s. Gradients (``s =
+x``, ``p = softmax(s)``): ``d logp_tok / ds = onehot - p`` and ``d H / ds = -p * (logp + H)``, then
+``/ T`` and through the head's weight (frozen: no weight gradient).
 
 Used for models whose logits are exactly ``lm_head(hidden)`` (``plain_head``); others keep the
 model's own forward.
@@ -32,8 +33,8 @@ from marft_agents.ppo_math import entropy_from_logprobs, floored_probs
 CHUNK_BYTES = 24 << 20
 """Float32 logits per chunk (24 MiB, 128 positions of a 49k vocabulary): under glibc's 32 MiB
 limit above which every allocation is mapped afresh (page faults on first touch), and as many
-rows as possible per pass over the head's weight (which the chunk's products read whole: at
-21 rows a chunk the head ran at ~330 GFLOP/s)."""
+rows as possible per pass over the head's weight (which the chunk's products read whole: small
+chunks starve the matrix unit; docs/performance.md)."""
 
 PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gpt2", "phi3", "smollm3"})
 """transformers model types whose causal-LM forward returns ``lm_head(hidden)`` unchanged (no
@@ -62,8 +63,9 @@ def _buffer(slot: str, rows: int, like: torch.Tensor, dtype: torch.dtype) -> tor
 
     Why: a chunk's float32 tensors are ~24 MiB each; allocated fresh inside an update, between
     the model's own allocations, they were handed back to the system and faulted in again page
-    by page: the bf16 -> float32 copy of a chunk's logits took ~29 ms in the update's profile
-    against ~0.8 ms into memory already touched."""
+    by page, which made the bf16 -> float32 copy of a chunk's logits many times slower than
+    into memory already touched (docs/performance.md, "Masks as an added bias; reused buffers
+    in the fused head")."""
     key = (slot, like.device, dtype, like.shape[0])
     buf = _scratch.get(key)
     if buf is None or buf.shape[0] < rows:

@@ -1,24 +1,24 @@
 """Grouped-query attention as plain batched matmuls, for the multi-token passes of training.
 
 Why: on a CPU, torch's fused scaled-dot-product attention (the "flash attention for cpu"
-kernel that ``attn_implementation="sdpa"`` reaches) has a slow backward in bfloat16: for one
-SmolLM2 policy micro-batch (16 rows x 136 tokens, 9 query heads over 3 key/value heads) it took
-~30 ms per layer against ~3 ms for its forward, a third of the whole forward+backward of a PPO
-step. The same attention written as two batched matmuls and a float32 softmax runs forward and
-backward in about a third of that time, because at these lengths the ``[rows, heads, L, L]``
-score matrix is small and the matmuls go to the matrix unit. See docs/performance.md.
+kernel that ``attn_implementation="sdpa"`` reaches) has a slow backward in bfloat16: for a
+SmolLM2 policy micro-batch it took many times its forward, a large share of the whole
+forward+backward of a PPO step. The same attention written as two batched matmuls and a float32
+softmax runs forward and backward much faster, because at these lengths the ``[rows, heads, L,
+L]`` score matrix is small and the matmuls go to the matrix unit. Figures: docs/performance.md,
+"The PPO update's passes".
 
 How: registered with transformers' ``AttentionInterface`` (and the ``sdpa`` mask builder) under
 ``GROUPED_MATMUL``; ``use_grouped_matmul_attention(model)`` switches a model that runs ``sdpa``
 to it. Queries of the same key/value head are stacked so keys and values are never repeated.
 
-Only the passes of a PPO update take this path: inside ``training_passes()``, which the learner
-engine enters for a whole update (its no-grad rescoring of old log-probs included, so that
-those are the very numbers its gradient passes compute) and ``sampling.recompute_logprobs``
-enters for its scoring. Everything else (sampling, the collector's critic values, evaluation)
-goes to transformers' ``sdpa`` function unchanged: forward-only, the fused kernel is the faster
-one (measured ~1.35 s vs ~1.7 s for a no-grad critic pass of 32 x 150 tokens). So do one-token
-queries, very long sequences (the score matrix would not fit in memory comfortably), dropout,
+Only the passes of a PPO update take this path: inside ``training_passes()``, which the
+learners enter for a whole update (``learners/base.py``; its no-grad rescoring of old log-probs
+included, so that those are the very numbers its gradient passes compute) and
+``sampling.recompute_logprobs`` enters for its scoring. Everything else (sampling, the
+collector's critic values, evaluation) goes to transformers' ``sdpa`` function unchanged:
+forward-only, the fused kernel is the faster one (docs/performance.md). So do one-token queries,
+very long sequences (the score matrix would not fit in memory comfortably), dropout,
 soft-capping and attention sinks.
 
 Numerics: scores are computed in float32 from the half-precision queries and keys (products of
@@ -109,8 +109,8 @@ def mask_bias(allowed: torch.Tensor) -> torch.Tensor:
     minimum elsewhere.
 
     Adding the bias out of place, rather than ``masked_fill_`` on the scores, is bit-identical
-    (``s + 0 == s``; ``s + min`` rounds to ``min`` for any score) and ~1.5-2x faster forward +
-    backward (docs/performance.md): the in-place fill on a view of the product's output made
+    (``s + 0 == s``; ``s + min`` rounds to ``min`` for any score) and faster forward + backward
+    (docs/performance.md, "Masks as an added bias"): the in-place fill on a view of the product's output made
     autograd copy the whole ``[B, KV, G, Lq, Lk]`` score tensor in the backward, and the
     gradient of an addition is the incoming gradient itself. A finite minimum, not -inf: a
     padding query that may attend to nothing gets a uniform (ignored) row instead of NaNs that
@@ -139,7 +139,7 @@ def use_grouped_matmul_attention(model: nn.Module) -> bool:
         return False
     if not half_precision_on_cpu(model):
         # on GPUs the fused kernels are the fast path; in float32 the CPU kernel's backward
-        # was as fast as this (measured 4.7 s vs 5.1 s for the step above)
+        # was as fast as this (docs/performance.md)
         return False
     model.set_attn_implementation(GROUPED_MATMUL)
     return True

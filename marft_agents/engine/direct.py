@@ -1,9 +1,9 @@
 """Decode steps of a Llama-family model written against its weights (``sampling.engine: direct``).
 
-Why: at decode time a batch of 32 rows makes every matrix product small, and on a CPU with
-fast bf16 (AMX) the ~900 small operators that ``transformers`` + peft run per step (module
-calls, hooks, per-module LoRA dispatch, cache bookkeeping) took twice as long as the matrix
-products themselves (docs/performance.md, "rollout profile"). This module runs the same
+Why: at decode time a batch of a few dozen rows makes every matrix product small, and on a CPU
+with fast bf16 (AMX) the hundreds of small operators that ``transformers`` + peft run per step
+(module calls, hooks, per-module LoRA dispatch, cache bookkeeping) took longer than the matrix
+products themselves (figures: docs/performance.md, "rollout profile"). This module runs the same
 arithmetic with far fewer operators:
 
 * **fused projections**: q/k/v are one product on a ``[q + k + v, H]`` weight, gate/up one on a
@@ -14,8 +14,8 @@ arithmetic with far fewer operators:
   two small products whatever the number of adapted modules; the delta is added in the LoRA
   weights' precision and the sum rounded to the model's dtype, as peft does;
 * **one rotary pass** over the query and key heads together, the KV cache written in place
-  (``fast_decode.ReservedLayer`` buffers), attention with peft/transformers' grouped-query
-  layout for a one-token query (``pack_gqa``: no ``repeat_kv`` copy).
+  (``engine/kv_cache.py``'s ``ReservedLayer`` buffers), attention with peft/transformers'
+  grouped-query layout for a one-token query (``pack_gqa``: no ``repeat_kv`` copy).
 
 Numbers: every elementwise operation is the one ``LlamaRMSNorm``, ``apply_rotary_pos_emb``,
 ``LlamaMLP`` and peft's ``lora.Linear`` evaluate, in the same precision; only the order in which
@@ -40,7 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from marft_agents.cpu_support import onednn_bf16_prepack
+from marft_agents.engine.cpu_support import onednn_bf16_prepack
+from marft_agents.engine.kv_cache import ReservedLayer
 
 DIRECT_MODEL_TYPES = ("llama",)
 """``config.model_type`` values whose decoder layer this module computes."""
@@ -79,10 +80,10 @@ def _base_linear(module: nn.Module) -> tuple[nn.Linear, list[tuple[torch.Tensor,
 
 def packs(weight: torch.Tensor) -> bool:
     """Whether ``weight`` is multiplied through a oneDNN-prepacked copy (``_Linear``): bfloat16 on
-    a CPU where the prepacked product runs (``cpu_support.onednn_bf16_prepack``: AVX-512 BW/VL/DQ
-    or AVX-NE-CONVERT; an AVX2-only CPU falls back to ``F.linear``). There the plain ``F.linear``
-    re-lays out the weight for the matrix unit on every call (reading and writing the whole weight
-    again, per step), and the prepacked product is bit-identical (checked in
+    a CPU where the prepacked product runs (``engine.cpu_support.onednn_bf16_prepack``: AVX-512
+    BW/VL/DQ or AVX-NE-CONVERT; an AVX2-only CPU falls back to ``F.linear``). There the plain
+    ``F.linear`` re-lays out the weight for the matrix unit on every call (reading and writing the
+    whole weight again, per step), and the prepacked product is bit-identical (checked in
     tests/agents/test_direct_decode.py); float32 prepacking changes the kernel and its rounding,
     so float32 keeps ``F.linear``."""
     return weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and onednn_bf16_prepack()
@@ -196,8 +197,6 @@ class DirectDecoder:
     def build(cls, lm: nn.Module, cache) -> DirectDecoder | None:
         """A decoder for ``lm`` over ``cache`` (a ``DynamicCache`` of ``ReservedLayer``s), or None
         when the model or its adapters are not ones this module reproduces."""
-        from marft_agents.fast_decode import ReservedLayer
-
         config = getattr(lm, "config", None)
         if getattr(config, "model_type", None) not in DIRECT_MODEL_TYPES or lm.training:
             return None

@@ -1,13 +1,13 @@
 """RMSNorm compiled once (``torch.compile``) for the passes of a PPO update on a CPU.
 
 Why: transformers' RMSNorm is seven elementwise operators on float32 copies of the activations
-forward, more backward, each a full pass over memory: on the 2-core AMX CPU a forward + backward
-over ``[16, 136, 576]`` bf16 took ~7 ms, and a SmolLM2 pass runs 61 of them (~0.4 s of a ~1.8 s
-policy pass). Compiled by inductor into a couple of fused loops it took ~1.5 ms
-(docs/performance.md). The function is compiled once with dynamic shapes, not per module, so all
-norms of all layers share one graph per (dtype, grad mode).
+forward, more backward, each a full pass over memory, and a SmolLM2 pass runs 61 of them: a
+noticeable share of a bfloat16 policy pass on a CPU. Compiled by inductor into a couple of fused
+loops it runs several times faster (figures: docs/performance.md, "The PPO update's passes").
+The function is compiled once with dynamic shapes, not per module, so all norms of all layers
+share one graph per (dtype, grad mode).
 
-Scope: like the grouped-matmul attention (``attention.training_passes``), only inside
+Scope: like the grouped-matmul attention (``engine.attention.training_passes``), only inside
 ``training_passes()``, so that the no-grad rescoring of old log-probs and the gradient passes of an
 update compute the same numbers; sampling, the collector and evaluation keep the eager module.
 When compiling fails (no C++ compiler, an unsupported platform) the eager formula is used for the
@@ -22,7 +22,7 @@ import types
 import torch
 from torch import nn
 
-from marft_agents.attention import half_precision_on_cpu, in_training_passes
+from marft_agents.engine.attention import half_precision_on_cpu, in_training_passes
 
 log = logging.getLogger(__name__)
 

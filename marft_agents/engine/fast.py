@@ -1,13 +1,11 @@
-"""The ``fast`` decoding loop (``SamplingConfig.engine``): ``sample_batch`` with less work per step.
+"""The ``fast`` decoding loop (``sampling.engine: fast``): the legacy loop with less work per step.
 
-Same contract, layout and numbers as ``generation.sample_batch`` (prompts left padded, shared
-prefix computed once, finished rows pruned, log-probs those of ``scaled_logprobs``), with three
-changes that the rollout profile (docs/performance.md, "rollout profile") pointed at:
+Same contract, layout and numbers as ``engine/legacy.py``'s ``sample_batch`` (prompts left padded,
+shared prefix computed once, finished rows pruned, log-probs those of ``scaled_logprobs``), with
+three changes that the rollout profile (docs/performance.md, "rollout profile") pointed at:
 
-* **preallocated KV cache** (``ReservedLayer``): the cache of every layer is written in place
-  into a buffer sized for prefix + prompt + response, instead of ``torch.cat``-ing the full
-  cache with each new token (a copy of the whole cache per layer per step); the shared prefix's
-  batch-1 KV is broadcast straight into it (no ``repeat_interleave`` copy first);
+* **preallocated KV cache** (``engine/kv_cache.py``): every layer's cache is written in place
+  into a buffer sized for prefix + prompt + response instead of growing by ``torch.cat``;
 * **one pass over the vocabulary to score, one to draw**: the temperature is applied in place,
   the log-normaliser comes from one max pass and one exp pass (``exp`` written into a reused
   buffer), and the draw is a two-level inverse CDF: per-block sums of those probabilities pick
@@ -18,9 +16,10 @@ changes that the rollout profile (docs/performance.md, "rollout profile") pointe
 * **fewer tensor operations per step** in the bookkeeping (one preallocated attention mask
   that each step views a longer slice of; token and log-prob columns written per step).
 
-Filtered sampling (``top_k``/``top_p``) and greedy decoding use ``generation._pick`` on the full
-log-probs, exactly as the legacy loop does; only plain temperature sampling (the training
-setting) takes the blocked draw.
+Filtered sampling (``top_k``/``top_p``) and greedy decoding use ``engine.sampling.pick_tokens``
+on the full log-probs, exactly as the legacy loop does; only plain temperature sampling (the
+training setting) takes the blocked draw. With ``direct=True`` (the ``direct`` engine) the decode
+steps run through ``engine/direct.py``'s ``DirectDecoder`` where it supports the model.
 """
 
 from __future__ import annotations
@@ -28,101 +27,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from marft_agents.direct_decode import DirectDecoder
-from marft_agents.generation import (
-    _pick,
-    _Sampled,
-    after_prefix,
-    left_pad,
-    scaled_logprobs,
-)
+from marft_agents.engine.direct import DirectDecoder
+from marft_agents.engine.kv_cache import reserved_cache
+from marft_agents.engine.layout import after_prefix, left_pad
+from marft_agents.engine.sampling import Sampled, pick_tokens, scaled_logprobs
 from marft_agents.settings.sampling import SamplingConfig
 
 BLOCK = 512
 """Vocabulary entries per block of the two-level draw (the last block may be shorter)."""
-
-
-class ReservedLayer(DynamicLayer):
-    """A ``DynamicLayer`` whose keys/values live in a buffer with room for ``capacity`` tokens:
-    ``update`` writes the new states in place and exposes a view of the filled part (the buffer
-    is allocated on the first update, or taken from a shared prefix by ``from_prefix``)."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self._len = 0
-
-    @classmethod
-    def from_prefix(cls, keys: torch.Tensor, values: torch.Tensor, rows: int, capacity: int,
-                    ) -> ReservedLayer:
-        """A layer for ``rows`` rows whose first tokens are the batch-1 ``keys``/``values``
-        ``[1, H, s, D]`` (broadcast into the buffer: no repeated copy is made first)."""
-        layer = cls(capacity)
-        layer._allocate(keys, values, rows)
-        length = keys.shape[-2]
-        layer._k[:, :, :length] = keys
-        layer._v[:, :, :length] = values
-        layer._set_len(length)
-        return layer
-
-    def _allocate(self, keys: torch.Tensor, values: torch.Tensor, rows: int) -> None:
-        _, heads, length, dim = keys.shape  # [B, H, L, D]
-        size = max(self.capacity, length)
-        self._k = keys.new_empty(rows, heads, size, dim)
-        self._v = values.new_empty(rows, heads, size, values.shape[-1])
-        self.dtype, self.device = keys.dtype, keys.device
-        self.is_initialized = True
-
-    def _set_len(self, length: int) -> None:
-        self._len = length
-        self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs,
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self._allocate(key_states, value_states, key_states.shape[0])
-        end = self._len + key_states.shape[-2]
-        if end > self._k.shape[-2]:  # out of room: grow like a DynamicLayer would
-            self._k = torch.cat([self._k[:, :, :self._len], key_states], dim=-2)
-            self._v = torch.cat([self._v[:, :, :self._len], value_states], dim=-2)
-        else:
-            self._k[:, :, self._len:end] = key_states
-            self._v[:, :, self._len:end] = value_states
-        self._set_len(end)
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._k, self._v = self._k[indices], self._v[indices]
-        self._set_len(self._len)
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self._k = self._k.repeat_interleave(repeats, dim=0)
-        self._v = self._v.repeat_interleave(repeats, dim=0)
-        self._set_len(self._len)
-
-
-def reserved_cache(model: torch.nn.Module, prefix: Sequence[int], rows: int, capacity: int,
-                   device: torch.device | str) -> DynamicCache:
-    """A cache of ``ReservedLayer``s with room for ``capacity`` tokens per row, holding the KV
-    of the shared ``prefix`` (computed once, as a batch-1 forward) if there is one. Models whose
-    cache layers are not plain ``DynamicLayer``s (sliding windows, ...) keep their own layers."""
-    cache = DynamicCache(config=model.config)
-    plain = bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
-    if prefix:
-        ids = torch.as_tensor([list(prefix)], dtype=torch.long, device=device)  # [1, s]
-        pos = torch.arange(ids.shape[1], device=device)[None]  # [1, s]
-        model(input_ids=ids, position_ids=pos, cache=cache, use_cache=True,
-              logits_to_keep=1)
-        if not plain:
-            cache.batch_repeat_interleave(rows)
-            return cache
-        cache.layers = [ReservedLayer.from_prefix(layer.keys, layer.values, rows, capacity)
-                        for layer in cache.layers]
-    elif plain:
-        cache.layers = [ReservedLayer(capacity) for _ in cache.layers]
-    return cache
 
 
 def draw_and_score(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
@@ -131,8 +44,8 @@ def draw_and_score(logits: torch.Tensor, temperature: float, generator: torch.Ge
 
     ``logits [b, V]`` is overwritten when it is float32 (it is the step's own output); ``probs``
     and ``work`` are float32 scratch buffers of at least ``b * V`` entries (``work`` receives
-    the float32 copy of lower-precision logits: a fresh 6 MB tensor per step measured ~14 ms of
-    page faults at batch 32 on CPU, against ~0.4 ms for the conversion itself). Returns
+    the float32 copy of lower-precision logits: a fresh tensor per step costs more in page
+    faults than the conversion itself, docs/performance.md "Decoding engines"). Returns
     ``(token [b], logp [b])``.
     """
     rows, vocab = logits.shape
@@ -184,9 +97,9 @@ def fast_sample_batch(
     prune_fraction: float = 0.25,
     prefix_len: int = 0,
     direct: bool = False,
-) -> list[_Sampled]:
-    """``generation.sample_batch`` (same arguments and results) with the changes listed in the
-    module docstring. ``direct``: run the decode steps with ``direct_decode.DirectDecoder``
+) -> list[Sampled]:
+    """``engine.legacy.sample_batch`` (same arguments and results) with the changes listed in
+    the module docstring. ``direct``: run the decode steps with ``engine.direct.DirectDecoder``
     where it supports the model (the ``direct`` engine), else the model's own forward."""
     device = next(model.parameters()).device
     shared = list(prompts[0][:prefix_len])
@@ -225,7 +138,7 @@ def fast_sample_batch(
             token, token_logp = draw_and_score(logits, cfg.temperature, generator, scratch, work)
         else:
             logp = scaled_logprobs(logits, cfg.temperature)  # [b, V]
-            token = _pick(logp, cfg, generator)  # [b]
+            token = pick_tokens(logp, cfg, generator)  # [b]
             token_logp = logp.gather(-1, token[:, None]).squeeze(-1)  # [b]
         live = ~done
         live_rows = rows[live]
@@ -262,6 +175,6 @@ def fast_sample_batch(
     tokens_cpu, logp_cpu = out_tokens.cpu(), out_logp.cpu()
     lengths_cpu, finished_cpu = lengths.cpu().tolist(), finished.cpu().tolist()
     return [
-        _Sampled(tokens_cpu[row, :n].tolist(), logp_cpu[row, :n].tolist(), bool(fin))
+        Sampled(tokens_cpu[row, :n].tolist(), logp_cpu[row, :n].tolist(), bool(fin))
         for row, (n, fin) in enumerate(zip(lengths_cpu, finished_cpu))
     ]
