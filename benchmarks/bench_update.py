@@ -186,7 +186,7 @@ def bare_pass(policy: Any, call: Call) -> None:
     policy.set_trainable(None, critic=True)  # peft's set_adapter changes requires_grad flags
     with torch.set_grad_enabled(call.grad):
         loss = sum(bare_loss(policy, call, rows, prefix_len)
-                   for prefix_len, rows in policy._prefix_groups(call.prompts, call.prefix_lens))
+                   for prefix_len, rows in policy.scoring.prefix_groups(call.prompts, call.prefix_lens))
         if call.grad:
             loss.backward()
     for param in policy.adapter_parameters(call.adapter):
@@ -230,7 +230,7 @@ def bound_seconds(policy: Any, calls: list[Call], cache: dict) -> float:
     time of each (adapter, tokens, head tokens, grad) already measured."""
     total = 0.0
     for call in calls:
-        for prefix_len, rows in policy._prefix_groups(call.prompts, call.prefix_lens):
+        for prefix_len, rows in policy.scoring.prefix_groups(call.prompts, call.prefix_lens):
             resp = [len(call.responses[r]) for r in rows] if call.responses is not None else [0] * len(rows)
             if call.kind == "state_values":  # the chains' rows only (policy.value_rows)
                 heads, _ = policy.value_rows([call.prompts[r][prefix_len:] for r in rows])

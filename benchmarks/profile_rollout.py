@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     def call() -> None:
         sample(lm, prompts, cfg, (), tok.pad_token_id, prefix_len=prefix_len)
 
-    with torch.inference_mode(), policy._using("policy_reasoner_0"):
+    with torch.inference_mode(), policy.using("policy_reasoner_0"):
         call()  # warm-up
         start = time.perf_counter()
         call()

@@ -45,7 +45,7 @@ transcript gained, its first occurrence is cut from the log, keeping the rest of
 (speaker, grade): the critic has just read those very tokens. An env that renders the output
 otherwise keeps its line whole. That is what makes the critic cheap: a no-grad or gradient pass over the
 longest input of an episode yields the values of all its decisions at once
-(``ScoringMixin.state_values`` merges inputs that are prefixes of one another, exactly: causal
+(``Scorer.state_values`` merges inputs that are prefixes of one another, exactly: causal
 attention makes a prefix's last hidden state independent of what follows). The transcript is
 the env's ``state()`` text (``TextTaskEnv.transcript``, append-only) read before the agent acts;
 D_t is the round graph in the agent's ``infos["dependency"]``; both are whatever the env's

@@ -21,7 +21,9 @@ Every rank holds the base model and all adapters. One update runs as follows:
 
 Rank 0 alone writes metrics, checkpoints, ``best/`` and ``summary.json``; the checkpoint holds
 every rank's RNG state (``state["ranks"]``), so a resume with the same world size continues
-exactly. When ``torch.distributed`` is not initialised, none of this code runs.
+exactly. In one process the Trainer and the learners hold a :class:`SingleProcess` instead of a
+:class:`DataParallel`: the same methods, which then keep everything on the one rank and run no
+collective (``torch.distributed`` need not be initialised).
 """
 
 from __future__ import annotations
@@ -124,8 +126,54 @@ def sample_cost(sample: Any) -> float:
     return float(len(sample.prompt_ids) + len(sample.response_ids))
 
 
+class SingleProcess:
+    """:class:`DataParallel`'s stand-in in one process: the same methods, no collectives.
+
+    Rank 0 of a world of one owns every item, a gather is ``[obj]``, and a step's gradients,
+    loss and statistics are already those of the whole minibatch, so :meth:`reduce_step` returns
+    them unchanged. Stateless: one instance (:data:`SINGLE_PROCESS`) serves every holder.
+    """
+
+    world = WorldInfo()
+    """A world of one (rank 0 of 1)."""
+
+    def gather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def max(self, value: float) -> float:
+        return value
+
+    def broadcast_parameters(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Nothing to copy: rank 0's values are the only ones."""
+
+    def local_indices(self, samples: Sequence[Any], cost: Callable[[Any], float] = sample_cost) -> list[int]:
+        return list(range(len(samples)))
+
+    def share(self, samples: Sequence[Any]) -> list[Any]:
+        return list(samples)
+
+    def share_groups(self, samples: Sequence[Any], key: Callable[[Any], Any]) -> list[Any]:
+        return list(samples)
+
+    def share_attribute(self, samples: Sequence[Any], local: Sequence[int], name: str) -> None:
+        """Every sample is local: nothing to share."""
+
+    def reduce_step(self, optimizers: Sequence[torch.optim.Optimizer], loss_total: float,
+                    sums: dict[str, float]) -> tuple[float, dict[str, float]]:
+        """The minibatch's loss and statistics as given; the gradients are left as they are."""
+        return loss_total, sums
+
+    def __repr__(self) -> str:
+        return "SingleProcess()"
+
+
+SINGLE_PROCESS = SingleProcess()
+"""The one-process stand-in the Trainer and ``BaseLearner`` hold outside ``torchrun``."""
+
+
 class DataParallel:
-    """The collectives a learner and the trainer run when several ranks train together."""
+    """The collectives a learner and the trainer run when several ranks train together
+    (:class:`SingleProcess` has the same methods for one process)."""
 
     def __init__(self, world: WorldInfo):
         if world.world_size < 2:
@@ -232,8 +280,9 @@ def merge_rollouts(parts: Sequence[Any]) -> Any:
 
 
 # -- the trainer's hooks (marft_agents/trainer.py) -------------------------------------------------
-def attach(trainer: Any) -> DataParallel | None:
-    """Prepare a freshly built ``Trainer`` for a world of several ranks; None in one process.
+def attach(trainer: Any) -> DataParallel | SingleProcess:
+    """Prepare a freshly built ``Trainer`` for a world of several ranks; :data:`SINGLE_PROCESS`
+    in one process (the learner keeps its own ``data_parallel``: it is not touched).
 
     Checks that the update splits into whole task groups per rank, makes every rank start from
     rank 0's adapters, hands the learner its :class:`DataParallel` and seeds this rank's
@@ -243,7 +292,7 @@ def attach(trainer: Any) -> DataParallel | None:
 
     world = trainer.world
     if world.world_size < 2:
-        return None
+        return SINGLE_PROCESS
     cfg, group = trainer.cfg, trainer.collector.group_size
     episodes = cfg.schedule.episodes_per_update
     if episodes % (group * world.world_size):
@@ -270,8 +319,6 @@ def attach(trainer: Any) -> DataParallel | None:
 def collect(trainer: Any, num_episodes: int) -> Any:
     """This rank's share of the update's episodes, gathered into the global rollout."""
     dp = trainer.data_parallel
-    if dp is None:
-        return trainer.collector.collect(num_episodes)
     mine = trainer.collector.collect(num_episodes, share=(dp.world.rank, dp.world.world_size))
     return merge_rollouts(dp.gather(mine))
 
@@ -280,8 +327,6 @@ def agree_on_stop(trainer: Any) -> str | None:
     """The stop request (a signal name) if any rank got one, on every rank alike, so that all
     ranks stop after the same update instead of one waiting forever in a collective."""
     dp = trainer.data_parallel
-    if dp is None:
-        return trainer.stop_requested
     requests = [r for r in dp.gather(trainer.stop_requested) if r is not None]
     if requests and trainer.stop_requested is None:
         trainer.stop_requested = requests[0]
@@ -290,13 +335,14 @@ def agree_on_stop(trainer: Any) -> str | None:
 
 def agree_on_seconds(trainer: Any, seconds: float) -> float:
     """The slowest rank's duration (time budgets must end the run after the same update everywhere)."""
-    return seconds if trainer.data_parallel is None else trainer.data_parallel.max(seconds)
+    return trainer.data_parallel.max(seconds)
 
 
 def rank_states(trainer: Any, rng_state: dict[str, Any]) -> dict[str, Any]:
-    """What a checkpoint adds for several ranks: every rank's RNG state, in rank order."""
+    """What a checkpoint adds for several ranks: every rank's RNG state, in rank order (nothing
+    in one process: ``state["rng"]`` is the only rank's)."""
     dp = trainer.data_parallel
-    if dp is None:
+    if dp.world.world_size == 1:
         return {}
     return {"ranks": dp.gather(rng_state)}
 

@@ -13,7 +13,7 @@ gradient checkpointing: its backward re-runs forward passes with whatever adapte
 Sampling goes through ``marft_agents.engine.sample`` (the engine ``sampling.engine`` names).
 Log-probs are defined once, by ``engine.sampling.scaled_logprobs`` (``log_softmax(logits.float() /
 temperature)``), and used both while sampling (``generate``) and in the training forward pass
-(``token_logprobs``, in ``scoring``), so PPO ratios start at 1 up to float rounding.
+(``token_logprobs``, run by the policy's ``scoring.Scorer``), so PPO ratios start at 1 up to float rounding.
 
 Every method that runs prompts takes optional per-row ``prefix_lens`` (see "shared prefixes" in
 ``engine/layout.py``): rows declaring the same prefix share one forward pass of it.
@@ -44,7 +44,7 @@ from marft_agents.engine.attention import training_passes, use_grouped_matmul_at
 from marft_agents.engine.compiled_norm import use_compiled_rms_norm
 from marft_agents.engine.layout import effective_prefix_len
 from marft_agents.models import prepare_tokenizer
-from marft_agents.scoring import ScoringMixin, TokenStats
+from marft_agents.scoring import Scorer, TokenStats
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.sampling import SamplingConfig
@@ -59,7 +59,7 @@ def _contiguous_input(module: nn.Module, args: tuple) -> tuple:
     return args
 
 
-class MultiAgentPolicy(ScoringMixin, nn.Module):
+class MultiAgentPolicy(nn.Module):
     """N agents' LoRA adapters + critic adapter(s) and value head(s) on one frozen base."""
 
     def __init__(
@@ -136,6 +136,9 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
         # episode's global-state log); False = one row per input (the reference path, kept for
         # tests and the benchmarks' `plain` path).
         self.merge_prefix_rows = True
+        # the training-time forward passes (token_logprobs, state_values, ...): a collaborator
+        # reading this policy through its public members
+        self.scoring = Scorer(self)
         self._active: str | None = None
         self._system_turns: dict[str, list[int]] = {}  # system prompt -> its chat-template turn ids
         self._trainable: set[str] = set()
@@ -208,7 +211,7 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
             head.requires_grad_(name in self._trainable)
 
     @contextmanager
-    def _using(self, adapter: str | None) -> Iterator[None]:
+    def using(self, adapter: str | None) -> Iterator[None]:
         """Run the body with exactly one adapter active, or none (``adapter=None``)."""
         if adapter is None:
             with self.model.disable_adapter():
@@ -313,7 +316,7 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
         try:
             with torch.inference_mode():
                 for (adapter, prefix), idxs in groups.items():
-                    with self._using(adapter):
+                    with self.using(adapter):
                         self._generate_group(requests, idxs, len(prefix), sampling, generator,
                                              results)
         finally:
@@ -333,9 +336,8 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
                              generator, prefix_len=prefix_len)
             if sampling.recompute_logprobs:  # score with the training forward pass itself
                 with training_passes():
-                    stats = self._stats(self._pack(prompts, [s.response_ids for s in sampled],
-                                                   prefix_len),
-                                        sampling.temperature, with_entropy=False)
+                    stats = self.scoring.batch_stats(prompts, [s.response_ids for s in sampled], prefix_len,
+                                                     sampling.temperature, with_entropy=False)
                 for row, s in enumerate(sampled):
                     s.logprobs = stats.logprobs[row, :len(s.response_ids)].tolist()
             texts = self.tokenizer.batch_decode([s.response_ids for s in sampled],
@@ -344,6 +346,41 @@ class MultiAgentPolicy(ScoringMixin, nn.Module):
                 req = requests[i]
                 results[i] = Generation(req.agent_id, list(req.prompt_ids), s.response_ids,
                                         text, s.logprobs, s.finished, prefix_len)
+
+    # ------------------------------------------------------------------ scoring (scoring.Scorer)
+
+    def token_logprobs(self, adapter: str, prompt_ids: Sequence[Sequence[int]],
+                       response_ids: Sequence[Sequence[int]], temperature: float = 1.0,
+                       with_entropy: bool = True,
+                       prefix_lens: Sequence[int] | None = None) -> TokenStats:
+        """Log-probs (and entropies) of the response tokens under ``adapter``, with grad when
+        grad mode is on (:meth:`Scorer.token_logprobs`)."""
+        return self.scoring.token_logprobs(adapter, prompt_ids, response_ids, temperature, with_entropy,
+                                           prefix_lens)
+
+    def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]],
+                           response_ids: Sequence[Sequence[int]], temperature: float = 1.0,
+                           with_entropy: bool = False,
+                           prefix_lens: Sequence[int] | None = None) -> TokenStats:
+        """``token_logprobs`` of the base model, without grad (:meth:`Scorer.reference_logprobs`)."""
+        return self.scoring.reference_logprobs(prompt_ids, response_ids, temperature, with_entropy, prefix_lens)
+
+    def token_values(self, prompt_ids: Sequence[Sequence[int]],
+                     response_ids: Sequence[Sequence[int]], agent_id: str | None = None,
+                     include_final: bool = False,
+                     prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
+        """Critic value of the state before each response token: ``[B, T]`` float32, ``[B, T+1]``
+        with ``include_final`` (:meth:`Scorer.token_values`)."""
+        return self.scoring.token_values(prompt_ids, response_ids, agent_id, include_final, prefix_lens)
+
+    def state_values(self, prompt_ids: Sequence[Sequence[int]], agent_id: str | None = None,
+                     prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
+        """Critic value at the last prompt token: ``[B]`` float32 (:meth:`Scorer.state_values`)."""
+        return self.scoring.state_values(prompt_ids, agent_id, prefix_lens)
+
+    def value_rows(self, seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
+        """The forward rows a ``state_values`` pass runs for ``seqs`` (:meth:`Scorer.value_rows`)."""
+        return self.scoring.value_rows(seqs)
 
     # ------------------------------------------------------------------ state
 

@@ -2,7 +2,8 @@
 critic values of given (prompt, response) rows, with grad when grad mode is on.
 
 Kept apart from ``policy`` (sampling, adapters, state) because this is the arithmetic PPO
-compares against the sampled tokens. Rows may declare a shared prefix (``prefix_lens``, see
+compares against the sampled tokens: a :class:`Scorer`, the policy's collaborator
+(``policy.scoring``), whose public methods the policy's own delegate to. Rows may declare a shared prefix (``prefix_lens``, see
 "shared prefixes" in ``engine/layout.py``): rows with the same prefix are run as one group whose
 prefix is computed once, and the groups' results are merged back in row order.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -54,16 +56,23 @@ def _merge_rows(parts: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
     return torch.cat(tensors)[torch.argsort(order)]
 
 
-class ScoringMixin:
-    """Forward passes for ``MultiAgentPolicy`` (which provides ``lm``, ``tokenizer``, ``device``,
-    ``value_heads``, ``critic_for``, ``fused_head``, ``merge_prefix_rows`` and the ``_using``
-    adapter switch)."""
+class Scorer:
+    """Forward passes over the rows of a ``MultiAgentPolicy`` (held as ``policy.scoring``).
+
+    Reads the policy through its public members only: ``lm``, ``tokenizer``, ``device``,
+    ``value_heads``, ``critic_for``, the ``using`` adapter switch, and the path switches
+    ``fused_head`` and ``merge_prefix_rows`` (policy attributes, which tests and benchmarks set
+    on the policy). Holds no state of its own.
+    """
+
+    def __init__(self, policy: Any):
+        self.policy = policy
 
     def _pack(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
               prefix_len: int = 0) -> PackedBatch:
-        return pack(prompt_ids, response_ids, self.tokenizer.pad_token_id, self.device, prefix_len)
+        return pack(prompt_ids, response_ids, self.policy.tokenizer.pad_token_id, self.policy.device, prefix_len)
 
-    def _prefix_groups(self, prompt_ids: Sequence[Sequence[int]],
+    def prefix_groups(self, prompt_ids: Sequence[Sequence[int]],
                        prefix_lens: Sequence[int] | None,
                        response_ids: Sequence[Sequence[int]] | None = None,
                        ) -> list[tuple[int, list[int]]]:
@@ -84,14 +93,14 @@ class ScoringMixin:
 
     def _prefix_cache(self, forward, prefix: Sequence[int], rows: int) -> object | None:
         """The shared prefix's KV cache for ``rows`` rows, or None when there is no prefix."""
-        return prefix_cache(forward, prefix, rows, self.device) if len(prefix) else None
+        return prefix_cache(forward, prefix, rows, self.policy.device) if len(prefix) else None
 
     def _stats(self, batch: PackedBatch, temperature: float, with_entropy: bool) -> TokenStats:
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         width = batch.response_ids.shape[1]
         mask = batch.response_mask  # [B, T]
-        head = plain_head(self.lm) if self.fused_head else None
+        head = plain_head(self.policy.lm) if self.policy.fused_head else None
         if head is not None:  # decoder, then the fused head over the real response positions only
             start = batch.prompt_width - 1  # column whose hidden state predicts response token 0
             hidden = self._decoder_hidden(batch.input_ids, batch.attention_mask, batch.position_ids,
@@ -102,8 +111,9 @@ class ScoringMixin:
             zeros = mask.new_zeros(mask.shape, dtype=torch.float32)  # [B, T]
             entropy = None if entropy_real is None else zeros.masked_scatter(mask, entropy_real)
             return TokenStats(zeros.masked_scatter(mask, logp_real), entropy, mask)
-        cache = self._prefix_cache(self.lm, batch.prefix_ids, batch.input_ids.shape[0])
-        out = self.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+        lm = self.policy.lm
+        cache = self._prefix_cache(lm, batch.prefix_ids, batch.input_ids.shape[0])
+        out = lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                       position_ids=batch.position_ids, cache=cache,
                       use_cache=cache is not None, logits_to_keep=width + 1)
         # logits of columns P-1 .. P+T-1; the last one predicts past the end: drop it
@@ -115,13 +125,19 @@ class ScoringMixin:
             entropy = entropy_from_logprobs(logp_all).masked_fill(~mask, 0.0)  # [B, T]
         return TokenStats(logp, entropy, mask)
 
+    def batch_stats(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
+                    prefix_len: int, temperature: float, with_entropy: bool) -> TokenStats:
+        """``token_logprobs`` of rows that all share the first ``prefix_len`` prompt tokens, under
+        whichever adapter is active (the policy's ``generate`` scoring its own samples)."""
+        return self._stats(self._pack(prompt_ids, response_ids, prefix_len), temperature, with_entropy)
+
     def _grouped_stats(self, prompt_ids: Sequence[Sequence[int]],
                        response_ids: Sequence[Sequence[int]], prefix_lens: Sequence[int] | None,
                        temperature: float, with_entropy: bool) -> TokenStats:
         parts = [(rows, self._stats(self._pack([prompt_ids[r] for r in rows],
                                                [response_ids[r] for r in rows], prefix_len),
                                     temperature, with_entropy))
-                 for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens, response_ids)]
+                 for prefix_len, rows in self.prefix_groups(prompt_ids, prefix_lens, response_ids)]
         if len(parts) == 1:
             return parts[0][1]
         entropy = None
@@ -137,7 +153,7 @@ class ScoringMixin:
         """Log-probs (and entropies) of the response tokens under ``adapter``, with grad when
         grad mode is on. Uses the module's mode: call ``.eval()`` for dropout-free numbers.
         ``prefix_lens``: each row's shared prefix, as it was sampled (None = no sharing)."""
-        with self._using(adapter):
+        with self.policy.using(adapter):
             return self._grouped_stats(prompt_ids, response_ids, prefix_lens, temperature,
                                        with_entropy)
 
@@ -146,7 +162,7 @@ class ScoringMixin:
                            with_entropy: bool = False,
                            prefix_lens: Sequence[int] | None = None) -> TokenStats:
         """``token_logprobs`` of the base model (all adapters disabled), without grad."""
-        with torch.no_grad(), self._using(None):
+        with torch.no_grad(), self.policy.using(None):
             return self._grouped_stats(prompt_ids, response_ids, prefix_lens, temperature,
                                        with_entropy)
 
@@ -154,15 +170,15 @@ class ScoringMixin:
                         prefix: Sequence[int] = ()) -> torch.Tensor:
         """Final hidden states ``[B, L, H]`` (after the last norm) under the active adapter, for
         the ``L`` per-row columns (``mask`` also covers the shared ``prefix``, if any)."""
-        decoder = self.lm.get_decoder()
+        decoder = self.policy.lm.get_decoder()
         cache = self._prefix_cache(decoder, prefix, ids.shape[0])
         return decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
                        cache=cache, use_cache=cache is not None).last_hidden_state
 
-    def _hidden(self, critic: str, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+    def critic_hidden(self, critic: str, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
                 prefix: Sequence[int] = ()) -> torch.Tensor:
         """``_decoder_hidden`` under a critic adapter."""
-        with self._using(critic):
+        with self.policy.using(critic):
             return self._decoder_hidden(ids, mask, pos, prefix)
 
     def token_values(self, prompt_ids: Sequence[Sequence[int]],
@@ -176,12 +192,12 @@ class ScoringMixin:
         Like ``state_values``, a row whose prompt + response is a prefix of another row's (an
         episode's decisions under token-level values, see ``critic.GlobalStateLog``) is valued
         inside that longer row: one forward row per chain."""
-        critic = self.critic_for(agent_id)
+        critic = self.policy.critic_for(agent_id)
         extra = int(include_final)
         if not any(len(r) for r in response_ids) and not extra:
             raise ValueError("every response is empty: nothing to value")
         parts = []
-        for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens, response_ids):
+        for prefix_len, rows in self.prefix_groups(prompt_ids, prefix_lens, response_ids):
             seqs = [list(prompt_ids[r][prefix_len:]) + list(response_ids[r]) for r in rows]
             heads, where, hidden = self._chain_hidden(critic, seqs, prompt_ids[rows[0]][:prefix_len])  # [h, L, H]
             lengths = torch.tensor([len(response_ids[r]) for r in rows], device=hidden.device)  # [b]
@@ -193,7 +209,7 @@ class ScoringMixin:
             steps = torch.arange(width, device=hidden.device)  # [width]
             valid = steps[None] < (lengths + extra)[:, None]  # [b, width]
             column = (last_prompt[:, None] + steps[None]).clamp(max=hidden.shape[1] - 1)  # [b, width]
-            values = self.value_heads[critic](hidden[head_of[:, None], column])  # [b, width]
+            values = self.policy.value_heads[critic](hidden[head_of[:, None], column])  # [b, width]
             parts.append((rows, values.masked_fill(~valid, 0.0)))
         return _merge_rows(parts)
 
@@ -204,13 +220,13 @@ class ScoringMixin:
         Rows that are a prefix of another row (an episode's critic inputs, see
         ``critic.GlobalStateLog``; or equal rows) are valued inside that longer row at their
         last token's column: one forward row per chain, the same values (causal attention)."""
-        critic = self.critic_for(agent_id)
+        critic = self.policy.critic_for(agent_id)
         parts = []
-        for prefix_len, rows in self._prefix_groups(prompt_ids, prefix_lens):
+        for prefix_len, rows in self.prefix_groups(prompt_ids, prefix_lens):
             suffixes = [list(prompt_ids[r][prefix_len:]) for r in rows]
             heads, where, hidden = self._chain_hidden(critic, suffixes, prompt_ids[rows[0]][:prefix_len])  # [h, P, H]
             head_of, column = last_token_index(suffixes, heads, where, hidden.shape[1], hidden.device)  # [b], [b]
-            parts.append((rows, self.value_heads[critic](hidden[head_of, column])))  # [b]
+            parts.append((rows, self.policy.value_heads[critic](hidden[head_of, column])))  # [b]
         return _merge_rows(parts)
 
     def _chain_hidden(self, critic: str, seqs: Sequence[Sequence[int]], prefix: Sequence[int]
@@ -218,14 +234,14 @@ class ScoringMixin:
         """The critic's final hidden states over ``seqs`` (each after the shared ``prefix``): one
         left-padded row per chain of prefixes (``value_rows``); ``(heads, where, hidden [h, L, H])``."""
         heads, where = self.value_rows(seqs)
-        ids, mask = left_pad([seqs[h] for h in heads], self.tokenizer.pad_token_id, self.device)  # [h, L]
+        ids, mask = left_pad([seqs[h] for h in heads], self.policy.tokenizer.pad_token_id, self.policy.device)  # [h, L]
         mask, pos = after_prefix(mask, len(prefix))  # [h, s + L], [h, L]
-        return heads, where, self._hidden(critic, ids, mask, pos, list(prefix))  # [h, L, H]
+        return heads, where, self.critic_hidden(critic, ids, mask, pos, list(prefix))  # [h, L, H]
 
     def value_rows(self, seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
         """The forward rows a ``state_values`` pass runs for ``seqs``: one per chain of prefixes
         (:func:`prefix_chains`), or one per sequence when ``merge_prefix_rows`` is off."""
-        return prefix_chains(seqs) if self.merge_prefix_rows else one_row_each(seqs)
+        return prefix_chains(seqs) if self.policy.merge_prefix_rows else one_row_each(seqs)
 
 
 def last_token_index(seqs: Sequence[Sequence[int]], heads: list[int], where: list[tuple[int, int]], width: int,

@@ -18,7 +18,7 @@ It checks, in this order (each failure is an ``AssertionError`` whose message st
     methods, ``value_mode``, ``options_class``; optional ``trains``, ``max_agents``); a
     constructed learner is an instance of it with an int ``group_size >= 1``,
     ``trainable_agents(0)`` names known agents (some, when ``trains``), ``data_parallel`` is None
-    when declared, ``update`` returns a flat ``{str: number}`` dict and ``state_dict()`` goes
+    or the one-process stand-in ``distributed.SINGLE_PROCESS`` when declared, ``update`` returns a flat ``{str: number}`` dict and ``state_dict()`` goes
     through ``torch.save`` / ``torch.load`` (what checkpoints do).
 ``options``
     Every field of ``options_class`` has a docstring; the defaults (or ``options``) load and
@@ -161,9 +161,16 @@ def _check_class(cls: Any, label: str) -> None:
     except TypeError as err:
         raise _fail("protocol", label, str(err)) from None
     declared = getattr(cls, "data_parallel", None)
-    if declared is not None:
-        raise _fail("protocol", label, f"data_parallel must be None on the class (the Trainer sets it under "
-                                       f"torchrun), got {declared!r}")
+    if not _one_process(declared):
+        raise _fail("protocol", label, f"data_parallel must be None or distributed.SINGLE_PROCESS on the class "
+                                       f"(the Trainer sets it under torchrun), got {declared!r}")
+
+
+def _one_process(data_parallel: Any) -> bool:
+    """Whether a ``data_parallel`` value is one a learner may hold before the Trainer sets it."""
+    from marft_agents.distributed import SingleProcess
+
+    return data_parallel is None or isinstance(data_parallel, SingleProcess)
 
 
 def _check_instance(learner: Any, name: str, label: str, agent_ids: list[str]) -> None:
@@ -173,8 +180,9 @@ def _check_instance(learner: Any, name: str, label: str, agent_ids: list[str]) -
         check_learner_instance(name, learner)
     except TypeError as err:
         raise _fail("protocol", label, str(err)) from None
-    if getattr(learner, "data_parallel", None) is not None:
-        raise _fail("protocol", label, "data_parallel must be None until the Trainer sets it (one process here)")
+    if not _one_process(getattr(learner, "data_parallel", None)):
+        raise _fail("protocol", label, "data_parallel must be None or distributed.SINGLE_PROCESS until the "
+                                       "Trainer sets it (one process here)")
     agents = learner.trainable_agents(0)
     if not isinstance(agents, list) or not set(agents) <= set(agent_ids):
         raise _fail("protocol", label, f"trainable_agents(0) must be a list of the env's agents {agent_ids}, "

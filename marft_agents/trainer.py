@@ -201,7 +201,7 @@ class Trainer:
         self.final_eval: EvalResult | None = None
         # The best evaluation during training; best/meta.json holds it, so a resume reads it back.
         self.best_eval: dict[str, float] | None = None
-        # Under torchrun: this rank's place and the collectives (None in one process).
+        # Under torchrun: this rank's place and the collectives (distributed.SingleProcess in one process).
         self.world = distributed.current_world()
         self.data_parallel = distributed.attach(self)
 
@@ -278,7 +278,7 @@ class Trainer:
                         n_problems=e.n_problems, greedy=e.greedy, seed=e.seed,
                         sampling=self.cfg.sampling, num_envs=e.num_envs,
                         progress=progress if self.world.is_main else None,
-                        world=self.world if self.data_parallel is not None else None)
+                        world=self.world if self.world.world_size > 1 else None)
 
     def _save_unless_saved(self) -> None:
         if self.last_checkpoint is None or self.last_checkpoint.name != checkpoint_name(self.counters["update"]):

@@ -76,6 +76,7 @@ import numpy as np
 import torch
 
 from marft_agents import ppo_math as pm
+from marft_agents.distributed import SINGLE_PROCESS, DataParallel, SingleProcess
 from marft_agents.engine.attention import training_passes
 from marft_agents.learners.logprob_targets import LogprobTargets
 from marft_agents.learners.samples import (
@@ -109,11 +110,13 @@ class BaseLearner(LogprobTargets):
     """Episodes per task group the collector plays (1: every episode its own task)."""
     unit = "decision"
     """What the policy loss averages over: ``"decision"`` or ``"token"`` (see ``units``)."""
-    data_parallel: Any = None
-    """Set by the Trainer when several ranks train together
-    (:class:`marft_agents.distributed.DataParallel`): every rank then holds the global rollout,
-    runs the forward/backward passes of its share of each minibatch with the global minibatch's
-    normalisers, and the gradients are summed across ranks before clipping. None: one process."""
+    data_parallel: DataParallel | SingleProcess = SINGLE_PROCESS
+    """The split and the collectives of an update. One process: the stand-in
+    :class:`marft_agents.distributed.SingleProcess` (this rank runs everything; nothing to sum).
+    The Trainer sets a :class:`marft_agents.distributed.DataParallel` when several ranks train
+    together: every rank then holds the global rollout, runs the forward/backward passes of its
+    share of each minibatch with the global minibatch's normalisers, and the gradients are
+    summed across ranks before clipping."""
 
     def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]):
         self.policy, self.cfg = policy, cfg
@@ -243,8 +246,7 @@ class BaseLearner(LogprobTargets):
 
     def _local(self, samples: list[Sample]) -> list[int]:
         """Indices of ``samples`` whose forward passes this rank runs (all of them in one process)."""
-        dp = self.data_parallel
-        return list(range(len(samples))) if dp is None else dp.local_indices(samples)
+        return self.data_parallel.local_indices(samples)
 
     def _minibatches(self, samples: list[Sample]) -> list[list[Sample]]:
         if not samples:
@@ -335,11 +337,8 @@ class BaseLearner(LogprobTargets):
         norm = {k: max(v, 1.0) for k, v in norm.items()}  # all-empty responses: sums are 0 anyway
         sums: dict[str, float] = defaultdict(float)
         loss_total = 0.0
-        dp = self.data_parallel
-        if dp is None:
-            local = batch
-        else:  # an episode's critic inputs share a row: keep them on one rank
-            local = dp.share_groups(batch, episode_key) if critic else dp.share(batch)
+        dp = self.data_parallel  # an episode's critic inputs share a row: keep them on one rank
+        local = dp.share_groups(batch, episode_key) if critic else dp.share(batch)
         for micro in self._micro_batches(local, by="critic" if critic else "adapter"):
             loss, stats = self._critic_micro(micro, norm) if critic else self._policy_micro(micro, norm)
             loss.backward()
@@ -356,8 +355,8 @@ class BaseLearner(LogprobTargets):
         if not batch:
             return {}
         loss_total, sums = self._accumulate(batch, critic)
-        if self.data_parallel is not None:  # the global minibatch's gradient, loss and statistics
-            loss_total, sums = self.data_parallel.reduce_step(optimizers, loss_total, sums)
+        # the global minibatch's gradient, loss and statistics (as they are, in one process)
+        loss_total, sums = self.data_parallel.reduce_step(optimizers, loss_total, sums)
         norms = {}
         finite = math.isfinite(loss_total)
         for name, opt in zip(adapters, optimizers):

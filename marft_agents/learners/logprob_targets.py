@@ -32,8 +32,7 @@ class LogprobTargets:
             )
             for b, s in enumerate(chunk):
                 s.ref_logprobs = stats.logprobs[b, : len(s.response_ids)].detach().float().cpu()
-        if self.data_parallel is not None:
-            self.data_parallel.share_attribute(samples, local, "ref_logprobs")
+        self.data_parallel.share_attribute(samples, local, "ref_logprobs")
 
     @torch.no_grad()
     def _rescore_old_logprobs(self, batches: list[list[Sample]]) -> None:
@@ -46,7 +45,7 @@ class LogprobTargets:
         of the rescoring at four minibatches). With several ranks every batch is rescored, as the
         ranks share the results."""
         self._old_from_forward = set()
-        if batches and self.data_parallel is None and self.reuse_first_forward:
+        if batches and self.data_parallel.world.world_size == 1 and self.reuse_first_forward:
             self._old_from_forward = {id(s) for s in batches[0]}
             batches = batches[1:]
         for batch in batches:
@@ -58,8 +57,7 @@ class LogprobTargets:
                 )
                 for b, s in enumerate(micro):
                     s.old_logprobs = stats.logprobs[b, : len(s.response_ids)].float().cpu()
-            if self.data_parallel is not None:
-                self.data_parallel.share_attribute(batch, local, "old_logprobs")
+            self.data_parallel.share_attribute(batch, local, "old_logprobs")
 
     def _take_old_logprobs(self, micro: list[Sample], logprobs: torch.Tensor) -> None:
         """Set the old log-probs of the samples ``_rescore_old_logprobs`` left to this pass from

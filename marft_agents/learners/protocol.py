@@ -20,7 +20,8 @@ Life of a learner in a run (``marft_agents/trainer.py``):
 4. The collector is built with ``values=learner.value_mode`` and
    ``group_size=learner.group_size``; ``schedule.episodes_per_update`` must be a multiple of it.
 5. Under several processes (``torchrun``) the Trainer sets ``learner.data_parallel``, which only
-   a class declaring that attribute accepts (optional member; see :data:`OPTIONAL_MEMBERS`).
+   a class declaring that attribute accepts (optional member; see :data:`OPTIONAL_MEMBERS`). In
+   one process it leaves the attribute as the class declared it.
 6. Every update: ``rollout = collector.collect(cfg.schedule.episodes_per_update)`` then
    ``metrics = learner.update(rollout, update_index)``.
 7. Checkpoints save ``learner.state_dict()``; a resume calls ``load_state_dict`` on a fresh learner.
@@ -50,9 +51,11 @@ OPTIONAL_MEMBERS: dict[str, str] = {
               "it was (read by marft_agents.learners.registry.learner_trains)",
     "max_agents": "class attribute, int >= 1: the env may have at most this many agents "
                   "(single-agent PPO sets 1); absent = any number",
-    "data_parallel": "attribute, None on the class: declares that update() supports several ranks; the "
-                     "Trainer then sets it to a marft_agents.distributed.DataParallel under torchrun. "
-                     "A learner without it is refused under several ranks (BaseLearner has it)",
+    "data_parallel": "attribute, on the class None or marft_agents.distributed.SINGLE_PROCESS (the "
+                     "one-process stand-in, with DataParallel's methods; BaseLearner's): declares that "
+                     "update() supports several ranks; the Trainer then sets it to a "
+                     "marft_agents.distributed.DataParallel under torchrun and leaves it as declared in one "
+                     "process. A learner without it is refused under several ranks",
 }
 """Members a learner may declare and the Trainer honours, but need not have (so they are not
 members of the ``typing.Protocol``, whose ``isinstance`` would demand them)."""

@@ -55,8 +55,7 @@ def update_only(out: Path, algorithm: str) -> dict:
     for update in range(2):
         torch.manual_seed(100 + update)
         rollout = trainer.collector.collect(cfg.schedule.episodes_per_update)
-        if trainer.data_parallel is not None:  # rank 0's rollout on every rank: the same global batch
-            rollout = trainer.data_parallel.gather(rollout)[0]
+        rollout = trainer.data_parallel.gather(rollout)[0]  # rank 0's rollout on every rank: the same global batch
         history.append(trainer.learner.update(rollout, update))
         tokens = max(tokens, rollout_positions(rollout))
     return {"adapters": trainer.policy.adapter_state_dict(), "history": history,

@@ -70,13 +70,13 @@ def test_token_level_inputs_extend_one_another_with_their_responses(tiny):
 def test_values_are_collected_one_row_per_episode(tiny, values):
     policy = _policy(tiny)
     rows = []
-    original = policy._hidden
+    original = policy.scoring.critic_hidden
 
     def hidden(critic, ids, *args, **kwargs):
         rows.append(ids.shape[0])
         return original(critic, ids, *args, **kwargs)
 
-    policy._hidden = hidden
+    policy.scoring.critic_hidden = hidden
     rollout = _collect(policy, episodes=4, values=values)
     assert sum(rows) == len(rollout.episodes) < len(rollout.decisions)
     if values == "state":
@@ -138,7 +138,7 @@ def _critic_grads(policy, loss):
 def _plain_value(policy, ids):
     """The reference: one unpadded row, no shared prefix, the value at its last token."""
     row = torch.tensor([ids], device=policy.device)  # [1, L]
-    hidden = policy._hidden("critic", row, torch.ones_like(row), torch.arange(len(ids), device=policy.device)[None])
+    hidden = policy.scoring.critic_hidden("critic", row, torch.ones_like(row), torch.arange(len(ids), device=policy.device)[None])
     return policy.value_heads["critic"](hidden[:, -1])  # [1]
 
 
@@ -163,7 +163,7 @@ def _plain_token_values(policy, ids, response):
     """The reference: one unpadded row of prompt + response, no shared prefix; the values before
     each response token and after the last one."""
     row = torch.tensor([ids + response], device=policy.device)  # [1, L]
-    hidden = policy._hidden("critic", row, torch.ones_like(row), torch.arange(row.shape[1], device=policy.device)[None])
+    hidden = policy.scoring.critic_hidden("critic", row, torch.ones_like(row), torch.arange(row.shape[1], device=policy.device)[None])
     return policy.value_heads["critic"](hidden[0, len(ids) - 1:])  # [T + 1]
 
 
