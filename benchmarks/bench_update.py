@@ -71,7 +71,8 @@ from marft_agents.engine.compiled_norm import use_compiled_rms_norm, use_eager_r
 from marft_agents.engine.layout import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
 from marft_agents.learners import get_learner, make_learner  # noqa: E402
 from marft_agents.policy import MultiAgentPolicy  # noqa: E402
-from marft_agents.rollout import Rollout, RolloutCollector  # noqa: E402
+from marft_agents.episodes import Rollout  # noqa: E402
+from marft_agents.rollout import RolloutCollector  # noqa: E402
 from marft_agents.scoring import last_token_index, token_index  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"

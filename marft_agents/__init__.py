@@ -15,9 +15,9 @@ _LAZY = {
     "register_learner": "marft_agents.learners.registry",
     "get_learner": "marft_agents.learners.registry",
     "list_learners": "marft_agents.learners.registry",
-    "Rollout": "marft_agents.rollout",
-    "Decision": "marft_agents.rollout",
-    "EpisodeRecord": "marft_agents.rollout",
+    "Rollout": "marft_agents.episodes",
+    "Decision": "marft_agents.episodes",
+    "EpisodeRecord": "marft_agents.episodes",
 }
 
 __all__ = sorted(_LAZY)

@@ -92,8 +92,8 @@ class PPOConfig:
     """Before the first epoch, replace every policy sample's "old" log-probs with a no-grad pass
     of the learner itself over exactly the micro-batches its policy steps will use (same rows,
     order and padding). In bfloat16 a row's log-probs move with its batch's padding nearly as
-    much as cached decoding differs from a full pass (measured on CPU with prompts of varied
-    length: ~0.02 nats per token, ~0.16-0.2 per 32-token utterance); with this on, the first
+    much as cached decoding differs from a full pass (figures: docs/performance.md, "Figures
+    behind design choices"); with this on, the first
     minibatch starts at ratio exactly 1 and later ones measure only the policy's change. Costs
     one forward pass (no backward) over the policy samples, in the update instead of the
     rollout; makes ``sampling.recompute_logprobs`` unnecessary. Later epochs reshuffle their

@@ -265,7 +265,7 @@ class DataParallel:
 def merge_rollouts(parts: Sequence[Any]) -> Any:
     """One rollout from the ranks' rollouts (rank order = plan order): decision and episode
     indices are renumbered, task groups keep their global index."""
-    from marft_agents.rollout import Rollout
+    from marft_agents.episodes import Rollout
 
     merged = Rollout()
     for part in parts:

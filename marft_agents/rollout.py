@@ -43,11 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-# The records (Decision, EpisodeRecord, Rollout) and rollout_metrics live in episodes.py; they are
-# re-exported here, next to the collector that fills them.
-from marft_agents.episodes import VALUE_MODES, Decision, EpisodeRecord, Rollout, rollout_metrics
-
-__all__ = ["Decision", "EpisodeRecord", "Rollout", "RolloutCollector", "rollout_metrics"]
+from marft_agents.episodes import VALUE_MODES, Decision, EpisodeRecord, Rollout
 
 PERMUTATION_LIMIT = 2**20  # larger task sources are sampled with replacement
 

@@ -56,7 +56,8 @@ from marft_agents.env_check import check_env_config
 from marft_agents.evaluation import EvalResult, evaluate
 from marft_agents.learners import get_learner, make_learner
 from marft_agents.learners.registry import learner_trains
-from marft_agents.rollout import RolloutCollector, rollout_metrics
+from marft_agents.episodes import rollout_metrics
+from marft_agents.rollout import RolloutCollector
 from marft_agents.seeding import seed_everything
 
 log = logging.getLogger(__name__)
@@ -366,9 +367,6 @@ def prepare_trainer(cfg: TrainConfig, resume: bool = False,
     if resume and not trainer.restore():
         log.warning("resume requested but %s has no checkpoint; starting a fresh run", trainer.output_dir)
     return trainer
-
-
-_prepare = prepare_trainer  # the name the CLI imported first
 
 
 def iter_train(cfg: TrainConfig, resume: bool = False,

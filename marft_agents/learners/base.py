@@ -88,7 +88,7 @@ from marft_agents.learners.samples import (
     response_mask,
     sample_from_decision,
 )
-from marft_agents.rollout import Rollout
+from marft_agents.episodes import Rollout
 
 __all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask", "sample_from_decision"]
 

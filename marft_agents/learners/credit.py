@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from marft_agents.config import CREDIT_STRATEGIES
-from marft_agents.rollout import Decision
+from marft_agents.episodes import Decision
 
 
 def assign_credit(decisions: Sequence[Decision], strategy: str, gamma: float) -> tuple[list[float], list[float]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from marft_agents.rollout import Rollout
+from marft_agents.episodes import Rollout
 
 
 class EvalOnly:

@@ -30,7 +30,7 @@ import torch
 
 from marft_agents import group_math as gm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack
-from marft_agents.rollout import Rollout
+from marft_agents.episodes import Rollout
 from marft_agents.settings.grpo import GRPOOptions
 
 

@@ -29,7 +29,7 @@ import torch
 from marft_agents import ppo_math as pm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack, sample_from_decision
 from marft_agents.learners.credit import assign_credit
-from marft_agents.rollout import Rollout
+from marft_agents.episodes import Rollout
 
 
 class ActionLevelMAPPO(BaseLearner):

@@ -33,7 +33,7 @@ import torch
 from marft_agents import ppo_math as pm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack, sample_from_decision
 from marft_agents.learners.credit import assign_credit
-from marft_agents.rollout import Decision, Rollout
+from marft_agents.episodes import Decision, Rollout
 
 
 def fold_empty_utterances(decisions: Sequence[Decision], rewards: Sequence[float], gammas: Sequence[float]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from marft_agents.rollout import Decision
+from marft_agents.episodes import Decision
 
 
 @dataclass

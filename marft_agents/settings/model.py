@@ -32,10 +32,11 @@ class ModelConfig:
     name_or_path: str = DEFAULT_MODEL
     """An alias (see ``PACKAGED_GGUF``), a local Hugging Face folder, or a Hub id."""
     dtype: str = "float32"
-    """Parameter dtype: "float32" (exact, the tested default), "bfloat16" (about 2x faster on
-    GPUs and CPUs with AMX, slower on CPUs without it), "float16" (GPU only in
+    """Parameter dtype: "float32" (exact, the tested default), "bfloat16" (faster on
+    GPUs and CPUs with AMX, slower on CPUs without it; figures: docs/performance.md), "float16"
+    (GPU only in
     practice), or "auto": bfloat16 where the device computes it faster than float32 (CUDA with bf16,
-    CPUs with AMX or Arm BF16; not AVX512-BF16 alone, measured slower), else float32. "auto" is
+    CPUs with AMX or Arm BF16; not AVX512-BF16 alone, which ran slower), else float32. "auto" is
     replaced by the concrete name when the config is validated, so runs record what they used."""
     device: str = "cpu"
     """Any torch device string ("cpu", "cuda", "cuda:1", "mps"); "auto" = cuda if available,
@@ -48,7 +49,8 @@ class ModelConfig:
     threads: int = 0
     """torch CPU threads, set when the model is loaded; 0 keeps torch's default (one per core).
     Use 1 on a machine shared with other jobs: OpenMP threads that spin-wait for pre-empted
-    siblings made a 2-thread step up to ~40x slower than a 1-thread one on a loaded 2-core box."""
+    siblings make a multi-thread step far slower than a 1-thread one on a loaded box
+    (figures: docs/performance.md, "Figures behind design choices")."""
 
 
 def alias_typo(name: str) -> str | None:

@@ -46,10 +46,10 @@ class SamplingConfig:
     """False: log-probs come from the decoding steps themselves (free; in float32 they match the
     training forward pass to ~1e-5, the two paths use different kernels). True: one extra
     no-grad training-style forward pass per batch (its cost: docs/performance.md), bit-identical to
-    the training forward of a batch with the same padding. Caveat measured in bfloat16 on CPU
-    (SmolLM2-135M): a row's numbers also move with its batch's padding width, by as much as
-    the decoding path differs (per token mean 0.022 vs 0.025 nats, p99 0.17 vs 0.20; per
-    32-token utterance 0.16 vs 0.20), so a training minibatch padded differently from the
+    the training forward of a batch with the same padding. Caveat in bfloat16 on CPU: a row's
+    numbers also move with its batch's padding width, by about as much as the decoding path
+    differs (figures: docs/performance.md, "Figures behind design choices"), so a training
+    minibatch padded differently from the
     sampling batch sees most of that noise again; in float32 both are ~1e-5."""
 
     engine: str = "direct"

@@ -8,7 +8,8 @@ Modes
     ``"process"``: a persistent worker child per Python process, shared by every caller and
         serialised by a lock. Hard bound: the parent kills the child at ``timeout_s`` (the child's
         own guard fires first at 80 % of it, which keeps the child alive). The one-off start
-        (~1 s: importing sympy and a warm-up comparison) is not counted against ``timeout_s``;
+        (importing sympy and a warm-up comparison; figures: docs/performance.md) is not counted
+        against ``timeout_s``;
         after a hard kill the next call pays it again.
     ``"inline"``: in this process under a ``setitimer`` guard at ``timeout_s``; in a non-main
         thread (or when another timer is armed) the call runs *unguarded*, with a one-time
@@ -183,7 +184,7 @@ def _process_call(gold: str, pred: str, timeout_s: float) -> tuple[str, bool]:
 
 
 def _inline_call(gold: str, pred: str, timeout_s: float) -> tuple[str, bool]:
-    _mv_worker._math_verify()  # the one-off import (~0.5 s) must not count against the timeout
+    _mv_worker._math_verify()  # the slow one-off import must not count against the timeout
     if _mv_worker.can_guard_inline():
         status, value = _mv_worker.run_guarded(lambda: _mv_worker.equivalent(gold, pred), timeout_s)
         return status, bool(value)

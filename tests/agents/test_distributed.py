@@ -23,7 +23,7 @@ import ddp_worker
 import marft_agents
 from agent_helpers import small_config
 from marft_agents.distributed import WorldInfo, balanced_partition, merge_rollouts
-from marft_agents.rollout import Decision, EpisodeRecord, Rollout
+from marft_agents.episodes import Decision, EpisodeRecord, Rollout
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with the gloo backend is not available")

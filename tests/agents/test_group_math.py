@@ -9,7 +9,7 @@ import torch
 
 from marft_agents import group_math as gm
 from marft_agents import ppo_math as pm
-from marft_agents.rollout import Decision, EpisodeRecord, Rollout
+from marft_agents.episodes import Decision, EpisodeRecord, Rollout
 from marft_agents.settings.grpo import NORMALISATIONS
 
 S3 = 1 / math.sqrt(3)  # std of [1, 1, 0] (unbiased) is sqrt(1/3)

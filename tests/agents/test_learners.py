@@ -9,7 +9,7 @@ import torch
 
 from agent_helpers import SOLO, small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from marft_agents.learners import ActionLevelMAPPO, TokenLevelMAPPO, assign_credit, make_learner
-from marft_agents.rollout import Decision, EpisodeRecord, Rollout
+from marft_agents.episodes import Decision, EpisodeRecord, Rollout
 from marft_agents.trainer import train
 
 

@@ -7,7 +7,8 @@ import torch
 
 import marft_envs
 from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
-from marft_agents.rollout import RolloutCollector, rollout_metrics
+from marft_agents.episodes import rollout_metrics
+from marft_agents.rollout import RolloutCollector
 
 
 @pytest.fixture
