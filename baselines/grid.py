@@ -3,11 +3,42 @@
     python -m baselines.grid baselines/grids/relay.yaml [--dry-run] [--cells a,b] [--seeds 0,1] [--shard i/n]
     python -m baselines.grid baselines/grids/relay.yaml --report-only
 
-A grid file (YAML, :class:`GridSpec`) names a base config, one training-time budget for every
-cell, default seeds and its cells; a cell is the base config plus dotted-key overrides (as
+A grid file (YAML, :class:`GridSpec`) names a base config, one budget in samples for every
+training cell, when they are evaluated, default seeds and its cells; a cell is the base config plus dotted-key overrides (as
 ``--set``), trained once per seed, or an evaluation-only cell: ``untrained`` (the base model,
-adapters at initialisation) or ``swapped`` (another cell's final trained adapters, each agent
-given the next agent's adapter: :mod:`baselines.ablations`).
+adapters at initialisation) or an ablation of another cell's final trained team
+(:mod:`baselines.ablations`; its drop from the source's accuracy is what was taken away)::
+
+    - {name: swapped, evaluate: swapped, source: marft_a}        # each agent gets the next one's adapter
+    - {name: base_holder, evaluate: base_seat, source: marft_a,  # holder_0 plays as the base model
+       ablation: {seat: holder_0}}
+    - {name: mute_holder, evaluate: fixed_message, source: marft_a,
+       ablation: {seat: holder_0, message: "I don't know."}}      # the answerer reads this instead
+    - {name: holder_alone, overrides: {ppo.train_agents: [holder_0]}}      # partner frozen at the base
+    - {name: answerer_alone, overrides: {ppo.train_agents: [answerer_0]}}
+    - {name: separate, evaluate: combined, source: holder_alone,  # roles trained apart, then combined
+       ablation: {adapters: {answerer_0: answerer_alone}}}
+    - {name: marft_a_k16, evaluate: final, source: marft_a,      # the final adapters unchanged,
+       overrides: {eval.greedy: false, eval.samples_per_problem: 16}}  # sampled: avg@16, pass@16
+
+An ablation cell runs with its source's seeds and config (only ``eval.*`` overrides of its own,
+e.g. the sampled evaluation above, which ``untrained`` cells take too); its sources must be
+declared before it. The two-call solo (one solver prompted twice, draft then
+final answer, with one adapter: a team's test-time compute) is a training cell:
+``overrides: {env.kwargs.profile: solo_two_calls, shared_adapter: true}``.
+
+Budget. Every training cell trains on the same samples and is evaluated at the same points::
+
+    budget: {episodes: 320}        # or {sampled_tokens: N}: schedule.max_episodes / max_sampled_tokens
+    eval_every: {episodes: 64}     # evaluations at episodes 0, 64, ..., 320: eval.interval in updates
+
+so a cheaper learner (one agent instead of two) gets no more samples than a team, and the eval
+curves of all cells share their x values. The training seconds each run took are recorded (a
+cost, not the axis). The grid sets these keys on every training cell (:data:`GRID_SET_KEYS`);
+a cell that overrides one is refused, and so is an ``eval_every`` that is not a whole number of a
+cell's updates. Grid files from before (``time_budget_s``: equal wall-clock) still load for
+``--report-only`` and ``--dry-run``; their records say which axis they were made on. Two cells
+that would make the same run (identical resolved configs for a seed) are refused, naming both.
 
 Each run writes ``<records>/<cell>_seed<seed>.json`` (:class:`leaderboards.records.Record` with
 ``grid`` set, and the commit of the code at the start of the run). Re-running the command skips
@@ -21,8 +52,8 @@ Two processes, one per core, each take half the runs::
     OMP_NUM_THREADS=1 taskset -c 0 python -m baselines.grid GRID --shard 0/2 &
     OMP_NUM_THREADS=1 taskset -c 1 python -m baselines.grid GRID --shard 1/2 &
 
-Training runs are dealt round-robin over the shards; a swapped run goes to its source run's
-shard (it needs that run's adapters).
+Training runs are dealt round-robin over the shards; an ablation run goes to its source run's
+shard (it needs that run's adapters; a ``combined`` run waits for its other sources' records).
 """
 
 from __future__ import annotations
@@ -32,17 +63,20 @@ import json
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from baselines.ablations import ABLATIONS
 from baselines.run import build_record
 from leaderboards.grid_report import Comparison, write_report
-from leaderboards.records import Record, git_commit, write_record
+from leaderboards.records import (WALL_CLOCK, Record, env_task_revision, eval_outcomes, git_commit, grid_budget,
+                                  record_caveats, transcript_sample, write_record)
 from marft_agents.config import ConfigError, TrainConfig, build_dataclass, load_config
 
-EVALUATIONS = ("untrained", "swapped")
-"""Kinds of evaluation-only cells (a cell without ``evaluate`` trains)."""
+EVALUATIONS = ("untrained", *ABLATIONS)
+"""Kinds of evaluation-only cells (a cell without ``evaluate`` trains): the base model, or a
+training cell's final team changed by an ablation (:data:`baselines.ablations.ABLATIONS`)."""
 _CELL_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 
 
@@ -58,12 +92,64 @@ class CellSpec:
     """Seeds of this cell; None = the grid's ``seeds`` (a swapped cell: its source's)."""
     evaluate: str | None = None
     """None: train. ``untrained``: evaluate the base model (the config's policy with its
-    adapters at initialisation). ``swapped``: evaluate cell ``source``'s final adapters, each
-    agent given the next agent's adapter."""
+    adapters at initialisation). An ablation (``swapped``, ``base_seat``, ``fixed_message``,
+    ``combined``; :mod:`baselines.ablations`): evaluate cell ``source``'s final adapters with the
+    team changed, e.g. ``swapped``: each agent given the next agent's adapter."""
     source: str | None = None
-    """For ``swapped``: the training cell whose trained adapters are evaluated (same seeds)."""
+    """For an ablation: the training cell whose trained adapters are evaluated (same seeds)."""
+    ablation: dict[str, Any] = field(default_factory=dict)
+    """The ablation's options, e.g. ``{seat: holder_0}`` (its ``options_class``)."""
     note: str = ""
     """What the cell measures, shown in the report."""
+
+
+BUDGET_AXES = {"episodes": "schedule.max_episodes", "sampled_tokens": "schedule.max_sampled_tokens"}
+"""Budget axis of a grid (a field of :class:`BudgetSpec`) -> the schedule key it sets on every training cell."""
+GRID_SET_KEYS = (*BUDGET_AXES.values(), "schedule.time_budget_s", "eval.interval", "eval.at_end")
+"""Config keys the grid sets on every training cell (its budget and evaluation points), so that
+all cells train on the same samples and are evaluated at the same episode counts; a cell that
+overrides one is refused."""
+
+
+@dataclass
+class BudgetSpec:
+    """The training budget of every training cell of a grid, in samples: exactly one axis."""
+
+    episodes: int | None = None
+    """Training episodes (``schedule.max_episodes``): the default axis, as MARFT compares at equal
+    environment steps. A multiple of every cell's ``episodes_per_update``; each run plays exactly
+    this many."""
+    sampled_tokens: int | None = None
+    """Tokens sampled in rollouts (``schedule.max_sampled_tokens``), every agent's together: a team
+    whose agents each write splits this among them. A run stops after the update that reaches it."""
+
+    def __post_init__(self) -> None:
+        chosen = {axis: getattr(self, axis) for axis in BUDGET_AXES if getattr(self, axis) is not None}
+        if len(chosen) != 1 or next(iter(chosen.values())) < 1:
+            raise ValueError(f"give exactly one budget axis, {' or '.join(BUDGET_AXES)}, >= 1 "
+                             f"(e.g. budget: {{episodes: 320}}), got {chosen or 'none'}")
+
+    @property
+    def axis(self) -> str:
+        return next(axis for axis in BUDGET_AXES if getattr(self, axis) is not None)
+
+    @property
+    def amount(self) -> int:
+        return getattr(self, self.axis)
+
+
+@dataclass
+class EvalEverySpec:
+    """When a grid's training cells are evaluated, on the samples axis."""
+
+    episodes: int
+    """Evaluate after every this many training episodes (and before training, and at the end):
+    each cell's ``eval.interval`` is this over its ``episodes_per_update``, so every cell is
+    evaluated at the same episode counts whatever its cost per episode."""
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise ValueError(f"eval_every.episodes must be >= 1, got {self.episodes}")
 
 
 @dataclass
@@ -74,15 +160,27 @@ class GridSpec:
     """Grid name: records go to ``leaderboards/grids/<name>/records``, runs to ``runs/grids/<name>``."""
     base: str
     """Base training config (a YAML path, relative to the current directory)."""
-    time_budget_s: int
-    """``schedule.time_budget_s`` of every training cell: training time (rollouts + updates,
-    evaluation excluded) after which a run stops. One budget for all cells keeps them comparable."""
     cells: list[CellSpec]
     """The cells, in report order."""
+    budget: BudgetSpec | None = None
+    """What every training cell trains on: ``{episodes: N}`` or ``{sampled_tokens: N}``, the same
+    samples for all, so cells compare at equal samples, not at this machine's throughput. The
+    training seconds each run took are recorded as its cost."""
+    eval_every: EvalEverySpec | None = None
+    """``{episodes: M}``: evaluations at episodes 0, M, 2M, ... and at the end for every training
+    cell; None = before training and at the end only. With an episode budget N, M divides N."""
+    time_budget_s: int | None = None
+    """The former axis, equal training seconds per cell (grids run before the sample budgets):
+    such a grid loads for ``--report-only`` and ``--dry-run`` but no longer runs; its records say
+    so (``grid.budget.axis: wall_clock``, :func:`leaderboards.records.grid_budget`)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     """Default seeds of a cell."""
     title: str = ""
     """Heading of the report."""
+    demo: bool = False
+    """A demonstration of the protocol at a tiny budget, not a result: the report's heading says
+    so (:func:`spec_title`), and the shipped grids' checks of what a comparison grid must hold
+    (e.g. three seeds of the main cells) do not apply."""
     description: str = ""
     """What the grid compares, shown at the top of the report."""
     records: str | None = None
@@ -90,9 +188,9 @@ class GridSpec:
     output_root: str | None = None
     """Run folders' root; None = ``runs/grids/<name>`` (``<root>/<cell>/seed<k>``)."""
     comparisons: list[Comparison] = field(default_factory=list)
-    """Questions the report answers from the records: cell(s) ``a`` minus cell ``b`` with its
-    standard error, e.g. the best team against the best single agent, or a swapped ablation
-    against its source (:class:`leaderboards.grid_report.Comparison`)."""
+    """Questions the report answers from the records, declared before the runs: cell ``a`` minus
+    cell ``b``, tested with Holm's correction over all of them, e.g. a team against the single
+    agent, or an ablation against its source (:class:`leaderboards.grid_report.Comparison`)."""
 
 
 @dataclass
@@ -106,9 +204,11 @@ class GridRun:
     overrides: dict[str, Any]
     """Everything set on the base config: the cell's overrides, seed, output_dir and budget."""
     kind: str
-    """``train``, ``untrained`` or ``swapped``."""
+    """``train``, ``untrained`` or an ablation (``swapped``, ...)."""
     source: GridRun | None = None
-    """For a swapped run, the training run whose adapters it evaluates."""
+    """For an ablation run, the training run whose adapters it evaluates."""
+    others: list[GridRun] = field(default_factory=list)
+    """For an ablation run, further training runs whose adapters it reads (``combined``)."""
 
 
 def load_grid(path: str | Path) -> GridSpec:
@@ -119,8 +219,7 @@ def load_grid(path: str | Path) -> GridSpec:
     import yaml
 
     spec = build_dataclass(GridSpec, yaml.safe_load(path.read_text(encoding="utf-8")), "")
-    if spec.time_budget_s < 1:
-        raise ConfigError(f"time_budget_s must be >= 1 second, got {spec.time_budget_s}")
+    check_budget(spec)
     if not spec.cells:
         raise ConfigError(f"grid {spec.name!r} declares no cells")
     names = [c.name for c in spec.cells]
@@ -130,22 +229,88 @@ def load_grid(path: str | Path) -> GridSpec:
         if cell.evaluate not in (None, *EVALUATIONS):
             raise ConfigError(f"cell {cell.name!r}: evaluate must be one of {EVALUATIONS} or absent (train), "
                               f"got {cell.evaluate!r}")
-        if cell.evaluate == "swapped":
-            source = next((c for c in spec.cells if c.name == cell.source), None)
-            if source is None or source.evaluate is not None:
-                raise ConfigError(f"cell {cell.name!r}: swapped needs 'source', the name of a training cell "
-                                  f"of this grid, got {cell.source!r}")
-            if cell.overrides:
-                raise ConfigError(f"cell {cell.name!r}: a swapped cell evaluates its source's run as "
-                                  "configured; put overrides on the source cell")
-        elif cell.source is not None:
-            raise ConfigError(f"cell {cell.name!r}: 'source' is only for evaluate: swapped")
+        if cell.evaluate in ABLATIONS:
+            training = {c.name for c in spec.cells if c.evaluate is None}
+            for needed in [cell.source, *cell_ablation(cell).other_cells()]:
+                if needed not in training:
+                    raise ConfigError(f"cell {cell.name!r}: {cell.evaluate} needs 'source' (and its ablation's "
+                                      f"cells) to name training cells of this grid, got {needed!r}")
+            if any(not key.startswith("eval.") for key in cell.overrides):
+                raise ConfigError(f"cell {cell.name!r}: an ablation cell evaluates its source's run as "
+                                  "configured; only eval.* overrides (e.g. eval.samples_per_problem) are allowed, "
+                                  "put the others on the source cell")
+        elif cell.source is not None or cell.ablation:
+            raise ConfigError(f"cell {cell.name!r}: 'source' and 'ablation' are only for evaluate: "
+                              f"{', '.join(ABLATIONS)}")
     for k, comparison in enumerate(spec.comparisons):
-        unknown = [name for name in [*comparison.a, comparison.b] if name not in names]
-        if unknown or not comparison.a:
-            raise ConfigError(f"comparisons[{k}]: a (a list of cells) and b (a cell) must name cells of this grid; "
-                              f"unknown {unknown or 'empty a'}; cells: {', '.join(names)}")
+        unknown = [name for name in (comparison.a, comparison.b) if name not in names]
+        if unknown:
+            raise ConfigError(f"comparisons[{k}]: a and b must each name a cell of this grid; "
+                              f"unknown {unknown}; cells: {', '.join(names)}")
     return spec
+
+
+def check_budget(spec: GridSpec) -> None:
+    """One budget axis; evaluation points that land on it; no training cell setting what the grid sets."""
+    if (spec.budget is None) == (spec.time_budget_s is None):
+        raise ConfigError(f"grid {spec.name!r}: give one budget in samples, budget: {{episodes: N}} (or "
+                          "{sampled_tokens: N}) with eval_every: {episodes: M}; time_budget_s (equal wall-clock) "
+                          "is read only from grid files made before")
+    if spec.time_budget_s is not None and spec.time_budget_s < 1:
+        raise ConfigError(f"time_budget_s must be >= 1 second, got {spec.time_budget_s}")
+    if spec.budget is not None and spec.budget.axis == "episodes" and spec.eval_every is not None \
+            and spec.budget.episodes % spec.eval_every.episodes:
+        raise ConfigError(f"eval_every.episodes ({spec.eval_every.episodes}) must divide budget.episodes "
+                          f"({spec.budget.episodes}), so that every cell is evaluated at 0, M, 2M, ... up to the budget")
+    for cell in spec.cells:
+        grid_keys = [key for key in cell.overrides
+                     if any(key == g or g.startswith(key + ".") for g in GRID_SET_KEYS)]
+        if cell.evaluate is None and spec.budget is not None and grid_keys:
+            raise ConfigError(f"cell {cell.name!r} overrides {', '.join(grid_keys)}, which the grid sets on every "
+                              "training cell (budget, eval_every) so that all train on the same samples and are "
+                              "evaluated at the same episode counts; remove it")
+
+
+def budget_overrides(spec: GridSpec, cfg: TrainConfig, cell: str) -> dict[str, Any]:
+    """What the grid sets on a training cell whose config (without them) is ``cfg``: the budget,
+    and ``eval.interval`` in updates from ``eval_every`` in episodes (it must be a whole number of
+    the cell's updates); refused with one line when the cell's updates cannot meet them."""
+    if spec.budget is None:  # the former wall-clock axis
+        return {"schedule.time_budget_s": spec.time_budget_s}
+    per_update = cfg.schedule.episodes_per_update
+    interval = 0
+    if spec.eval_every is not None:
+        interval, rest = divmod(spec.eval_every.episodes, per_update)
+        if rest:
+            raise ConfigError(f"cell {cell!r}: eval_every.episodes ({spec.eval_every.episodes}) is not a whole number "
+                              f"of its updates (episodes_per_update {per_update}), so it could not be evaluated at "
+                              "the same episode counts as the others; change one of them")
+    if spec.budget.axis == "episodes" and cfg.schedule.num_updates * per_update < spec.budget.episodes:
+        raise ConfigError(f"cell {cell!r}: schedule.num_updates ({cfg.schedule.num_updates}) x episodes_per_update "
+                          f"({per_update}) stops it before budget.episodes ({spec.budget.episodes}); raise num_updates")
+    return {BUDGET_AXES[spec.budget.axis]: spec.budget.amount, "schedule.time_budget_s": None,
+            "eval.interval": interval, "eval.at_end": True}
+
+
+def budget_meta(spec: GridSpec) -> dict[str, Any]:
+    """``grid.budget`` of a training run's record: the axis, its amount and the evaluation interval
+    (the former wall-clock axis as :func:`leaderboards.records.grid_budget` reads it)."""
+    if spec.budget is None:
+        return {"axis": WALL_CLOCK, "time_budget_s": spec.time_budget_s}
+    return {"axis": spec.budget.axis, spec.budget.axis: spec.budget.amount,
+            "eval_every_episodes": spec.eval_every.episodes if spec.eval_every else None}
+
+
+def cell_ablation(cell: CellSpec) -> Any:
+    """The :class:`baselines.ablations.Ablation` of an ablation cell, its options checked."""
+    return ABLATIONS[cell.evaluate].from_cell(cell.ablation, f"cell {cell.name!r}: ablation")
+
+
+def env_agents(cfg: TrainConfig) -> list[str]:
+    """The agents of the env a config evaluates (``env.kwargs`` with ``eval.env_kwargs`` on top)."""
+    import marft_envs
+
+    return list(marft_envs.make(cfg.env.id, **{**cfg.env.kwargs, **cfg.eval.env_kwargs}).possible_agents)
 
 
 def records_dir(spec: GridSpec) -> Path:
@@ -156,25 +321,53 @@ def plan(spec: GridSpec) -> list[GridRun]:
     """Every run of the grid, in file order (cells, then seeds); each run's config is validated."""
     root = Path(spec.output_root) if spec.output_root else Path("runs") / "grids" / spec.name
     runs: dict[tuple[str, int], GridRun] = {}
+    identities: dict[str, GridRun] = {}
     for cell in spec.cells:
         source = next((c for c in spec.cells if c.name == cell.source), None)
         seeds = cell.seeds if cell.seeds is not None else (
             source.seeds if source is not None and source.seeds is not None else spec.seeds)
         for seed in seeds:
             overrides = {**cell.overrides, "seed": seed, "output_dir": str(root / cell.name / f"seed{seed}")}
-            if cell.evaluate is None:
-                overrides["schedule.time_budget_s"] = spec.time_budget_s
-            source_run = None
-            if cell.evaluate == "swapped":
-                source_run = runs.get((cell.source, seed))
-                if source_run is None:
-                    raise ConfigError(f"cell {cell.name!r} seed {seed}: its source {cell.source!r} has no run "
-                                      "with that seed; give the swapped cell the source's seeds")
-                overrides = dict(source_run.overrides)
-            run = GridRun(cell, seed, f"{cell.name}_seed{seed}", overrides, cell.evaluate or "train", source_run)
-            run_config(spec, run)  # fail before any training when a cell's overrides are invalid
+            source_run, others = None, []
+            if cell.evaluate in ABLATIONS:
+                ablation = cell_ablation(cell)
+                missing = [c for c in [cell.source, *ablation.other_cells()] if (c, seed) not in runs]
+                if missing:
+                    raise ConfigError(f"cell {cell.name!r} seed {seed}: {', '.join(missing)} (a source of the "
+                                      "ablation) has no run with that seed; give the ablation cell its sources' "
+                                      "seeds and declare it after them")
+                source_run, others = runs[(cell.source, seed)], [runs[(c, seed)] for c in ablation.other_cells()]
+                # the source's config (and folder, unless the kind writes its own), the cell's eval.* on top
+                own_dir = overrides["output_dir"]
+                overrides = {**source_run.overrides, **cell.overrides}
+                if ablation.own_folder:
+                    overrides["output_dir"] = own_dir
+            run = GridRun(cell, seed, f"{cell.name}_seed{seed}", overrides, cell.evaluate or "train", source_run,
+                          others)
+            if cell.evaluate is None:  # the budget and evaluation points, from the cell's own episodes_per_update
+                overrides.update(budget_overrides(spec, run_config(spec, run), cell.name))
+            cfg = run_config(spec, run)  # fail before any training when a cell's overrides are invalid
+            if cell.evaluate in ABLATIONS and seed == seeds[0]:  # e.g. a seat that is no agent of the env
+                cell_ablation(cell).check_team(env_agents(cfg), cfg.shared_adapter, f"cell {cell.name!r}: ablation")
+            same = identities.setdefault(run_identity(run, cfg), run)
+            if same is not run:
+                raise ConfigError(f"cells {same.cell.name!r} and {cell.name!r} would make the same run for seed {seed} "
+                                  "(identical resolved configs, apart from output_dir); one run would be counted "
+                                  "twice: remove one or make them differ")
             runs[(cell.name, seed)] = run
     return list(runs.values())
+
+
+def run_identity(run: GridRun, cfg: TrainConfig) -> str:
+    """What decides a run's outcome: its resolved config without ``output_dir``, and for an
+    evaluation-only run what it evaluates (its kind, source, ablation options). Two runs with the
+    same identity are the same run under two names."""
+    from marft_agents.config import config_to_dict
+
+    config = config_to_dict(cfg)
+    config.pop("output_dir", None)
+    cell = {k: v for k, v in asdict(run.cell).items() if k not in ("name", "note", "seeds", "overrides")}
+    return json.dumps({"kind": run.kind, "cell": cell, "config": config}, sort_keys=True, default=str)
 
 
 def run_config(spec: GridSpec, run: GridRun) -> TrainConfig:
@@ -185,20 +378,21 @@ def run_config(spec: GridSpec, run: GridRun) -> TrainConfig:
 
 
 def shard(runs: list[GridRun], index: int, count: int) -> list[GridRun]:
-    """Shard ``index`` of ``count``: training and untrained runs round-robin, swapped with their source."""
+    """Shard ``index`` of ``count``: training and untrained runs round-robin, ablations with their source."""
     if not 0 <= index < count:
         raise ValueError(f"--shard must be i/n with 0 <= i < n, got {index}/{count}")
     owner: dict[str, int] = {}
-    for k, run in enumerate(r for r in runs if r.kind != "swapped"):
+    for k, run in enumerate(r for r in runs if r.kind not in ABLATIONS):
         owner[run.name] = k % count
-    # A swapped run goes with its source (it reads that run's adapters). When the selection
-    # (--cells) leaves the source out, the source must be done already: deal those round-robin.
-    orphans = [r for r in runs if r.kind == "swapped" and r.source.name not in owner]
+    # An ablation run goes with its source (it reads that run's adapters; a combined run's other
+    # sources may be on another shard: it waits for their records). When the selection (--cells)
+    # leaves the source out, the source must be done already: deal those round-robin.
+    orphans = [r for r in runs if r.kind in ABLATIONS and r.source.name not in owner]
     for k, run in enumerate(orphans):
         owner[run.name] = k % count
 
     def shard_of(run: GridRun) -> int:
-        if run.kind == "swapped" and run.source.name in owner:
+        if run.kind in ABLATIONS and run.source.name in owner:
             return owner[run.source.name]
         return owner[run.name]
 
@@ -206,22 +400,53 @@ def shard(runs: list[GridRun], index: int, count: int) -> list[GridRun]:
 
 
 def status(spec: GridSpec, run: GridRun) -> str:
-    """``done`` (record written), ``partial`` (checkpoint, no record), ``blocked`` (a swapped run
-    whose source has no record yet) or ``todo``."""
+    """``done`` (record written under this grid's protocol), ``stale`` (a record made under an
+    older one: another budget axis or task revision; running replaces it), ``partial``
+    (checkpoint, no record), ``conflict`` (the run folder holds a checkpoint of a run with another
+    budget: resuming it would mix the two), ``blocked`` (an ablation run whose source, or another
+    run it reads, has no current record yet) or ``todo``."""
     from marft_agents.checkpoint import latest_checkpoint
 
-    if (records_dir(spec) / f"{run.name}.json").is_file():
+    path = records_dir(spec) / f"{run.name}.json"
+    if path.is_file() and record_is_current(spec, json.loads(path.read_text(encoding="utf-8"))):
         return "done"
-    if run.kind == "swapped" and not (records_dir(spec) / f"{run.source.name}.json").is_file():
+    if run.kind in ABLATIONS and not all(status(spec, r) == "done" for r in [run.source, *run.others]):
         return "blocked"
-    if run.kind == "train" and latest_checkpoint(run.overrides["output_dir"]) is not None:
-        return "partial"
-    return "todo"
+    checkpoint = latest_checkpoint(run.overrides["output_dir"]) if run.kind == "train" else None
+    if checkpoint is not None:
+        return "conflict" if budget_changes(run, checkpoint) else "partial"
+    return "stale" if path.is_file() else "todo"
+
+
+def record_is_current(spec: GridSpec, record: dict[str, Any]) -> bool:
+    """Whether a record was made under this grid's protocol: nothing a report must flag
+    (:func:`leaderboards.records.record_caveats`) and, for a trained run, this grid's budget."""
+    if record_caveats(record):
+        return False
+    return (record.get("grid") or {}).get("kind") == "untrained" or grid_budget(record) == budget_meta(spec)
+
+
+def budget_changes(run: GridRun, checkpoint: Path) -> list[str]:
+    """``key: saved -> now`` for each key the grid sets (:data:`GRID_SET_KEYS`) that differs between
+    the config a checkpoint was saved with and this run's."""
+    from marft_agents.checkpoint import load_checkpoint_config
+
+    saved = load_checkpoint_config(checkpoint) or {}
+    changes = []
+    for key in GRID_SET_KEYS:
+        section, name = key.split(".")
+        before = (saved.get(section) or {}).get(name)
+        if key in run.overrides and before != run.overrides[key]:
+            changes.append(f"{key}: {before!r} -> {run.overrides[key]!r}")
+    return changes
 
 
 # -- running ----------------------------------------------------------------------------------------
 def _grid_meta(spec: GridSpec, run: GridRun, wall_s: float) -> dict[str, Any]:
-    return {"grid": spec.name, "cell": run.cell.name, "seed": run.seed, "kind": run.kind, "wall_s": round(wall_s, 1)}
+    meta = {"grid": spec.name, "cell": run.cell.name, "seed": run.seed, "kind": run.kind, "wall_s": round(wall_s, 1)}
+    if run.kind != "untrained":  # a training run, or an ablation of one: the budget it trained on
+        meta["budget"] = budget_meta(spec)
+    return meta
 
 
 def train_run(spec: GridSpec, run: GridRun) -> Record:
@@ -242,10 +467,8 @@ def train_run(spec: GridSpec, run: GridRun) -> Record:
 
 
 def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
-    """Evaluate the untrained policy, or the source run's final adapters swapped between agents."""
+    """Evaluate the untrained policy, or the source run's final adapters changed by an ablation."""
     import marft_agents.models as models
-    import marft_envs
-    from baselines.ablations import rotation, swap_agent_adapters
     from marft_agents.checkpoint import latest_checkpoint, load_adapters
     from marft_agents.evaluation import evaluate
     from marft_agents.trainer import build_policy
@@ -254,30 +477,39 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     started = time.perf_counter()
     cfg = run_config(spec, run)
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
-    agent_ids = list(marft_envs.make(cfg.env.id, **env_kwargs).possible_agents)
+    agent_ids = env_agents(cfg)
     model, tokenizer = models.load_model_and_tokenizer(cfg.model)
     policy = build_policy(cfg, model, tokenizer, agent_ids)
     meta: dict[str, Any] = {}
     source_record: dict[str, Any] = {}
-    if run.kind == "swapped":
-        checkpoint = latest_checkpoint(cfg.output_dir)
-        if checkpoint is None:
-            raise FileNotFoundError(f"{run.name}: the source run {run.source.name} has no checkpoint in "
-                                    f"{cfg.output_dir}; run its cell first")
-        assignment = rotation(agent_ids)
-        policy.load_adapter_state_dict(swap_agent_adapters(load_adapters(checkpoint), policy, assignment))
+    if run.kind in ABLATIONS:
+        checkpoints: dict[str, str] = {}
+
+        def final_adapters(source: GridRun) -> dict[str, Any]:
+            checkpoint = latest_checkpoint(source.overrides["output_dir"])
+            if checkpoint is None:
+                raise FileNotFoundError(f"{run.name}: the source run {source.name} has no checkpoint in "
+                                        f"{source.overrides['output_dir']}; run its cell first")
+            checkpoints[source.cell.name] = str(checkpoint)
+            return load_adapters(checkpoint)
+
+        ablation = cell_ablation(run.cell)
+        others = {r.cell.name: r for r in run.others}
+        policy, changes = ablation.prepare(policy, final_adapters(run.source),
+                                           lambda cell: final_adapters(others[cell]))
         source_record = json.loads((records_dir(spec) / f"{run.source.name}.json").read_text())
-        meta = {"source": run.source.cell.name, "assignment": assignment, "checkpoint": str(checkpoint),
-                "unswapped_accuracy": source_record["eval_after"]["accuracy"]}
+        meta = {"source": run.source.cell.name, **changes, "checkpoint": checkpoints[run.source.cell.name],
+                ablation.source_accuracy_key: source_record["eval_after"]["accuracy"]}
+        if run.others:
+            meta["checkpoints"] = checkpoints
     e = cfg.eval
     result = evaluate(policy, cfg.env.id, env_kwargs, n_problems=e.n_problems, greedy=e.greedy, seed=e.seed,
-                      sampling=cfg.sampling, num_envs=e.num_envs)
+                      sampling=cfg.sampling, num_envs=e.num_envs, samples_per_problem=e.samples_per_problem)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     transcripts = out / f"{run.kind}_transcripts.jsonl"  # who said what, for explaining effects
     transcripts.write_text("".join(json.dumps(t) + "\n" for t in result.per_task), encoding="utf-8")
-    evaluation = {"accuracy": result.accuracy, "stderr": result.stderr, "n": result.n, "distinct": result.distinct,
-                  "mean_reward": result.mean_reward, "greedy": e.greedy}
+    evaluation = {**result.figures(), "greedy": e.greedy}
     from marft_agents.config import config_to_dict
     from marft_agents.learners.registry import EVAL_ONLY
 
@@ -285,8 +517,14 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
         name=run.name, env_id=cfg.env.id, env_kwargs=env_kwargs,
         algorithm=EVAL_ONLY if run.kind == "untrained" else cfg.algorithm,
         model=cfg.model.name_or_path, eval_after=evaluation,
-        eval_curve=[{"update": 0, "accuracy": result.accuracy, "stderr": result.stderr, "train_seconds": 0.0}]
+        eval_curve=[{"update": 0, "episodes": 0, "sampled_tokens": 0, "accuracy": result.accuracy,
+                     "stderr": result.stderr, "train_seconds": 0.0}]
         if run.kind == "untrained" else [],
+        eval_outcomes=eval_outcomes(result.per_task, source_record.get("budget", {}).get("updates", 0)),
+        transcripts=[{"update": source_record.get("budget", {}).get("updates", 0),
+                      "episodes": source_record.get("budget", {}).get("episodes", 0),
+                      "problems": transcript_sample(result.per_task)}],
+        task_revision=env_task_revision(cfg.env.id, env_kwargs),
         budget=source_record.get("budget", {}), config=config_to_dict(cfg), commit=commit,
         grid={**_grid_meta(spec, run, time.perf_counter() - started), **meta},
     )
@@ -294,6 +532,8 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
 
 def run_grid(spec: GridSpec, runs: list[GridRun], log=print) -> dict[str, int]:
     """Run every run not done yet; returns counts by outcome (``ran``, ``skipped``, ``blocked``)."""
+    from marft_agents.checkpoint import latest_checkpoint
+
     counts = {"ran": 0, "skipped": 0, "blocked": 0}
     records = records_dir(spec)
     for run in runs:
@@ -306,7 +546,14 @@ def run_grid(spec: GridSpec, runs: list[GridRun], log=print) -> dict[str, int]:
             counts["blocked"] += 1
             log(f"wait {run.name}: needs the record of {run.source.name} first (run the grid again later)")
             continue
-        log(f"{'resume' if state == 'partial' else 'run'} {run.name} ({run.kind})")
+        if state == "conflict":
+            counts["blocked"] += 1
+            log(f"stop {run.name}: {run.overrides['output_dir']} holds a checkpoint of a run with another budget "
+                f"({'; '.join(budget_changes(run, latest_checkpoint(run.overrides['output_dir'])))}); move that "
+                "folder away to run it under this grid's budget")
+            continue
+        verb = {"partial": "resume", "stale": "rerun"}.get(state, "run")
+        log(f"{verb} {run.name} ({run.kind})" + (": its record was made under an older protocol" if state == "stale" else ""))
         record = train_run(spec, run) if run.kind == "train" else evaluate_run(spec, run)
         path = write_record(record, records)
         write_spec_report(spec)
@@ -315,8 +562,27 @@ def run_grid(spec: GridSpec, runs: list[GridRun], log=print) -> dict[str, int]:
     return counts
 
 
+def describe_budget(spec: GridSpec, runs: list[GridRun]) -> str:
+    """The dry run's summary of the training budget: runs x samples, and the evaluation points."""
+    training = sum(r.kind == "train" for r in runs)
+    if spec.budget is None:
+        return (f"{training} training runs of {spec.time_budget_s} s training time each: the former wall-clock "
+                "axis, records only")
+    unit = spec.budget.axis.replace("_", " ")
+    every = spec.eval_every.episodes if spec.eval_every else None
+    points = (f"evaluated at episodes 0, {every}, {2 * every}, ... and at the end" if every
+              else "evaluated before training and at the end")
+    return (f"{training} training runs of {spec.budget.amount} {unit} each = {training * spec.budget.amount} {unit}, "
+            f"{points}; training time is recorded per run as its cost")
+
+
+DEMO_MARK = "(a demonstration of the protocol, not a result)"
+"""Appended to the report heading of a ``demo`` grid."""
+
+
 def spec_title(spec: GridSpec) -> str:
-    return spec.title or f"Grid {spec.name}"
+    title = spec.title or f"Grid {spec.name}"
+    return f"{title} {DEMO_MARK}" if spec.demo else title
 
 
 def write_spec_report(spec: GridSpec) -> Path:
@@ -370,18 +636,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {write_spec_report(spec)}")
         return 0
     if args.dry_run:
-        training = [r for r in runs if r.kind == "train"]
-        hours = len(training) * spec.time_budget_s / 3600
-        print(f"grid {spec.name}: {len(runs)} runs ({len(training)} training runs of {spec.time_budget_s} s "
-              f"training time each = {hours:.1f} h on one core, {hours / 2:.1f} h on two; evaluations extra)")
+        print(f"grid {spec.name}: {len(runs)} runs ({describe_budget(spec, runs)})")
         for run in runs:
-            shown = {k: v for k, v in run.overrides.items() if k not in ("seed", "output_dir", "schedule.time_budget_s")}
+            shown = {k: v for k, v in run.overrides.items() if k not in ("seed", "output_dir", *GRID_SET_KEYS)}
             extra = f" from {run.source.name}" if run.source else ""
             print(f"  {status(spec, run):<8} {run.name:<36} {run.kind}{extra}  {json.dumps(shown)}")
         return 0
+    if spec.budget is None:
+        print(f"grid: error: grid {spec.name} budgets its cells by wall-clock (time_budget_s: {spec.time_budget_s}); "
+              "its records stay readable (--report-only), but new runs are budgeted in samples: replace it with "
+              "budget: {episodes: N} and eval_every: {episodes: M}", file=sys.stderr)
+        return 2
     counts = run_grid(spec, runs)
     print(f"grid {spec.name}: ran {counts['ran']}, skipped {counts['skipped']} (records exist), "
-          f"waiting {counts['blocked']} (swapped runs whose source is not done)")
+          f"waiting {counts['blocked']} (ablation runs whose sources are not done, or run folders holding a "
+          "checkpoint of another budget)")
     return 0
 
 

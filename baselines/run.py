@@ -3,7 +3,8 @@
     python -m baselines.run baselines/configs/marft_a_arithmetic.yaml [--resume] [--set key=value ...]
 
 Trains with ``marft train`` (evaluating the untrained policy first), then writes
-``leaderboards/records/<name>.json`` from the run's ``summary.json`` and regenerates
+``leaderboards/records/<name>.json`` from the run's own files (``summary.json``, ``metrics.jsonl``
+and the per-problem outcomes of every evaluation in ``evals/``) and regenerates
 ``leaderboards/README.md``. The record's name is the config file's stem unless ``--name`` is
 given. Nothing in a record is typed by hand.
 """
@@ -14,9 +15,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from leaderboards.build import build
-from leaderboards.records import RECORDS_DIR, Record, git_commit, write_record
+from leaderboards.records import (RECORDS_DIR, Record, env_task_revision, eval_outcomes, git_commit,
+                                  training_diagnostics, transcript_sample, write_record)
 from marft_agents.cli import main as marft_main
 from marft_agents.config import TrainConfig, config_to_dict, load_config
 from marft_agents.metrics import read_metrics
@@ -31,26 +34,51 @@ def dedupe_by_step(rows: list[dict]) -> list[dict]:
     return [by_step[step] for step in sorted(by_step)]
 
 
+def read_eval_outcomes(out: Path, updates: list[int]) -> dict[int, dict[str, Any]]:
+    """The per-problem outcomes the trainer kept of the evaluations at ``updates`` (update -> file
+    content); evaluations without a file (a run from before the trainer kept them) are left out."""
+    from marft_agents.trainer import EVAL_OUTCOMES_DIR  # imports torch: not at module level
+
+    found = {}
+    for update in updates:
+        path = out / EVAL_OUTCOMES_DIR / f"update_{update:06d}.json"
+        if path.is_file():
+            found[update] = json.loads(path.read_text(encoding="utf-8"))
+    return found
+
+
 def build_record(cfg: TrainConfig, name: str, commit: str) -> Record:
-    """The leaderboard record of a finished run, read from its ``summary.json`` and ``metrics.jsonl``."""
+    """The leaderboard record of a finished run, read from its ``summary.json``, ``metrics.jsonl``
+    and ``evals/``: the eval curve with the episodes and sampled tokens at each point, per-update
+    diagnostics, the final evaluation's per-problem outcomes and a transcript sample."""
     out = Path(cfg.output_dir)
     summary = json.loads((out / "summary.json").read_text())
     rows = dedupe_by_step(read_metrics(out / "metrics.jsonl"))
     wall = sum(r.get("time/rollout_s", 0) + r.get("time/update_s", 0) for r in rows)
+    evaluated = [r for r in rows if r.get("eval/accuracy") is not None]
+    outcomes = read_eval_outcomes(out, [r["step"] for r in evaluated])
+    final = summary["counters"]["update"]
+    env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
     return Record(
         name=name,
         env_id=cfg.env.id,
-        env_kwargs={**cfg.env.kwargs, **cfg.eval.env_kwargs},
+        env_kwargs=env_kwargs,
         algorithm=cfg.algorithm,
         model=cfg.model.name_or_path,
         eval_before=summary.get("eval_before"),
         eval_after={**summary["eval_after"], "greedy": cfg.eval.greedy},
         eval_best=summary.get("eval_best"),
-        eval_curve=[{"update": r["step"], "accuracy": r["eval/accuracy"], "stderr": r["eval/stderr"],
-                     "train_seconds": round(r.get("time/train_seconds", 0.0), 1)}
-                    for r in rows if "eval/accuracy" in r],
-        budget={"updates": summary["counters"]["update"], "episodes": summary["counters"]["episodes"],
+        eval_curve=[{"update": r["step"], "episodes": int(r.get("counters/episodes") or 0),
+                     "sampled_tokens": int(r.get("counters/tokens") or 0), "accuracy": r["eval/accuracy"],
+                     "stderr": r["eval/stderr"], "train_seconds": round(r.get("time/train_seconds") or 0.0, 1)}
+                    for r in evaluated],
+        budget={"updates": final, "episodes": summary["counters"]["episodes"],
                 "tokens": summary["counters"]["tokens"], "wall_clock_s": round(wall, 1)},
+        diagnostics=training_diagnostics(rows),
+        eval_outcomes=eval_outcomes(outcomes[final]["per_task"], final) if final in outcomes else None,
+        transcripts=[{"update": update, "episodes": kept["episodes"], "problems": transcript_sample(kept["per_task"])}
+                     for update, kept in sorted(outcomes.items())],
+        task_revision=env_task_revision(cfg.env.id, env_kwargs),
         config=config_to_dict(cfg),
         commit=commit,
     )

@@ -1,17 +1,36 @@
-"""Tables and plots of a grid's records (``python -m baselines.grid GRID --report-only``).
+"""Tables, tests and plots of a grid's records (``python -m baselines.grid GRID --report-only``).
 
 ``baselines/grid.py`` writes one record per (cell, seed) into ``<grid folder>/records`` and calls
-:func:`write_report` after every run, which regenerates ``<grid folder>/README.md`` (a table:
-per cell, the mean final accuracy over seeds with its standard error over seeds, and every
-seed's accuracy with its own evaluation standard error; then the grid's declared
-:class:`Comparison` s, a - b with its s.e.) and ``<grid folder>/curves.png`` (evaluation accuracy
-against training minutes, one colour per cell, one line per seed; the PNG carries the plotted
-numbers, :func:`plotted_series`). Everything comes from the records and the grid file, so a test
-regenerates the committed reports and compares.
+:func:`write_report` after every run, which regenerates ``<grid folder>/README.md`` and
+``<grid folder>/curves.png`` from the records and the grid file alone (so a test regenerates the
+committed reports and compares):
 
-The standard error over seeds is ``stdev(accuracies) / sqrt(k)`` (k seeds; none for one seed):
-it measures how much the result moves with the seed. Each seed's own +- is its evaluation's
-standard error, clustered by problem statement.
+- per cell: the mean final accuracy over seeds with its standard error over seeds, every seed's
+  accuracy with its own evaluation standard error, the take-off rate (seeds whose final accuracy
+  left their untrained evaluation by more than :data:`TAKEOFF_SE` standard errors of the
+  difference), the area under the evaluation curve over the budget axis (its mean height), and
+  the costs (training minutes, updates, episodes);
+- the grid's declared :class:`Comparison` s, each answered by the tests of
+  :mod:`leaderboards.stats`: a t test (paired when the grid declares the pair and both cells have
+  the same seeds; one-sample against a seed-free untrained evaluation; else Welch) with its CI,
+  an exact permutation or sign-flip test beside it, a bootstrap CI over seeds x problems, Holm's
+  correction over every declared comparison, an equivalence test where a margin is declared,
+  and a verdict that says "not resolved" where it is not, with a planning estimate of the seeds
+  it would take. Only declared comparisons are tested: nothing is chosen after the results;
+- cells evaluated with several samples per problem: avg@k and pass@k with their s.e.
+  (:func:`sampled_table`); ablations of one agent (``base_seat``, ``fixed_message``): the drop
+  from the source cell, that agent's contribution, with its s.e. (:func:`contribution_table`);
+- duplicate runs (:func:`leaderboards.stats.duplicate_runs`) are named and counted once; records
+  of cells the grid file no longer declares are named as not tested and read nowhere else
+  (:func:`undeclared_records`), so a removed cell cannot slip back into a table;
+- the plot: evaluation accuracy against the budget axis, one colour per cell, one line per seed
+  (the PNG carries the plotted numbers, :func:`plotted_series`).
+
+The budget axis is the one the training records were budgeted on (``grid.budget.axis``: episodes
+or sampled tokens, counted at every evaluation), so every cell is read at the same samples;
+records of grids run at equal training time, before the sample budgets, carry no sample count
+per evaluation and are plotted against training minutes, and the report says so, with every
+caveat the records carry (:func:`leaderboards.records.record_caveats`).
 """
 
 from __future__ import annotations
@@ -24,10 +43,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leaderboards.records import load_records
+from leaderboards import stats
+from leaderboards.records import WALL_CLOCK, grid_budget, load_records
+from marft_agents.evaluation import SAMPLED_FIGURES
 
 README = "README.md"
 PLOT = "curves.png"
+ALPHA = 0.05
+"""Family-wise error rate of a grid's declared comparisons (Holm), and the level of each CI."""
+TAKEOFF_SE = 2.0
+"""A seed took off when its final accuracy exceeds its own untrained evaluation by more than this
+many standard errors of the difference of the two evaluations."""
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+AXES = {"episodes": ("episodes", "training episodes", 1.0),
+        "sampled_tokens": ("sampled_tokens", "sampled tokens", 1.0),
+        WALL_CLOCK: ("train_seconds", "training minutes (wall-clock)", 1 / 60),
+        "updates": ("update", "updates", 1.0)}
+"""Budget axes (a grid record's ``grid.budget.axis``, :func:`leaderboards.records.grid_budget`) as
+(eval-curve point key, label, scale), in order of preference when the records do not say."""
 
 
 @dataclass
@@ -36,19 +70,37 @@ class CellSummary:
 
     cell: str
     kind: str
-    """``train``, ``untrained`` or ``swapped``."""
+    """``train``, ``untrained`` or an evaluation-only ablation (e.g. ``swapped``)."""
     algorithm: str
     profile: str
     seeds: list[int] = field(default_factory=list)
     accuracies: list[float] = field(default_factory=list)
-    """Final greedy accuracy per seed (same order as ``seeds``)."""
+    """Final accuracy per seed (same order as ``seeds``)."""
     stderrs: list[float] = field(default_factory=list)
     """Each seed's evaluation standard error."""
+    outcomes: list[dict[int, float] | None] = field(default_factory=list)
+    """Each seed's final per-problem outcomes (task index -> share of its samples solved), when
+    its record has them."""
+    starts: list[tuple[float, float] | None] = field(default_factory=list)
+    """Each seed's untrained evaluation (accuracy, s.e.): its curve's update-0 point."""
+    curves: list[tuple[list[float], list[float]]] = field(default_factory=list)
+    """Each seed's evaluation curve on the budget axis: (x, accuracy); empty for no curve."""
     minutes: list[float] = field(default_factory=list)
-    """Training minutes per seed (the budget's clock)."""
+    """Training minutes per seed (a cost)."""
     updates: list[int] = field(default_factory=list)
+    episodes: list[int] = field(default_factory=list)
+    greedy: bool = True
+    """Every evaluation greedy (so an untrained cell's result does not depend on the seed)."""
     source: str | None = None
-    """For a swapped cell, the cell whose adapters it evaluated."""
+    """For an ablation cell, the cell whose trained adapters it evaluated."""
+    seat: str | None = None
+    """For an ablation of one agent (``base_seat``, ``fixed_message``: its records name a
+    ``seat``), that agent: the cell's drop from its source is the agent's contribution."""
+    message: str | None = None
+    """For a ``fixed_message`` cell, what the seat said instead of its output."""
+    sampled: list[dict[str, Any] | None] = field(default_factory=list)
+    """Each seed's sampled-evaluation figures (:data:`marft_agents.evaluation.SAMPLED_FIGURES`:
+    ``samples_per_problem`` k, avg@k, pass@k and their s.e.), when its record has them (k > 1)."""
     commits: list[str] = field(default_factory=list)
 
     @property
@@ -56,85 +108,263 @@ class CellSummary:
         return statistics.mean(self.accuracies)
 
     @property
+    def sd(self) -> float | None:
+        """Standard deviation of the per-seed accuracies; None with one seed."""
+        return statistics.stdev(self.accuracies) if len(self.accuracies) > 1 else None
+
+    @property
     def se_over_seeds(self) -> float | None:
         """``stdev / sqrt(k)`` of the per-seed accuracies; None with one seed."""
-        k = len(self.accuracies)
-        return statistics.stdev(self.accuracies) / math.sqrt(k) if k > 1 else None
+        return self.sd / math.sqrt(len(self.accuracies)) if self.sd is not None else None
+
+    @property
+    def seed_free(self) -> bool:
+        """A greedy evaluation of the untrained model: the same for every seed, so one record is
+        the cell's exact value on its problem set (a constant in a comparison)."""
+        return self.kind == "untrained" and self.greedy and len(self.seeds) == 1
+
+    def takeoff(self) -> tuple[int, int] | None:
+        """(seeds that took off, seeds with an untrained start) for a training cell, else None."""
+        runs = [(acc, se, *start) for acc, se, start in zip(self.accuracies, self.stderrs, self.starts)
+                if start is not None]
+        if self.kind != "train" or not runs:
+            return None
+        return sum(stats.took_off(*run, n_se=TAKEOFF_SE) for run in runs), len(runs)
+
+    def auc(self) -> float | None:
+        """Mean over seeds of each curve's area per unit of budget axis; None without curves."""
+        areas = [stats.curve_auc(x, y) for x, y in self.curves if len(x) > 1]
+        return statistics.mean(areas) if areas else None
+
+    def problems(self) -> set[int] | None:
+        """The problems every seed's per-problem outcomes cover, when all seeds have the same."""
+        sets = [frozenset(o) if o is not None else None for o in self.outcomes]
+        return set(sets[0]) if sets and None not in sets and len(set(sets)) == 1 else None
+
+
+def _bootstrap_units(a: CellSummary, b: CellSummary) -> tuple[list[Any], list[Any]]:
+    """Per seed of each cell, its per-problem outcomes in one problem order when every seed of both
+    cells has them on the same problems (a problem-matched bootstrap), else its accuracy."""
+    problems = a.problems()
+    if problems is None or problems != b.problems():
+        return list(a.accuracies), list(b.accuracies)
+    order = sorted(problems)
+    return ([[o[k] for k in order] for o in a.outcomes], [[o[k] for k in order] for o in b.outcomes])
 
 
 @dataclass
 class Comparison:
-    """A question the grid answers: cell ``a`` minus cell ``b``, in accuracy points."""
+    """A question the grid answers, declared in the grid file before the runs: cell ``a`` minus
+    cell ``b``, in accuracy points. Holm's correction runs over all of a grid's comparisons."""
 
-    a: list[str]
-    """The cell (or cells) measured; with several, the one with the highest mean over seeds is
-    used (chosen after the fact, e.g. "the best team"; the report names it)."""
+    a: str
+    """The cell measured."""
     b: str
-    """The reference cell (e.g. the best single agent, or the unswapped source of an ablation)."""
+    """The reference cell (e.g. the single agent, or the source of an ablation)."""
     question: str = ""
     """What the difference answers, shown in the report."""
+    paired: bool = False
+    """``a``'s seed k and ``b``'s seed k pair (e.g. ``a`` re-evaluates ``b``'s own trained runs), so
+    the paired tests apply when both cells have the same seeds."""
+    margin: float | None = None
+    """Equivalence margin in accuracy points: with it, "no difference" is a claim the report can
+    resolve (both one-sided tests reject a difference beyond +-margin)."""
+
+    def __post_init__(self) -> None:
+        if self.a == self.b:
+            raise ValueError(f"a comparison needs two different cells, got {self.a!r} twice")
+        if self.margin is not None and self.margin <= 0:
+            raise ValueError(f"margin must be > 0 accuracy points, got {self.margin}")
 
 
 @dataclass
 class ComparisonResult:
-    """``a - b`` of two cells' final accuracies with its standard error."""
+    """The statistics of one declared comparison."""
 
     comparison: Comparison
     a: CellSummary
     b: CellSummary
     difference: float
     """mean(a) - mean(b), as a fraction."""
-    stderr: float
-    se_basis: str
-    """``paired seeds`` (the per-seed differences' stdev / sqrt(k): ``a`` re-evaluates ``b``'s own
-    trained runs, a swapped ablation, so each seed's training luck cancels), ``seeds`` (sqrt of
-    the two over-seed s.e.s squared: independently trained cells) or ``evaluation`` (a cell with
-    one seed: the evaluations' s.e.s, which leave out the variation between seeds)."""
+    design: str
+    """``paired seeds``, ``independent seeds`` or ``against a seed-free value``."""
+    test: stats.TestResult | None
+    """The t test (paired, one-sample or Welch); None when it cannot be run (``note`` says why)."""
+    exact: stats.TestResult | None
+    """The exact permutation (or sign-flip) test of the same difference."""
+    bootstrap: stats.BootstrapResult | None
+    note: str = ""
+    holm_p: float | None = None
+    """The t test's p, Holm-adjusted over the grid's declared comparisons."""
+    equivalence: stats.TestResult | None = None
+    equivalence_holm_p: float | None = None
+    """The equivalence test's p, Holm-adjusted over the comparisons that declare a margin."""
+    seeds_needed: int | None = None
+    """For an unresolved difference: the planning estimate of :func:`leaderboards.stats.seeds_needed`."""
+
+    @property
+    def resolved(self) -> bool:
+        return self.holm_p is not None and self.holm_p < ALPHA
+
+    @property
+    def equivalent(self) -> bool:
+        return self.equivalence_holm_p is not None and self.equivalence_holm_p < ALPHA
+
+    def verdict(self) -> str:
+        a, b = self.a.cell, self.b.cell
+        if self.resolved:
+            return f"resolved: {a} > {b}" if self.difference > 0 else f"resolved: {b} > {a}"
+        if self.equivalent:
+            return f"resolved: equivalent within +-{self.comparison.margin:g} points"
+        if self.test is None or math.isnan(self.test.p):
+            return f"not resolved: {self.note}"
+        if self.difference == 0:
+            return "not resolved (no difference observed)"
+        if self.seeds_needed is None:
+            return "not resolved (more than 1000 seeds per cell would be needed at this effect)"
+        return f"not resolved ({self.seeds_needed} seeds per cell would be needed at this effect)"
+
+
+def _flip(result: stats.TestResult) -> stats.TestResult:
+    """The same test of the negated difference (``value - mean(x)`` instead of ``mean(x) - value``)."""
+    ci = (-result.ci[1], -result.ci[0]) if result.ci is not None else None
+    return stats.TestResult(result.test, -result.difference, result.p, ci, result.df, result.min_p, result.splits)
 
 
 def compare(summaries: list[CellSummary], comparison: Comparison) -> ComparisonResult | None:
-    """The difference ``a - b`` with its s.e.; None while either side has no record."""
+    """The tests of ``a - b`` before the family's correction; None while either side has no record."""
     by_name = {s.cell: s for s in summaries}
-    candidates = [by_name[name] for name in comparison.a if name in by_name]
-    b = by_name.get(comparison.b)
-    if not candidates or b is None:
+    a, b = by_name.get(comparison.a), by_name.get(comparison.b)
+    if a is None or b is None:
         return None
-    a = max(candidates, key=lambda s: s.mean)
-    if a.source == b.cell and a.seeds == b.seeds and len(a.seeds) > 1:
-        differences = [x - y for x, y in zip(a.accuracies, b.accuracies)]
-        se, basis = statistics.stdev(differences) / math.sqrt(len(differences)), "paired seeds"
-    else:  # independent cells: each side's own s.e., over seeds where it has several
-        se, basis = math.hypot(_side_stderr(a), _side_stderr(b)), _basis(a, b)
-    return ComparisonResult(comparison, a, b, a.mean - b.mean, se, basis)
+    difference = a.mean - b.mean
+    test = exact = None
+    note = ""
+    paired = comparison.paired and a.seeds == b.seeds
+    if comparison.paired and not paired:
+        note = f"declared paired, but the seeds differ ({a.seeds} / {b.seeds}): tested as independent"
+    if a.seed_free and b.seed_free:
+        design, note = "two seed-free values", "both cells are seed-free evaluations: no seed variation to test"
+    elif a.seed_free or b.seed_free:
+        design = "against a seed-free value"
+        varied, value = (b, a.mean) if a.seed_free else (a, b.mean)
+        if len(varied.accuracies) < 2:
+            note = f"{varied.cell} has one seed: no spread over seeds to test against"
+        else:
+            test = stats.one_sample_t(varied.accuracies, value, ALPHA)
+            exact = stats.sign_flip_test(varied.accuracies, value)
+            if a.seed_free:
+                test, exact = _flip(test), _flip(exact)
+    elif paired:
+        design = "paired seeds"
+        if len(a.seeds) < 2:
+            note = "one paired seed: no spread over seeds to test against"
+        else:
+            test = stats.paired_t(a.accuracies, b.accuracies, ALPHA)
+            exact = stats.sign_flip_test([x - y for x, y in zip(a.accuracies, b.accuracies)])
+    else:
+        design = "independent seeds"
+        exact = stats.permutation_test(a.accuracies, b.accuracies)
+        if len(a.seeds) < 2 or len(b.seeds) < 2:
+            one = a.cell if len(a.seeds) < 2 else b.cell
+            note = f"{one} has one seed: its spread over seeds is unknown"
+        else:
+            test = stats.welch_t(a.accuracies, b.accuracies, ALPHA)
+    if test is not None and math.isnan(test.p):
+        note = "no spread over seeds in either cell: the t test is undefined"
+    bootstrap = stats.bootstrap_difference(*_bootstrap_units(a, b), paired=paired, alpha=ALPHA,
+                                           resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+    return ComparisonResult(comparison, a, b, difference, design, test, exact, bootstrap, note)
 
 
-def _side_stderr(cell: CellSummary) -> float:
-    """The s.e. of a cell's mean: over its seeds (which holds the evaluation noise too) when it
-    has several, else that of its one evaluation."""
-    if cell.se_over_seeds is not None:
-        return cell.se_over_seeds
-    return math.sqrt(statistics.mean(e * e for e in cell.stderrs) / len(cell.stderrs))
+def compare_all(summaries: list[CellSummary], comparisons: list[Comparison]) -> list[ComparisonResult | None]:
+    """Every declared comparison with Holm's correction over the whole declared set (one not run
+    yet still counts in the family's size), the equivalence tests of those that declare a margin
+    (Holm over those), and, for an unresolved difference, the seeds per cell it would take."""
+    results = [compare(summaries, c) for c in comparisons]
+    p_values = [r.test.p if r is not None and r.test is not None else None for r in results]
+    for result, adjusted in zip(results, stats.holm(p_values)):
+        if result is not None:
+            result.holm_p = adjusted
+    margins = [k for k, c in enumerate(comparisons) if c.margin is not None]
+    equivalence_p: list[float | None] = []
+    for k in margins:
+        result = results[k]
+        if result is not None and result.test is not None and not math.isnan(result.test.p):
+            result.equivalence = _equivalence(result)
+        equivalence_p.append(result.equivalence.p if result is not None and result.equivalence else None)
+    for k, adjusted in zip(margins, stats.holm(equivalence_p)):
+        if results[k] is not None:
+            results[k].equivalence_holm_p = adjusted
+    for result in results:
+        if result is not None and result.test is not None and not result.resolved and not result.equivalent:
+            # at the family's Bonferroni level alpha / m, the most Holm ever asks of one comparison
+            result.seeds_needed = stats.seeds_needed(result.difference, *_seed_sds(result), ALPHA / len(comparisons))
+    return results
 
 
-def _basis(a: CellSummary, b: CellSummary) -> str:
-    kinds = ["seeds" if c.se_over_seeds is not None else "evaluation" for c in (a, b)]
-    return kinds[0] if kinds[0] == kinds[1] else f"{kinds[0]} / {kinds[1]}"
+def _seed_sds(result: ComparisonResult) -> tuple[float, float]:
+    """The seed standard deviations the planning estimate assumes (per cell; a paired comparison:
+    that of the per-seed differences; a seed-free side: 0)."""
+    a, b = result.a, result.b
+    if result.design == "paired seeds":
+        return statistics.stdev([x - y for x, y in zip(a.accuracies, b.accuracies)]), 0.0
+    return (a.sd or 0.0), (b.sd or 0.0)
+
+
+def _equivalence(result: ComparisonResult) -> stats.TestResult:
+    a, b, margin = result.a, result.b, result.comparison.margin / 100
+    if result.design == "against a seed-free value":
+        varied, value = (b, a.mean) if a.seed_free else (a, b.mean)
+        return stats.equivalence_test(varied.accuracies, value, margin, ALPHA)
+    return stats.equivalence_test(a.accuracies, b.accuracies, margin, ALPHA, paired=result.design == "paired seeds")
+
+
+def _p(p: float | None) -> str:
+    if p is None or math.isnan(p):
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _ci(ci: tuple[float, float] | None) -> str:
+    return f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci is not None else "-"
+
+
+def _declared(comparison: Comparison) -> str:
+    """The question as the report shows it, with what the grid file declared for it up front
+    (paired seeds, an equivalence margin)."""
+    declared = [d for d in ("paired" if comparison.paired else "",
+                            f"margin +-{comparison.margin:g} points" if comparison.margin is not None else "") if d]
+    return f"{comparison.question} [{', '.join(declared)}]" if declared else comparison.question
 
 
 def comparison_table(summaries: list[CellSummary], comparisons: list[Comparison]) -> list[str]:
-    """Markdown rows: per comparison, the cells, their seeds, a - b in points, its s.e. and z."""
-    lines = ["| question | a (seeds) | b (seeds) | a - b, points | s.e. | z | s.e. from |", "|---|---|---|---|---|---|---|"]
-    for comparison in comparisons:
-        result = compare(summaries, comparison)
+    """Markdown rows: per declared comparison, the cells, a - b in points with its t CI and
+    bootstrap CI, the tests' p-values, Holm's adjusted p and the verdict."""
+    lines = [f"| question | a: mean (seeds) | b: mean (seeds) | a - b, points | {100 * (1 - ALPHA):g}% CI, t "
+             f"| {100 * (1 - ALPHA):g}% CI, bootstrap | test | p | exact test p (least possible) | Holm p "
+             "| verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for comparison, result in zip(comparisons, compare_all(summaries, comparisons)):
+        question = _declared(comparison)
         if result is None:
-            pending = ", ".join(comparison.a)
-            lines.append(f"| {comparison.question} | {pending} | {comparison.b} | not run yet | | | |")
+            lines.append(f"| {question} | {comparison.a} | {comparison.b} | not run yet | | | | | | | |")
             continue
-        chosen = result.a.cell + (f" (best of {', '.join(comparison.a)})" if len(comparison.a) > 1 else "")
-        z = result.difference / result.stderr if result.stderr > 0 else math.inf
-        lines.append(f"| {comparison.question} | {chosen}: {_pct(result.a.mean)} ({len(result.a.seeds)}) "
+        test, exact, boot = result.test, result.exact, result.bootstrap
+        test_name = f"{test.test}, df {test.df:.1f}" if test is not None else result.design
+        exact_p = f"{_p(exact.p)} ({_p(exact.min_p)})" if exact is not None else "-"
+        boot_ci = f"{_ci((boot.low, boot.high))} ({boot.basis})" if boot is not None else "-"
+        verdict = result.verdict()
+        if result.equivalence is not None and not result.resolved and not result.equivalent:
+            verdict += (f"; not shown equivalent within +-{comparison.margin:g} "
+                        f"(TOST Holm p {_p(result.equivalence_holm_p)})")
+        if result.note and result.test is not None and result.note not in verdict:
+            verdict += f"; {result.note}"
+        lines.append(f"| {question} | {result.a.cell}: {_pct(result.a.mean)} ({len(result.a.seeds)}) "
                      f"| {result.b.cell}: {_pct(result.b.mean)} ({len(result.b.seeds)}) "
-                     f"| {100 * result.difference:+.1f} | {_pct(result.stderr)} | {z:+.1f} | {result.se_basis} |")
+                     f"| {100 * result.difference:+.1f} | {_ci(test.ci if test else None)} | {boot_ci} "
+                     f"| {test_name} | {_p(test.p if test else None)} | {exact_p} | {_p(result.holm_p)} "
+                     f"| {verdict} |")
     return lines
 
 
@@ -143,24 +373,104 @@ def grid_records(records_dir: Path) -> list[dict[str, Any]]:
     return [r for r in load_records(records_dir) if r.get("grid")]
 
 
+def _ordered(records: list[dict[str, Any]], order: list[str] | None) -> list[dict[str, Any]]:
+    rank = {name: k for k, name in enumerate(order or [])}
+    return sorted(records, key=lambda r: (rank.get(r["grid"]["cell"], len(rank)), r["grid"]["cell"], r["grid"]["seed"]))
+
+
+def counted_records(records: list[dict[str, Any]], order: list[str] | None = None
+                    ) -> tuple[list[dict[str, Any]], list[stats.Duplicate]]:
+    """The records in cell order, without those that repeat an earlier run, and the duplicates."""
+    ordered = _ordered(records, order)
+    duplicates = stats.duplicate_runs(ordered)
+    dropped = {d.dropped for d in duplicates}
+    return [r for r in ordered if r["name"] not in dropped], duplicates
+
+
+def undeclared_records(records: list[dict[str, Any]], order: list[str] | None) -> list[dict[str, Any]]:
+    """The records of cells that the grid file (its cells, ``order``) no longer declares, e.g. a
+    cell removed after its runs: they are named in the report but neither tabulated, plotted nor
+    tested. Without ``order`` (no grid file) every cell counts as declared."""
+    return [r for r in _ordered(records, order) if order and r["grid"]["cell"] not in order]
+
+
+def reported_records(records: list[dict[str, Any]], order: list[str] | None = None
+                     ) -> tuple[list[dict[str, Any]], list[stats.Duplicate]]:
+    """What the tables, plot and comparisons read: :func:`counted_records` (duplicates found over
+    every record, so a removed cell that repeats a run is still named) without the records of
+    undeclared cells (:func:`undeclared_records`); and the duplicates."""
+    counted, duplicates = counted_records(records, order)
+    undeclared = {r["name"] for r in undeclared_records(records, order)}
+    return [r for r in counted if r["name"] not in undeclared], duplicates
+
+
+def _training_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["grid"]["kind"] == "train" and len(r.get("eval_curve", [])) > 0]
+
+
+def budget_axis(records: list[dict[str, Any]]) -> tuple[str, str, float]:
+    """The (eval-curve key, label, scale) of the budget axis: the axis the training records were
+    budgeted on when they all say the same, else (or when their evaluation points lack it) the
+    first of :data:`AXES` that every evaluation point carries."""
+    training = _training_records(records)
+    declared = {(grid_budget(r) or {}).get("axis") for r in training}
+    preference = [AXES[a] for a in declared if a in AXES] if len(declared) == 1 else []
+    points = [p for r in training for p in r["eval_curve"]]
+    return next(axis for axis in [*preference, *AXES.values()] if all(axis[0] in p for p in points))
+
+
+def _curve(record: dict[str, Any], axis: tuple[str, str, float]) -> tuple[list[float], list[float]]:
+    key, _, scale = axis
+    points = record.get("eval_curve", []) if record["grid"]["kind"] == "train" else []
+    return [round(p.get(key, 0) * scale, 3) for p in points], [p["accuracy"] for p in points]
+
+
+def _problem_outcomes(record: dict[str, Any]) -> dict[int, float] | None:
+    """The final evaluation per problem (``record["eval_outcomes"]``): task index -> 1 / 0 solved,
+    or with several samples per problem the share of them that solved it."""
+    table = record.get("eval_outcomes")
+    if not table:
+        return None
+    k = record["eval_after"].get("samples_per_problem", 1)
+    values = [c / k for c in table["samples_solved"]] if "samples_solved" in table else table["solved"]
+    return {int(i): float(v) for i, v in zip(table["task_index"], values)}
+
+
+def _start(record: dict[str, Any]) -> tuple[float, float] | None:
+    """The run's untrained evaluation: its curve's update-0 point, else ``eval_before``."""
+    first = next((p for p in record.get("eval_curve", []) if p.get("update") == 0), None) or record.get("eval_before")
+    return (first["accuracy"], first["stderr"]) if first and "stderr" in first else None
+
+
 def summarise(records: list[dict[str, Any]], order: list[str] | None = None) -> list[CellSummary]:
-    """One :class:`CellSummary` per cell, in ``order`` (cells not in it follow, by name)."""
+    """One :class:`CellSummary` per cell, in ``order`` (cells not in it follow, by name). Pass the
+    records :func:`counted_records` keeps, so that no run counts twice."""
     cells: dict[str, CellSummary] = {}
-    for record in sorted(records, key=lambda r: (r["grid"]["cell"], r["grid"]["seed"])):
+    axis = budget_axis(records)
+    for record in _ordered(records, order):
         meta = record["grid"]
         summary = cells.get(meta["cell"])
         if summary is None:
             summary = cells[meta["cell"]] = CellSummary(
                 meta["cell"], meta["kind"], record["algorithm"], str(record.get("env_kwargs", {}).get("profile", "")),
                 source=meta.get("source"))
+        after = record["eval_after"]
+        budget = record.get("budget", {})
         summary.seeds.append(meta["seed"])
-        summary.accuracies.append(record["eval_after"]["accuracy"])
-        summary.stderrs.append(record["eval_after"]["stderr"])
-        summary.minutes.append(record.get("budget", {}).get("wall_clock_s", 0.0) / 60)
-        summary.updates.append(record.get("budget", {}).get("updates", 0))
+        summary.accuracies.append(after["accuracy"])
+        summary.stderrs.append(after["stderr"])
+        summary.outcomes.append(_problem_outcomes(record))
+        summary.starts.append(_start(record) if meta["kind"] == "train" else None)
+        summary.curves.append(_curve(record, axis))
+        summary.minutes.append(budget.get("wall_clock_s", 0.0) / 60)
+        summary.updates.append(budget.get("updates", 0))
+        summary.episodes.append(budget.get("episodes", 0))
+        summary.greedy = summary.greedy and after.get("greedy", True) is not False
+        summary.sampled.append({key: after[key] for key in SAMPLED_FIGURES}
+                               if all(key in after for key in SAMPLED_FIGURES) else None)
+        summary.seat, summary.message = meta.get("seat"), meta.get("message")
         summary.commits.append(record.get("commit", ""))
-    rank = {name: k for k, name in enumerate(order or [])}
-    return sorted(cells.values(), key=lambda s: (rank.get(s.cell, len(rank)), s.cell))
+    return list(cells.values())
 
 
 def _pct(x: float) -> str:
@@ -170,31 +480,115 @@ def _pct(x: float) -> str:
 def table(summaries: list[CellSummary]) -> list[str]:
     """Markdown rows of the cell table."""
     lines = ["| cell | kind | algorithm | profile | seeds | accuracy: mean +- s.e. over seeds | per seed (+- eval s.e.) "
-             "| train min | updates | commits |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| took off | AUC, % | train min (cost) | updates | episodes | commits |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         se = s.se_over_seeds
         mean = f"{_pct(s.mean)} +- {_pct(se)}" if se is not None else f"{_pct(s.mean)} (one seed)"
         per_seed = " / ".join(f"s{seed}: {_pct(a)} +- {_pct(e)}" for seed, a, e in zip(s.seeds, s.accuracies, s.stderrs))
-        kind = f"swapped ({s.source})" if s.kind == "swapped" else s.kind
-        minutes = f"{statistics.mean(s.minutes):.1f}" if s.kind == "train" else "-"
-        updates = f"{statistics.mean(s.updates):.0f}" if s.kind == "train" else "-"
+        kind = f"{s.kind} ({s.source})" if s.source else s.kind
+        takeoff = s.takeoff()
+        auc = s.auc()
+        train = s.kind == "train"
         commits = ", ".join(sorted(set(c for c in s.commits if c)))
         lines.append(f"| {s.cell} | {kind} | {s.algorithm} | {s.profile} | {len(s.seeds)} | {mean} | {per_seed} "
-                     f"| {minutes} | {updates} | {commits} |")
+                     f"| {f'{takeoff[0]}/{takeoff[1]}' if takeoff else '-'} "
+                     f"| {_pct(auc) if auc is not None else '-'} "
+                     f"| {f'{statistics.mean(s.minutes):.1f}' if train else '-'} "
+                     f"| {f'{statistics.mean(s.updates):.0f}' if train else '-'} "
+                     f"| {f'{statistics.mean(s.episodes):.0f}' if train else '-'} | {commits} |")
     return lines
 
 
+def _pm(value: float, se: float | None) -> str:
+    """``value +- se`` in %, or ``value (one seed)`` without a spread."""
+    return f"{_pct(value)} +- {_pct(se)}" if se is not None else f"{_pct(value)} (one seed)"
+
+
+def _se_over_seeds(values: list[float]) -> float | None:
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+
+
+def sampled_table(summaries: list[CellSummary]) -> list[str]:
+    """Markdown rows, one per cell whose every seed was evaluated with several samples per problem:
+    avg@k and pass@k, each as mean +- s.e. over seeds and per seed with its evaluation's s.e.;
+    no rows (an empty list) when no cell was."""
+    cells = [s for s in summaries if s.sampled and None not in s.sampled]
+    if not cells:
+        return []
+    lines = ["| cell | kind | k | avg@k, %: mean +- s.e. over seeds | pass@k, %: mean +- s.e. over seeds "
+             "| per seed avg@k / pass@k (+- eval s.e.) |",
+             "|---|---|---|---|---|---|"]
+    for s in cells:
+        avg = [f["avg_at_k"] for f in s.sampled]
+        passed = [f["pass_at_k"] for f in s.sampled]
+        ks = "/".join(str(k) for k in sorted({f["samples_per_problem"] for f in s.sampled}))
+        per_seed = " / ".join(f"s{seed}: {_pct(f['avg_at_k'])} +- {_pct(f['avg_at_k_stderr'])} / "
+                              f"{_pct(f['pass_at_k'])} +- {_pct(f['pass_at_k_stderr'])}"
+                              for seed, f in zip(s.seeds, s.sampled))
+        kind = f"{s.kind} ({s.source})" if s.source else s.kind
+        lines.append(f"| {s.cell} | {kind} | {ks} | {_pm(statistics.mean(avg), _se_over_seeds(avg))} "
+                     f"| {_pm(statistics.mean(passed), _se_over_seeds(passed))} | {per_seed} |")
+    return lines
+
+
+def _paired_drop_se(source: dict[int, float] | None, ablated: dict[int, float] | None) -> float | None:
+    """The s.e. of mean(source - ablated) over the problems both evaluations played, paired by
+    problem (as an evaluation's own s.e., problems taken as distinct); None unless both have
+    per-problem outcomes on the same problems."""
+    if not source or not ablated or set(source) != set(ablated):
+        return None
+    differences = [source[k] - ablated[k] for k in source]
+    mean = statistics.mean(differences)
+    return math.sqrt(sum((d - mean) ** 2 for d in differences)) / len(differences)
+
+
+def contribution_table(summaries: list[CellSummary]) -> list[str]:
+    """Markdown rows, one per ablation cell of one agent (its records name a ``seat``): the drop
+    from its source cell's accuracy, seed by seed (each seed against the same seed's trained
+    team), as mean +- s.e. over seeds and per seed with the s.e. of the difference; no rows when
+    the grid has no such cell."""
+    by_name = {s.cell: s for s in summaries}
+    lines: list[str] = []
+    for s in summaries:
+        source = by_name.get(s.source) if s.seat is not None else None
+        if source is None:
+            continue
+        trained = {seed: (acc, se, outcomes)
+                   for seed, acc, se, outcomes in zip(source.seeds, source.accuracies, source.stderrs, source.outcomes)}
+        drops, per_seed = [], []
+        for seed, acc, se, outcomes in zip(s.seeds, s.accuracies, s.stderrs, s.outcomes):
+            if seed not in trained:
+                continue
+            source_acc, source_se, source_outcomes = trained[seed]
+            paired = _paired_drop_se(source_outcomes, outcomes)
+            drops.append(source_acc - acc)
+            per_seed.append(f"s{seed}: {100 * (source_acc - acc):+.1f} +- "
+                            + (_pct(paired) if paired is not None else f"{_pct(math.hypot(source_se, se))} (unpaired)"))
+        if not drops:
+            continue
+        se = _se_over_seeds(drops)
+        drop = (f"{100 * statistics.mean(drops):+.1f} +- {_pct(se)}" if se is not None
+                else f"{100 * statistics.mean(drops):+.1f} (one seed)")
+        change = f"{s.kind} ({s.message!r})" if s.message is not None else s.kind
+        lines.append(f"| {s.seat} | {s.cell} | {change} | {source.cell}: {_pct(source.mean)} | {_pct(s.mean)} "
+                     f"| {drop} | {' / '.join(per_seed)} |")
+    if not lines:
+        return []
+    return ["| seat | cell | ablation | source: accuracy | ablated: accuracy | drop, points: mean +- s.e. over seeds "
+            "| per seed drop (+- s.e.) |",
+            "|---|---|---|---|---|---|---|", *lines]
+
+
 def curve_series(records: list[dict[str, Any]], order: list[str] | None = None) -> list[dict[str, Any]]:
-    """What the plot draws: per training record (cell order, then seed), its evaluation points as
-    training minutes and accuracy in %. The PNG carries this list in its metadata, so a test can
-    check that a committed plot shows its records."""
-    curves = [r for r in records if len(r.get("eval_curve", [])) > 0 and r["grid"]["kind"] != "swapped"]
-    cells = [s.cell for s in summarise(curves, order)]
-    return [{"cell": r["grid"]["cell"], "seed": r["grid"]["seed"],
-             "minutes": [round(p.get("train_seconds", 0.0) / 60, 3) for p in r["eval_curve"]],
+    """What the plot draws: per reported training record (cell order, then seed), its evaluation
+    points on the budget axis and its accuracy in %. The PNG carries this list in its metadata,
+    so a test can check that a committed plot shows its records."""
+    counted, _ = reported_records(records, order)
+    axis = budget_axis(counted)
+    return [{"cell": r["grid"]["cell"], "seed": r["grid"]["seed"], "axis": axis[1], "x": _curve(r, axis)[0],
              "accuracy": [round(100 * p["accuracy"], 2) for p in r["eval_curve"]]}
-            for r in sorted(curves, key=lambda r: (cells.index(r["grid"]["cell"]), r["grid"]["seed"]))]
+            for r in _training_records(counted)]
 
 
 SERIES_KEY = "marft-series"
@@ -202,7 +596,7 @@ SERIES_KEY = "marft-series"
 
 
 def plot(records: list[dict[str, Any]], out_path: Path, title: str, order: list[str] | None = None) -> Path | None:
-    """Accuracy against training minutes, a colour per cell and a line per seed; None without curves."""
+    """Accuracy against the budget axis, a colour per cell and a line per seed; None without curves."""
     series = curve_series(records, order)
     if not series:
         return None
@@ -217,11 +611,11 @@ def plot(records: list[dict[str, Any]], out_path: Path, title: str, order: list[
     labelled: set[str] = set()
     for line in series:
         cell = line["cell"]
-        ax.plot(line["minutes"], line["accuracy"], marker="o", markersize=3, linewidth=1, alpha=0.8,
+        ax.plot(line["x"], line["accuracy"], marker="o", markersize=3, linewidth=1, alpha=0.8,
                 color=colours[cell], label=None if cell in labelled else cell)
         labelled.add(cell)
-    ax.set_xlabel("training minutes (rollout + update)")
-    ax.set_ylabel("greedy eval accuracy, %")
+    ax.set_xlabel(series[0]["axis"])
+    ax.set_ylabel("eval accuracy, %")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
@@ -242,6 +636,76 @@ def plotted_series(png: Path) -> list[dict[str, Any]] | None:
     return json.loads(text) if text else None
 
 
+def _axis_lines(records: list[dict[str, Any]]) -> list[str]:
+    """What the budget axis is, and for records run at equal training time, that they were."""
+    key, label, _ = budget_axis(records)
+    if key != AXES[WALL_CLOCK][0] and key != AXES["updates"][0]:
+        return [f"Budget axis: {label} (counted at each evaluation); training wall-clock is a cost column."]
+    budgets = sorted({b["time_budget_s"] for b in map(grid_budget, _training_records(records))
+                      if b and b.get("axis") == WALL_CLOCK and b.get("time_budget_s") is not None})
+    line = f"Budget axis: {label}: these records carry no sample count per evaluation."
+    if budgets:
+        line += (f" They were run at **equal training wall-clock** ({' / '.join(f'{b:g}' for b in budgets)} s of "
+                 "rollouts and updates per run), **not at equal samples**: in the same time a cell with cheaper "
+                 "updates ran more episodes (the episodes column), so their comparisons measure this machine's "
+                 "throughput as much as the algorithms, and cells were evaluated at different update counts.")
+    return [line]
+
+
+def _caveat_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The records' own caveats (:func:`leaderboards.records.record_caveats`: an older protocol),
+    each once, with the cells it applies to."""
+    cells: dict[str, list[str]] = {}
+    for record in records:
+        for caveat in record.get("caveats", []):
+            cells.setdefault(caveat, [])
+            if record["grid"]["cell"] not in cells[caveat]:
+                cells[caveat].append(record["grid"]["cell"])
+    if not cells:
+        return []
+    every = list(dict.fromkeys(r["grid"]["cell"] for r in records))
+    return ["Caveats the records carry:", ""] + [
+        f"- {caveat} ({'every cell' if names == every else 'cells ' + ', '.join(names)})"
+        for caveat, names in cells.items()] + [""]
+
+
+def _duplicate_lines(duplicates: list[stats.Duplicate], records: list[dict[str, Any]],
+                     counted: list[dict[str, Any]]) -> list[str]:
+    if not duplicates:
+        return []
+    cell_of = {r["name"]: r["grid"]["cell"] for r in records}
+    counted_cells = {r["grid"]["cell"] for r in counted}
+    lines = ["## Duplicate runs", ""]
+    for d in duplicates:
+        why = ("the same config apart from names and output folders" if d.reason == "same config" else
+               "identical evaluations, update by update, and identical counts of updates, episodes and "
+               "sampled tokens")
+        differs = f"; its config differs only in {', '.join(d.config_differences)}" if d.config_differences else ""
+        gone = cell_of[d.dropped] not in counted_cells
+        lines.append(f"- `{d.dropped}` is the same run as `{d.kept}` ({why}{differs}): counted once, as `{d.kept}`"
+                     + (f"; cell `{cell_of[d.dropped]}` has no other record, so it is left out of the tables."
+                        if gone else "."))
+    return lines + [""]
+
+
+def _undeclared_lines(records: list[dict[str, Any]], order: list[str] | None,
+                      duplicates: list[stats.Duplicate]) -> list[str]:
+    """The cells whose records are here but which the grid file no longer declares (:func:`undeclared_records`)."""
+    cells: dict[str, list[str]] = {}
+    for record in undeclared_records(records, order):
+        cells.setdefault(record["grid"]["cell"], []).append(record["name"])
+    if not cells:
+        return []
+    dropped = {d.dropped for d in duplicates}
+    lines = ["## Records of cells not in the grid file", ""]
+    for cell, names in cells.items():
+        repeats = [n for n in names if n in dropped]
+        lines.append(f"- `{cell}` ({', '.join(f'`{n}`' for n in names)}): not in the grid file: not tested; left out "
+                     "of the tables, the plot and the comparisons"
+                     + (f" ({', '.join(f'`{n}`' for n in repeats)}: also a duplicate run, above)." if repeats else "."))
+    return lines + [""]
+
+
 def report(grid_dir: Path, title: str, order: list[str] | None = None, description: str = "",
            comparisons: list[Comparison] | None = None, write_plot: bool = True) -> str:
     """The markdown of ``<grid_dir>/README.md``; writes the plot too unless ``write_plot`` is False."""
@@ -249,23 +713,64 @@ def report(grid_dir: Path, title: str, order: list[str] | None = None, descripti
     records = grid_records(grid_dir / "records") if (grid_dir / "records").is_dir() else []
     lines = [f"# {title}", "",
              "Generated by `python -m baselines.grid GRID --report-only` from `records/*.json` (written by "
-             "`python -m baselines.grid`); do not edit by hand. Accuracy: greedy, on the fixed held-out "
-             "problem set of the grid's config, after training. \"s.e. over seeds\" is stdev / sqrt(seeds); "
-             "each seed's +- is its evaluation's standard error (clustered by problem).", ""]
+             "`python -m baselines.grid`); do not edit by hand. Accuracy: on the fixed held-out problem set of the "
+             "grid's config, after training. \"s.e. over seeds\" is stdev / sqrt(seeds); each seed's +- is its "
+             f"evaluation's standard error (clustered by problem). \"took off\": seeds whose final accuracy exceeds "
+             f"their own untrained evaluation by more than {TAKEOFF_SE:g} standard errors of the difference. "
+             "\"AUC\": the area under a seed's evaluation curve over the budget axis divided by the axis length "
+             "(its mean accuracy over the budget), averaged over seeds.", ""]
     if description:
         lines += [description.strip(), ""]
     if not records:
-        return "\n".join(lines + ["No records yet: run `python -m baselines.grid <grid file>`.", ""])
-    summaries = summarise(records, order)
-    lines += table(summaries) + [""]
+        lines += ["No records yet: run `python -m baselines.grid <grid file>`.", ""]
+        if comparisons:
+            lines += ["## Comparisons", "", *comparison_table([], comparisons), "",
+                      f"Only the {len(comparisons)} comparisons declared in the grid file are tested; they were "
+                      "declared before any run, and none has records yet.", ""]
+        return "\n".join(lines)
+    counted, duplicates = reported_records(records, order)
+    summaries = summarise(counted, order)
+    lines += _axis_lines(counted) + [""] + _caveat_lines(counted) + table(summaries) + [""]
+    lines += _duplicate_lines(duplicates, records, counted)
+    lines += _undeclared_lines(records, order, duplicates)
+    sampled = sampled_table(summaries)
+    if sampled:
+        lines += ["## Sampled evaluations", "", *sampled, "",
+                  "avg@k: the share of all k samples per problem that solved it (the expected accuracy of one sampled "
+                  "answer; the cell table's accuracy for these cells); pass@k: the share of problems that at least one "
+                  "of its k samples solved. Each seed's +- is its evaluation's standard error, clustered by problem "
+                  "statement (a problem's k samples are correlated).", ""]
+    contribution = contribution_table(summaries)
+    if contribution:
+        lines += ["## Per-agent contribution", "", *contribution, "",
+                  "What one agent's training (`base_seat`: its adapter zeroed, it plays the base model) or its message "
+                  "(`fixed_message`: its output replaced) contributes: the source cell's accuracy minus the ablated "
+                  "team's, each seed against the same seed's trained team. Each seed's +- is the standard error of "
+                  "that difference over the problems, paired (both teams played the same problems); \"(unpaired)\" "
+                  "where a record lacks per-problem outcomes: sqrt(s.e.^2 + s.e.^2) of the two evaluations, wider. "
+                  "Whether a drop is resolved is for a declared comparison (paired) to say.", ""]
     if comparisons:
         lines += ["## Comparisons", ""] + comparison_table(summaries, comparisons) + [""]
+        lines += [
+            f"Only the {len(comparisons)} comparisons declared in the grid file are tested; none is chosen after "
+            f"the results (no \"best of\"). Holm's correction keeps the chance of any false \"resolved\" among "
+            f"them at {ALPHA:g} (one not run yet still counts). The test: a paired t test where the grid declares "
+            "the pair and both cells have the same seeds; a one-sample t test against a seed-free value (a greedy "
+            "evaluation of the untrained model); else Welch's t test (Welch-Satterthwaite df). Beside it the exact "
+            "permutation test (sign-flip when paired or against a value), which assumes no distribution but "
+            "cannot go below its least possible p with so few seeds (3 against 3: 0.100; 3 paired: 0.250). The "
+            "bootstrap CI resamples seeds, then problems within them when the records carry per-problem "
+            "outcomes, else the seeds' accuracies only (too narrow with 2-3 seeds; the t CI is the one to read). "
+            "Verdicts rest on the Holm-adjusted t test. \"n seeds per cell would be needed\" is a planning "
+            f"estimate: the seeds per cell at which the observed difference, with the observed spread over "
+            f"seeds, would give a t statistic at the family's Bonferroni level {ALPHA:g} / {len(comparisons)}; "
+            "at that n it resolves about half the time.", ""]
     total = sum(r["grid"].get("wall_s", 0.0) for r in records)
     lines += [f"Machine time of the recorded runs (training, evaluations, loading): {total / 3600:.2f} h "
               f"over {len(records)} runs.", ""]
-    drawn = plot(records, grid_dir / PLOT, title, order) is not None if write_plot else bool(curve_series(records))
+    drawn = plot(records, grid_dir / PLOT, title, order) is not None if write_plot else bool(curve_series(records, order))
     if drawn:
-        lines += [f"![accuracy against training minutes]({PLOT})", ""]
+        lines += [f"![accuracy against {budget_axis(counted)[1]}]({PLOT})", ""]
     return "\n".join(lines)
 
 

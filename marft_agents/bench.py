@@ -190,7 +190,7 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         checkpoint: config policies only: ``none``, ``latest``, ``best`` or a folder.
         overrides: ``{"section.key": value}`` for the config.
     """
-    from leaderboards.records import Record, git_commit, write_record
+    from leaderboards.records import Record, env_task_revision, git_commit, write_record
     from marft_envs.registry import installed_marft_version
 
     marft_envs = _envs()
@@ -234,6 +234,7 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
                     "distinct": result.distinct, "mean_reward": result.mean_reward,
                     "greedy": True if scripted else cfg.eval.greedy, "seed": seed},
         budget={"updates": _updates_of(ckpt), "eval_seconds": round(seconds, 1)},
+        task_revision=env_task_revision(env_id, kwargs),  # which split it drew from: older ones are flagged
         config={"policy": policy, **({"checkpoint": str(ckpt)} if ckpt else {}),
                 **({} if scripted else {"train_config": _config_dict(cfg)})},
         commit=commit,

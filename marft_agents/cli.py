@@ -145,6 +145,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         name = "greedy" if greedy else "sampled"
         result = evaluate(policy, cfg.env.id, env_kwargs, n_problems=args.n or cfg.eval.n_problems,
                           greedy=greedy, seed=cfg.eval.seed if args.seed is None else args.seed,
+                          samples_per_problem=1 if greedy else cfg.eval.samples_per_problem,
                           sampling=cfg.sampling, num_envs=cfg.eval.num_envs,
                           progress=None if args.quiet else f"{name} eval")
         report[name] = eval_dict(result)

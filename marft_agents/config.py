@@ -104,8 +104,12 @@ class PPOConfig:
     """Upper clip range; None = ``clip_eps``. A larger upper than lower range ("clip higher",
     DAPO, Yu et al., 2025) lets unlikely tokens with positive advantage grow faster, against
     entropy collapse."""
-    value_clip: float | None = 0.2
-    """Value clipping around the collection-time values; None disables it."""
+    value_clip: float | None = None
+    """Value clipping around the collection-time values (in the value loss's units: normalised
+    under ``critic.value_norm``); None (default) disables it. Off by default because it slows the
+    critic down without a trust region to protect: a head that starts far from the returns may
+    move only ``value_clip`` per update (Andrychowicz et al., 2021, found value clipping does not
+    help PPO). 0.2 was the default before issue 31."""
     huber_delta: float | None = 10.0
     """Huber threshold of the value loss; None = squared error."""
     entropy_coef: float = 0.0
@@ -123,6 +127,11 @@ class PPOConfig:
     agent_iteration_interval: int = 0
     """0: all agents train every update. k > 0: agent-by-agent, one agent's adapter trains for k
     updates while the others are frozen, rotating in profile order."""
+    train_agents: list[str] | None = None
+    """Agents whose adapters train; None = all. The others stay at their initialisation (the
+    base model; loaded adapters when resuming): one role trained alone against a frozen
+    partner, e.g. to combine separately trained roles at evaluation (``baselines/ablations.py``).
+    With ``agent_iteration_interval`` the rotation runs over these agents only."""
 
 
 @dataclass
@@ -134,7 +143,10 @@ class ScheduleConfig:
     episodes_per_update: int = 16
     """Episodes collected per update."""
     ppo_epochs: int = 1
-    """Passes over each rollout."""
+    """Passes of the policy over each rollout."""
+    critic_epochs: int | None = None
+    """Passes of the critic over each rollout; None = ``ppo_epochs``. The critic's regression
+    has no trust region to respect, so it may take more passes than the policy."""
     minibatch_size: int = 8
     """Decisions per optimizer step."""
     micro_batch_size: int | None = None
@@ -142,17 +154,47 @@ class ScheduleConfig:
     actor_lr: float = 5e-5
     """AdamW learning rate of every policy adapter."""
     critic_lr: float = 1e-4
-    """AdamW learning rate of the critic adapter and value head."""
+    """AdamW learning rate of the critic adapter (and of the value head, unless ``value_head_lr``)."""
+    value_head_lr: float | None = None
+    """AdamW learning rate of the value head(s); None = ``critic_lr``. The head is one linear map
+    on the last hidden state, whose task-dependent part is small next to what every state
+    shares: at the adapter's learning rate its values stay nearly constant for many updates
+    (correlated with the returns, but shrunk), so it may need a larger one."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     time_budget_s: int | None = None
     """Stop after the update during which the training time (rollouts + updates, evaluation
-    excluded; summed across resumes) reaches this many seconds; None = ``num_updates`` only.
-    Comparisons "from the same budget" set this and a generous ``num_updates``."""
+    excluded; summed across resumes) reaches this many seconds; None = off. It measures the
+    machine as much as the learner (a cheaper learner gets more samples in the same seconds), so
+    comparisons between learners budget samples instead (``max_episodes``)."""
+    max_episodes: int | None = None
+    """Stop once this many training episodes have been played (summed across resumes); None =
+    off. A multiple of ``episodes_per_update``, so a run plays exactly this many: the budget axis
+    of the comparison grids (``baselines/grid.py``), the same samples for every learner."""
+    max_sampled_tokens: int | None = None
+    """Stop after the update during which the tokens sampled in rollouts (every agent's response
+    tokens, summed across resumes) reach this; None = off. Updates are whole, so a run ends less
+    than one update's tokens past it (``counters/tokens`` says where)."""
     checkpoint_interval: int = 10
     """Save a checkpoint every this many updates (and after the last); 0 = only after the last."""
     keep_checkpoints: int = 3
     """How many recent checkpoints to keep."""
+
+    BUDGETS: typing.ClassVar[tuple[tuple[str, str], ...]] = (
+        ("time_budget_s", "train_seconds"), ("max_episodes", "episodes"), ("max_sampled_tokens", "tokens"))
+    """The budgets that end a run before ``num_updates``: (field, the trainer counter it limits).
+    The first one reached stops the run after the update that reaches it."""
+
+    def check_budgets(self) -> None:
+        """Each budget >= 1 or null; ``max_episodes`` a whole number of updates."""
+        for name, _counter in self.BUDGETS:
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"schedule.{name} must be >= 1 or null, got {value}")
+        if self.max_episodes is not None and self.max_episodes % self.episodes_per_update:
+            raise ConfigError(f"schedule.max_episodes ({self.max_episodes}) must be a multiple of "
+                              f"schedule.episodes_per_update ({self.episodes_per_update}): updates are whole, "
+                              "so the run would play more episodes than that")
 
 
 @dataclass
@@ -167,6 +209,10 @@ class EvalConfig:
     """Problems in the fixed set (capped at the task source's size)."""
     greedy: bool = True
     """Greedy decoding (else sampling with the training ``sampling`` settings)."""
+    samples_per_problem: int = 1
+    """Plays of each problem (k). k > 1 needs ``greedy: false`` and adds avg@k (mean success over
+    the samples) and pass@k (share of problems some sample solved) with their standard errors
+    (``marft_agents/evaluation.py``)."""
     seed: int = 1234
     """Chooses the fixed problem set; the same seed gives the same problems."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -230,8 +276,9 @@ class TrainConfig:
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
-        if s.time_budget_s is not None and s.time_budget_s < 1:
-            raise ConfigError(f"schedule.time_budget_s must be >= 1 second or null, got {s.time_budget_s}")
+        s.check_budgets()
+        if s.critic_epochs is not None and s.critic_epochs < 1:
+            raise ConfigError(f"schedule.critic_epochs must be >= 1 or null (= ppo_epochs), got {s.critic_epochs}")
         if s.micro_batch_size is not None and s.micro_batch_size < 1:
             raise ConfigError(f"schedule.micro_batch_size must be >= 1 or null, got {s.micro_batch_size}")
         for name in ("checkpoint_interval",):
@@ -249,11 +296,23 @@ class TrainConfig:
             raise ConfigError("ppo.clip_eps (and clip_eps_high) must be > 0")
         if p.agent_iteration_interval < 0 or p.critic_warmup_updates < 0:
             raise ConfigError("ppo.agent_iteration_interval and ppo.critic_warmup_updates must be >= 0")
+        if p.train_agents is not None and (not p.train_agents or len(set(p.train_agents)) != len(p.train_agents)):
+            raise ConfigError(f"ppo.train_agents must be a non-empty list of distinct agent ids or null (all), "
+                              f"got {p.train_agents}")
+        if p.train_agents is not None and self.shared_adapter:
+            raise ConfigError("ppo.train_agents needs one adapter per agent (with one shared adapter the others "
+                              "would change too); set shared_adapter: false or train_agents: null")
+        if self.eval.samples_per_problem < 1 or (self.eval.samples_per_problem > 1 and self.eval.greedy):
+            raise ConfigError(f"eval.samples_per_problem must be >= 1, and > 1 only with eval.greedy: false "
+                              f"(greedy decoding plays the same answer each time), got "
+                              f"{self.eval.samples_per_problem} with greedy {self.eval.greedy}")
         if p.agent_iteration_interval > 0 and self.shared_adapter:
             raise ConfigError(
                 "ppo.agent_iteration_interval > 0 (agent-by-agent training) needs one adapter per agent; "
                 "set shared_adapter: false or agent_iteration_interval: 0"
             )
+        if s.value_head_lr is not None and not s.value_head_lr >= 0:
+            raise ConfigError(f"schedule.value_head_lr must be >= 0 or null (= critic_lr), got {s.value_head_lr}")
         for name in ("actor_lr", "critic_lr"):
             if not getattr(s, name) >= 0:  # also rejects NaN; 0 freezes (tests use it)
                 raise ConfigError(f"schedule.{name} must be >= 0, got {getattr(s, name)} (e.g. 5e-5)")

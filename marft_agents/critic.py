@@ -152,7 +152,32 @@ class GlobalStateLog:
 
 
 class ValueHead(nn.Module):
-    """``hidden [..., H] -> value [...]``, computed in float32."""
+    """``hidden [..., H] -> value [...]``, in float32:
+    ``scale * (w . (hidden - feat_shift) / feat_scale + b) + shift``.
+
+    Two normalisations, both off until first folded (then the head is the plain ``w . h + b``):
+
+    * **Features** (``critic.feature_norm``): ``feat_shift, feat_scale [H]`` are the moving
+      per-dimension mean and spread of the hidden states the head read in the learner's first
+      critic pass of each update (``track_features``; folded after the update,
+      :meth:`fold_features`, so an update's state is whole when it is saved). A language model's last hidden states share one
+      large component across states; what tells two tasks apart is a small spread around it,
+      from which the task can still be decoded linearly (``benchmarks/critic_probe.py``;
+      figures in docs/results.md). Standardising the dimensions lets a linear head with Adam's
+      per-weight steps find that spread instead of fitting the shared component.
+    * **Targets** (``critic.value_norm``, PopArt): ``shift, scale`` (``mu, sigma``), the moving
+      mean and spread of the regression targets (:meth:`update_normaliser`).
+
+    Each fold rescales ``w, b`` so that every output stays what it was. The moments (debiased
+    exponential moving averages) travel with the head's state dict; the features gathered
+    since the last fold (``pending``) do not.
+    """
+
+    SCALE_FLOOR = 1e-2
+    """Smallest ``sigma``: targets that do not vary yet (every early episode failed) would
+    otherwise blow normalised errors up without bound."""
+    FEATURE_FLOOR = 1e-6
+    """Smallest per-dimension feature spread (a dimension constant across states)."""
 
     def __init__(self, hidden_size: int, init_std: float = 0.0, bias: float = 0.0,
                  generator: torch.Generator | None = None) -> None:
@@ -164,8 +189,79 @@ class ValueHead(nn.Module):
             else:
                 self.linear.weight.zero_()
             self.linear.bias.fill_(bias)
+        self.register_buffer("shift", torch.zeros((), dtype=torch.float32))
+        self.register_buffer("scale", torch.ones((), dtype=torch.float32))
+        self.register_buffer("moments", torch.zeros(3, dtype=torch.float32))
+        self.register_buffer("feat_shift", torch.zeros(hidden_size, dtype=torch.float32))
+        self.register_buffer("feat_scale", torch.ones(hidden_size, dtype=torch.float32))
+        # float64: the spread is ~1e-4 of the mean square, which E[x^2] - E[x]^2 in float32 loses
+        self.register_buffer("feat_moments", torch.zeros(2, hidden_size, dtype=torch.float64))
+        self.register_buffer("feat_weight", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("pending", torch.zeros(2, hidden_size, dtype=torch.float64), persistent=False)
+        self.register_buffer("pending_count", torch.zeros((), dtype=torch.float64), persistent=False)
+        self.track_features = False
+        """Whether forward passes add their inputs to ``pending`` (set by the learner)."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         # contiguous: callers pass slices, and torch's linear is very slow on strided inputs
         # when the weight is frozen (see MultiAgentPolicy.__init__)
-        return self.linear(hidden.float().contiguous()).squeeze(-1)
+        x = hidden.float().contiguous()  # [..., H]
+        if self.track_features:
+            flat = x.detach().reshape(-1, x.shape[-1]).double()  # [N, H]
+            self.pending[0] += flat.sum(0)
+            self.pending[1] += (flat * flat).sum(0)
+            self.pending_count += flat.shape[0]
+        x = (x - self.feat_shift) / self.feat_scale  # [..., H]
+        return self.linear(x).squeeze(-1) * self.scale + self.shift
+
+    @torch.no_grad()
+    def fold_features(self, beta: float, pending: torch.Tensor | None = None,
+                      count: float | None = None) -> bool:
+        """Fold the gathered feature sums (``pending [2, H]`` and ``count``: this head's own by
+        default; a data-parallel caller passes the sums of every rank) into the moving moments,
+        move ``feat_shift, feat_scale`` to them, keep every output (``w'_i = w_i s'_i / s_i``,
+        ``b' = b + sum_i w_i (m'_i - m_i) / s_i``) and clear the pending sums. False when nothing
+        was gathered."""
+        pending = (self.pending if pending is None else pending).to(self.pending, copy=True)
+        count = float(self.pending_count) if count is None else float(count)
+        self.pending.zero_()
+        self.pending_count.zero_()
+        if count <= 0:
+            return False
+        batch = pending.double() / count  # [2, H] first and second moments
+        self.feat_moments.mul_(beta).add_((1.0 - beta) * batch)
+        self.feat_weight.mul_(beta).add_(1.0 - beta)
+        mean = (self.feat_moments[0] / self.feat_weight).float()  # [H]
+        var = (self.feat_moments[1] / self.feat_weight - (self.feat_moments[0] / self.feat_weight) ** 2)  # [H]
+        scale = var.clamp(min=0.0).sqrt().float().clamp(min=self.FEATURE_FLOOR)  # [H]
+        w = self.linear.weight[0]  # [H]
+        self.linear.bias.add_((w * (mean - self.feat_shift) / self.feat_scale).sum())
+        self.linear.weight[0].mul_(scale / self.feat_scale)
+        self.feat_shift.copy_(mean)
+        self.feat_scale.copy_(scale)
+        return True
+
+    @torch.no_grad()
+    def update_normaliser(self, targets: torch.Tensor, beta: float) -> None:
+        """Fold ``targets [N]`` into the moving moments and move ``shift, scale`` to them,
+        rescaling ``w, b`` so that every output stays what it was (PopArt's "preserving
+        outputs precisely": ``w' = w sigma / sigma'``, ``b' = (sigma b + mu - mu') / sigma'``).
+
+        Except at the first fold: a fresh head has learned nothing worth preserving, and
+        preserving its initial output (0) would leave the bias to walk to the mean return in
+        normalised units, at most about one learning rate per Adam step (hundreds of steps).
+        The first fold keeps ``w, b``, so a zero-initialised head then predicts the mean return."""
+        targets = targets.detach().float().reshape(-1).to(self.moments.device)  # [N]
+        if targets.numel() == 0:
+            return
+        first = bool(self.moments[2] == 0)
+        batch = torch.stack([targets.mean(), (targets * targets).mean(), torch.ones((), device=targets.device)])
+        self.moments.mul_(beta).add_((1.0 - beta) * batch)
+        mean = self.moments[0] / self.moments[2]
+        var = (self.moments[1] / self.moments[2] - mean * mean).clamp(min=0.0)
+        scale = var.sqrt().clamp(min=self.SCALE_FLOOR)
+        if not first:
+            self.linear.weight.mul_(self.scale / scale)
+            self.linear.bias.copy_((self.scale * self.linear.bias + self.shift - mean) / scale)
+        self.shift.copy_(mean)
+        self.scale.copy_(scale)

@@ -9,6 +9,15 @@ graded round as solved (``infos["last_outcome"]["solved"]``, i.e. the env termin
 Evaluation never disturbs a training run: all RNGs (python, numpy, torch) are restored on exit,
 so a run that evaluates every k updates stays bit-identical to one that does not.
 
+Sampled evaluation (``samples_per_problem = k > 1``, ``greedy`` off) plays the set ``k`` times, in
+passes: pass ``j`` seeds torch with :func:`sample_seed` ``(seed, j)`` and resets each problem with
+its own seed, so every sample is a deterministic function of ``(seed, j, num_envs)`` and the
+passes draw differently. Pass 0 is exactly the ``k = 1`` sampled evaluation. The result then
+also reports **avg@k** (mean success over all ``n k`` samples: the expected accuracy of one sample)
+and **pass@k** (share of problems solved by at least one of its samples; :func:`pass_at_k` is the
+unbiased estimator of Chen et al. 2021, which with ``k`` of ``k`` samples is "any solved"), each
+with a standard error clustered by problem statement (a problem's samples are correlated).
+
 Held-out problems come from the env's ``split`` keyword (``eval.env_kwargs: {split: test}``; the
 convention is in ``marft_envs/ADDING_AN_ENV.md``). Evaluating an env that has no ``split``, or on
 its ``"train"`` split, scores the tasks training draws from: that still works, but it emits a
@@ -40,7 +49,8 @@ class EvalResult:
     """Accuracy on a fixed problem set."""
 
     accuracy: float
-    """Share of problems solved."""
+    """Share of problems solved; with several samples per problem, the share of samples that
+    solved theirs (= ``avg_at_k``)."""
     stderr: float
     """Standard error of ``accuracy``, clustered by problem statement: sqrt(sum_g (sum_{i in g}
     (y_i - p))^2) / n over the groups g of identical prompts. With all prompts distinct it is the
@@ -56,7 +66,34 @@ class EvalResult:
     """Per problem: ``task_index``, ``task_id``, ``problem`` (the whole problem, as a single agent
     would see it), ``answer`` (the grader's reference, when JSON-serialisable), ``solved``,
     ``reward``, ``rounds`` and ``transcript`` (``[{"agent", "round", "observation", "text"}]`` in
-    the order the agents spoke: what each agent was shown and what it said)."""
+    the order the agents spoke: what each agent was shown and what it said). With several samples
+    per problem these are the first sample's, and ``samples`` lists every sample's ``{"pass",
+    "solved", "reward", "rounds"}`` in pass order (transcripts of the first only, to keep it small)."""
+    samples_per_problem: int = 1
+    """Samples drawn per problem (``k``); 1 = one play per problem (greedy or sampled)."""
+    avg_at_k: float = 0.0
+    """Mean success over all samples (avg@k); with k = 1 the accuracy."""
+    avg_at_k_stderr: float = 0.0
+    """Standard error of ``avg_at_k``, clustered by problem statement (a problem's k samples, and
+    repeated statements, are one cluster)."""
+    pass_at_k: float = 0.0
+    """Mean over problems of the unbiased pass@k estimate (:func:`pass_at_k`; with k of k samples:
+    share of problems some sample solved); with k = 1 the accuracy."""
+    pass_at_k_stderr: float = 0.0
+    """Standard error of ``pass_at_k``, the per-problem estimates clustered by problem statement."""
+
+    def figures(self) -> dict[str, Any]:
+        """The plain-data summary (no per-problem lists): the accuracy and its error, and with
+        several samples per problem also ``samples_per_problem``, avg@k and pass@k with theirs."""
+        out: dict[str, Any] = {"accuracy": self.accuracy, "stderr": self.stderr, "n": self.n,
+                               "distinct": self.distinct, "mean_reward": self.mean_reward}
+        if self.samples_per_problem > 1:
+            out.update({name: getattr(self, name) for name in SAMPLED_FIGURES})
+        return out
+
+
+SAMPLED_FIGURES = ("samples_per_problem", "avg_at_k", "avg_at_k_stderr", "pass_at_k", "pass_at_k_stderr")
+"""The :class:`EvalResult` fields a sampled evaluation (k > 1) adds to :meth:`EvalResult.figures`."""
 
 
 class TrainingTasksWarning(UserWarning):
@@ -117,6 +154,25 @@ def clustered_stderr(outcomes: list[float], groups: list[Any]) -> float:
     return math.sqrt(sum(r * r for r in residual_sums.values())) / n
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased estimate of pass@k from ``n`` samples of which ``c`` solved the problem (Chen et
+    al. 2021): ``1 - C(n - c, k) / C(n, k)``, the chance that ``k`` samples drawn without
+    replacement from the ``n`` include a solved one. With ``k = n`` it is 1 when ``c > 0``."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def sample_seed(seed: int, sample: int) -> int:
+    """The torch seed of sample pass ``sample`` of an evaluation seeded with ``seed``; pass 0 uses
+    ``seed`` itself, so a one-sample evaluation is unchanged by the passes' existence."""
+    if sample == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, 0x5A3E, sample]).generate_state(1)[0])
+
+
 def evaluate(
     policy: Any,
     env_id: str,
@@ -128,6 +184,7 @@ def evaluate(
     num_envs: int = 8,
     progress: str | None = None,
     world: Any = None,
+    samples_per_problem: int = 1,
 ) -> EvalResult:
     """Play ``n_problems`` fixed problems of ``env_id`` with ``policy`` and score them.
 
@@ -142,12 +199,20 @@ def evaluate(
             call): each plays its contiguous share of the problems and the results are gathered
             in problem order, so every rank returns the figures of the whole set. With greedy
             decoding they equal one process's; sampled decoding draws per-rank samples.
+        samples_per_problem: plays of each problem (k); k > 1 needs sampling (``greedy`` False)
+            and adds avg@k and pass@k to the result (see the module docstring).
     """
     import torch
 
     from marft_agents.settings.sampling import SamplingConfig
     from marft_agents.rollout import RolloutCollector
 
+    k = samples_per_problem
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"samples_per_problem must be an int >= 1, got {k!r}")
+    if k > 1 and greedy:
+        raise ValueError(f"samples_per_problem = {k} with greedy decoding would play the same answer {k} "
+                         "times; set greedy false (sampling) or samples_per_problem 1")
     env_kwargs = dict(env_kwargs or {})
     envs = [marft_envs.make(env_id, **env_kwargs) for _ in range(max(1, num_envs))]
     tasks = getattr(envs[0].unwrapped, "tasks", None)
@@ -161,26 +226,31 @@ def evaluate(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(indices), desc=progress, unit="problem", leave=False, dynamic_ncols=True)
+        bar = tqdm(total=len(indices) * k, desc=progress, unit="problem", leave=False, dynamic_ncols=True)
         envs = [_TickWhenDone(env, bar) for env in envs]
-    mine = list(indices) if world is None else [indices[k] for k in world.share(len(indices))]
-    plans = [(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]), {"task_index": i}) for i in mine]
+    mine = list(indices) if world is None else [indices[j] for j in world.share(len(indices))]
     py_state, np_state = random.getstate(), np.random.get_state()
     per_task: list[dict[str, Any]] = []
     try:
         with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
-            torch.manual_seed(seed)
-            if plans:
+            for j in range(k if mine else 0):
+                torch.manual_seed(sample_seed(seed, j))
+                plans = [(_reset_seed(seed, i, j), {"task_index": i}) for i in mine]
                 collector = RolloutCollector(envs[: len(plans)], policy, sampling, values=None, seed=seed)
                 rollout = collector.collect(len(plans), plans)
-                per_task = [
-                    {"task_index": i, "task_id": ep.task_id, "problem": tasks[i].prompt,
-                     "answer": _plain(tasks[i].answer), "solved": ep.solved, "reward": ep.team_return,
-                     "rounds": ep.rounds,
-                     "transcript": [{"agent": d.agent_id, "round": d.round, "observation": d.observation,
-                                     "text": d.text} for d in decisions]}
-                    for i, ep, decisions in zip(mine, rollout.episodes, rollout.episode_decisions())
-                ]
+                if j == 0:
+                    per_task = [
+                        {"task_index": i, "task_id": ep.task_id, "problem": tasks[i].prompt,
+                         "answer": _plain(tasks[i].answer), "solved": ep.solved, "reward": ep.team_return,
+                         "rounds": ep.rounds,
+                         "transcript": [{"agent": d.agent_id, "round": d.round, "observation": d.observation,
+                                         "text": d.text} for d in decisions]}
+                        for i, ep, decisions in zip(mine, rollout.episodes, rollout.episode_decisions())
+                    ]
+                if k > 1:
+                    for task, ep in zip(per_task, rollout.episodes):
+                        task.setdefault("samples", []).append(
+                            {"pass": j, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds})
     finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
@@ -193,16 +263,41 @@ def evaluate(
         dist.all_gather_object(parts, per_task)
         per_task = [task for part in parts for task in part]
     prompts = [tasks[i].prompt for i in indices]
+    return score(per_task, prompts, k)
+
+
+def score(per_task: list[dict[str, Any]], prompts: list[str], k: int = 1) -> EvalResult:
+    """The :class:`EvalResult` of played problems (``per_task`` entries as :func:`evaluate` makes
+    them; with ``k > 1`` each holds its ``k`` ``samples``), ``prompts[i]`` the statement of
+    problem ``i``: the clustering key of the standard errors."""
     n = len(per_task)
-    accuracy = sum(t["solved"] for t in per_task) / n
+    plays = [t.get("samples", [t]) if k > 1 else [t] for t in per_task]
+    if any(len(p) != k for p in plays):
+        raise ValueError(f"every problem needs {k} samples, got {[len(p) for p in plays]}")
+    outcomes = [float(s["solved"]) for p in plays for s in p]
+    groups = [prompt for prompt, p in zip(prompts, plays) for _ in p]
+    avg = sum(outcomes) / len(outcomes)
+    avg_stderr = clustered_stderr(outcomes, groups)
+    passes = [pass_at_k(k, sum(bool(s["solved"]) for s in p), k) for p in plays]
     return EvalResult(
-        accuracy=accuracy,
-        stderr=clustered_stderr([float(t["solved"]) for t in per_task], prompts),
+        accuracy=avg,
+        stderr=avg_stderr,
         n=n,
         distinct=len(set(prompts)),
-        mean_reward=sum(t["reward"] for t in per_task) / n,
+        mean_reward=sum(s["reward"] for p in plays for s in p) / len(outcomes),
         per_task=per_task,
+        samples_per_problem=k,
+        avg_at_k=avg,
+        avg_at_k_stderr=avg_stderr,
+        pass_at_k=sum(passes) / n,
+        pass_at_k_stderr=clustered_stderr(passes, prompts),
     )
+
+
+def _reset_seed(seed: int, task_index: int, sample: int) -> int:
+    """The env reset seed of ``sample`` of problem ``task_index`` (sample 0: as a one-sample run)."""
+    key = [seed, task_index] if sample == 0 else [seed, task_index, sample]
+    return int(np.random.SeedSequence(key).generate_state(1)[0])
 
 
 def _plain(value: Any) -> Any:

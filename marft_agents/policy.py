@@ -408,6 +408,12 @@ class MultiAgentPolicy(nn.Module):
                                if k.startswith(prefix)}, f"adapter {name!r}")
         for name, head in self.value_heads.items():
             prefix = f"value_head/{name}/"
-            copy_into(dict(head.named_parameters()), {k[len(prefix):]: v for k, v in state.items()
-                                                      if k.startswith(prefix)},
+            mine = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            buffers = dict(head.named_buffers())
+            copy_into(dict(head.named_parameters()), {k: v for k, v in mine.items() if k not in buffers},
                       f"value head {name!r}")
+            # the value normaliser's buffers (critic.value_norm); absent from checkpoints written
+            # before it existed, whose heads were plain linear maps: the defaults are exactly that
+            for key, buffer in buffers.items():
+                if key in mine:
+                    buffer.copy_(mine[key].to(buffer.device, buffer.dtype))

@@ -278,7 +278,9 @@ def value_loss_elements(
     ``max(l(R - V), l(R - V_clipped))`` with l = Huber or ``0.5 * err**2``, where
     ``V_clipped = V_old + clip(V - V_old, -clip_range, clip_range)`` keeps the critic from moving
     far from the values the advantages were computed with. ``clip_range=None`` disables clipping;
-    ``huber_delta=None`` uses the squared error. ``clipped`` marks where the clipped branch won.
+    ``huber_delta=None`` uses the squared error. ``clipped`` marks where the clipped branch won
+    *because the clamp binds* (``|V - V_old| > clip_range``): where it does not, both branches are
+    the same value up to rounding, and a rounding difference is not a clip.
     """
 
     def elementwise(e: Tensor) -> Tensor:
@@ -289,7 +291,8 @@ def value_loss_elements(
         return loss_unclipped, torch.zeros_like(loss_unclipped, dtype=torch.bool)
     v_clipped = old_values + torch.clamp(values - old_values, -clip_range, clip_range)  # [...]
     loss_clipped = elementwise(returns - v_clipped)  # [...]
-    return torch.maximum(loss_unclipped, loss_clipped), (loss_clipped > loss_unclipped).detach()
+    binds = (values - old_values).abs() > clip_range  # [...]
+    return torch.maximum(loss_unclipped, loss_clipped), (binds & (loss_clipped > loss_unclipped)).detach()
 
 
 def value_loss(

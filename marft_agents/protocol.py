@@ -56,9 +56,9 @@ class RunOutcome:
 
 
 def eval_dict(result: EvalResult) -> dict[str, Any]:
-    """The plain-data view of an evaluation kept in ``summary.json``."""
-    return {"accuracy": result.accuracy, "stderr": result.stderr, "n": result.n, "distinct": result.distinct,
-            "mean_reward": result.mean_reward}
+    """The plain-data view of an evaluation kept in ``summary.json`` (:meth:`EvalResult.figures`:
+    with several samples per problem, avg@k and pass@k too)."""
+    return result.figures()
 
 
 def describe(result: EvalResult) -> str:

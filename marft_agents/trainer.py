@@ -1,16 +1,18 @@
 """The training loop: rollouts, learner updates, evaluation and checkpoints, resumable exactly.
 
-``train(cfg)`` runs ``cfg.schedule.num_updates`` updates inside the run protocol that ``marft
-train`` also uses (baseline evaluation first, metric files, summary.json, plot, SIGINT/SIGTERM
-handling: :mod:`marft_agents.protocol`) and returns a :class:`TrainResult`; ``iter_train(cfg)``
-is the bare loop as a generator that yields each update's metrics. One update:
+``train(cfg)`` runs ``cfg.schedule.num_updates`` updates (fewer when a budget of the schedule,
+seconds, episodes or sampled tokens, runs out first: :meth:`Trainer.budget_spent`) inside the
+run protocol that ``marft train`` also uses (baseline evaluation first, metric files,
+summary.json, plot, SIGINT/SIGTERM handling: :mod:`marft_agents.protocol`) and returns a
+:class:`TrainResult`; ``iter_train(cfg)`` is the bare loop as a generator that yields each
+update's metrics. One update:
 
 1. the :class:`~marft_agents.rollout.RolloutCollector` plays ``episodes_per_update`` episodes on
    ``env.num_envs`` env instances (generation batched across envs per adapter);
 2. the learner (``cfg.algorithm``) runs its PPO epochs on them;
-3. every ``eval.interval`` updates (and at the end) the policy is scored on a fixed problem set;
-   an evaluation that beats every earlier one saves its adapters to ``<output_dir>/best/``
-   (``eval.keep_best``);
+3. every ``eval.interval`` updates (and at the end) the policy is scored on a fixed problem set,
+   its per-problem outcomes kept in ``<output_dir>/evals/``; an evaluation that beats every
+   earlier one saves its adapters to ``<output_dir>/best/`` (``eval.keep_best``);
 4. every ``schedule.checkpoint_interval`` updates (and after the last) a checkpoint is written.
 
 Metric keys include ``losses/policy_loss``, ``losses/value_loss``, ``losses/entropy``,
@@ -30,6 +32,7 @@ update in progress, with a checkpoint, so a preempted run resumes exactly.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -99,9 +102,13 @@ def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequen
                             critic=cfg.critic if needs_critic else None)
 
 
-EVAL_SET_FIELDS = ("n_problems", "seed", "greedy", "env_kwargs")
+EVAL_OUTCOMES_DIR = "evals"
+"""Folder of ``output_dir`` holding every evaluation's per-problem outcomes (``update_<k>.json``)."""
+
+EVAL_SET_FIELDS = ("n_problems", "seed", "greedy", "samples_per_problem", "env_kwargs")
 """The ``eval`` fields that decide what an evaluation measures: which problems (``n_problems``,
-``seed``, the env keywords such as ``split``) and how they are decoded (``greedy``). A resumed run
+``seed``, the env keywords such as ``split``) and how they are decoded (``greedy``,
+``samples_per_problem``). A resumed run
 compares its evaluations (``best/``, the step-0 baseline) with those before the interruption, so
 these must not change on resume; the others (``interval``, ``at_end``, ``num_envs``,
 ``keep_best``) may."""
@@ -273,13 +280,36 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------
     def evaluate(self, progress: str | None = None) -> EvalResult:
-        """Score the policy on the fixed problem set; ``progress`` labels a progress bar."""
+        """Score the policy on the fixed problem set; ``progress`` labels a progress bar. Every
+        evaluation's per-problem outcomes go to ``<output_dir>/evals/`` (:meth:`keep_outcomes`)."""
         e = self.cfg.eval
-        return evaluate(self.policy, self.cfg.env.id, {**self.cfg.env.kwargs, **e.env_kwargs},
+        result = evaluate(self.policy, self.cfg.env.id, {**self.cfg.env.kwargs, **e.env_kwargs},
                         n_problems=e.n_problems, greedy=e.greedy, seed=e.seed,
+                        samples_per_problem=e.samples_per_problem,
                         sampling=self.cfg.sampling, num_envs=e.num_envs,
                         progress=progress if self.world.is_main else None,
                         world=self.world if self.world.world_size > 1 else None)
+        self.keep_outcomes(result)
+        return result
+
+    def keep_outcomes(self, result: EvalResult) -> Path | None:
+        """Write ``evals/update_<k>.json``: where the run stands (update, episodes, sampled tokens,
+        training seconds) and ``result.per_task`` (each problem's outcome and transcript), so the
+        leaderboard record can carry per-problem outcomes and transcripts of every evaluation
+        (``baselines/run.py``). One file per update: a resumed run's re-evaluation replaces it."""
+        if not self.world.is_main:
+            return None
+        folder = self.output_dir / EVAL_OUTCOMES_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        c = self.counters
+        path = folder / f"update_{c['update']:06d}.json"
+        data = {"update": c["update"], "episodes": c["episodes"], "sampled_tokens": c["tokens"],
+                "train_seconds": round(float(c.get("train_seconds", 0.0)), 1), "accuracy": result.accuracy,
+                "stderr": result.stderr, "n": result.n, "per_task": result.per_task}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        tmp.replace(path)
+        return path
 
     def _save_unless_saved(self) -> None:
         if self.last_checkpoint is None or self.last_checkpoint.name != checkpoint_name(self.counters["update"]):
@@ -303,9 +333,9 @@ class Trainer:
                 self._save_unless_saved()
                 log.info("%s: stopped after %d updates", self.stop_requested, self.counters["update"])
                 break
-            if s.time_budget_s is not None and self.counters.get("train_seconds", 0.0) >= s.time_budget_s:
+            if self.budget_spent() is not None:
                 # Resuming a run that already spent its budget adds no update.
-                log.info("time budget of %ss already used; no update to run", s.time_budget_s)
+                log.info("budget %s already used; no update to run", self.budget_spent())
                 break
             update = self.counters["update"]
             t0 = time.perf_counter()
@@ -320,13 +350,13 @@ class Trainer:
             self.counters["tokens"] += rollout.num_tokens
             self.counters["train_seconds"] = (self.counters.get("train_seconds", 0.0)
                                               + distributed.agree_on_seconds(self, t2 - t0))
-            out_of_time = s.time_budget_s is not None and self.counters["train_seconds"] >= s.time_budget_s
+            spent = self.budget_spent()
             metrics.update({f"counters/{k}": float(v) for k, v in self.counters.items() if k != "train_seconds"})
             metrics.update({"time/rollout_s": t1 - t0, "time/update_s": t2 - t1,
                             "time/train_seconds": float(self.counters["train_seconds"]),
                             "time/rollout_tokens_per_s": rollout.num_tokens / max(t1 - t0, 1e-9)})
             done = self.counters["update"]
-            last = done == s.num_updates or out_of_time
+            last = done == s.num_updates or spent is not None
             every = self.cfg.eval.interval
             if (every and done % every == 0) or (last and self.cfg.eval.at_end):
                 result = self.evaluate()
@@ -341,9 +371,22 @@ class Trainer:
             if stopping:
                 log.info("%s: stopped after %d updates", self.stop_requested, done)
                 break
-            if out_of_time:
-                log.info("time budget of %ss used after %d updates; stopping", s.time_budget_s, done)
+            if spent is not None:
+                log.info("budget %s used after %d updates (%d episodes, %d sampled tokens); stopping", spent, done,
+                         self.counters["episodes"], self.counters["tokens"])
                 break
+
+    def budget_spent(self) -> str | None:
+        """The first budget of the schedule (seconds, episodes, sampled tokens:
+        :attr:`~marft_agents.config.ScheduleConfig.BUDGETS`) the counters have reached, as
+        ``"schedule.max_episodes = 320"``; None while none is. With ``max_episodes`` a multiple of ``episodes_per_update`` (the config
+        requires it) the run stops after exactly that many episodes."""
+        s = self.cfg.schedule
+        for name, counter in s.BUDGETS:
+            limit = getattr(s, name)
+            if limit is not None and self.counters.get(counter, 0) >= limit:
+                return f"schedule.{name} = {limit}"
+        return None
 
 
 def prepare_trainer(cfg: TrainConfig, resume: bool = False,

@@ -1,30 +1,43 @@
-"""The grid report (tables and plot) is regenerated from the records alone."""
+"""The grid report (tables, tests and plot) is regenerated from the records alone."""
 
 import math
 from pathlib import Path
 
 import pytest
 
+from leaderboards import stats
 from leaderboards.build import build
-from leaderboards.grid_report import (Comparison, compare, comparison_table, curve_series, grid_records, plotted_series,
-                                      report, summarise, write_report)
+from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table,
+                                      counted_records, curve_series, grid_records, plotted_series, report,
+                                      sampled_table, summarise, write_report)
 from leaderboards.records import Record, write_record
 
 
-def _record(records, cell, seed, accuracy, kind="train", algorithm="mappo_action", profile="relay", **grid):
-    curve = [] if kind == "swapped" else [
-        {"update": 0, "accuracy": 0.1, "stderr": 0.03, "train_seconds": 0.0},
+def _record(records, cell, seed, accuracy, kind="train", algorithm="mappo_action", profile="relay", start=0.1,
+            episodes=None, config=None, solved=None, after=None, **grid):
+    curve = [] if kind != "train" else [
+        {"update": 0, "accuracy": start, "stderr": 0.03, "train_seconds": 0.0},
+        {"update": 2, "accuracy": (start + accuracy) / 2, "stderr": 0.04, "train_seconds": 180.0},
         {"update": 4, "accuracy": accuracy, "stderr": 0.04, "train_seconds": 360.0 + seed}]
+    if episodes is not None:
+        for point, count in zip(curve, (0, episodes // 2, episodes)):
+            point["episodes"], point["sampled_tokens"] = count, 10 * count
+    if kind == "untrained":
+        curve = [{"update": 0, "accuracy": accuracy, "stderr": 0.04, "train_seconds": 0.0}]
     write_record(Record(name=f"{cell}_seed{seed}", env_id="marft/Relay-v0", env_kwargs={"profile": profile},
-                        algorithm=algorithm, model="m", eval_after={"accuracy": accuracy, "stderr": 0.04, "n": 100},
-                        eval_curve=curve, budget={"updates": 4, "wall_clock_s": 360.0 + seed},
-                        commit="abc1234", grid={"grid": "g", "cell": cell, "seed": seed, "kind": kind,
-                                                "wall_s": 600.0, **grid}), records)
+                        algorithm=algorithm, model="m",
+                        eval_after={"accuracy": accuracy, "stderr": 0.04, "n": 100, "greedy": True, **(after or {})},
+                        eval_curve=curve, budget={"updates": 4, "episodes": 128, "wall_clock_s": 360.0 + seed,
+                                                  "tokens": 1000 + 17 * seed + len(cell)},
+                        config=config or {}, commit="abc1234",
+                        eval_outcomes={"update": 4, "task_index": list(range(10, 10 + len(solved))), "solved": solved,
+                                       "reward": solved} if solved else None,
+                        grid={"grid": "g", "cell": cell, "seed": seed, "kind": kind, "wall_s": 600.0, **grid}), records)
 
 
-def test_table_has_mean_se_over_seeds_and_per_seed_values(tmp_path):
+def test_table_has_mean_se_over_seeds_take_off_and_auc(tmp_path):
     records = tmp_path / "grids" / "g" / "records"
-    for seed, acc in enumerate([0.60, 0.70, 0.80]):
+    for seed, acc in enumerate([0.60, 0.70, 0.12]):
         _record(records, "marft_a", seed, acc)
     _record(records, "solo_ppo", 0, 0.9, algorithm="ppo", profile="solo")
     for seed, acc in enumerate([0.20, 0.30, 0.10]):
@@ -34,14 +47,17 @@ def test_table_has_mean_se_over_seeds_and_per_seed_values(tmp_path):
 
     summaries = summarise(grid_records(records), order=["solo_ppo", "marft_a", "marft_a_swapped"])
     assert [s.cell for s in summaries] == ["solo_ppo", "marft_a", "marft_a_swapped"]
-    assert math.isclose(summaries[1].mean, 0.7) and math.isclose(summaries[1].se_over_seeds, 0.1 / math.sqrt(3))
-    assert summaries[0].se_over_seeds is None
+    assert math.isclose(summaries[1].mean, 1.42 / 3) and summaries[0].se_over_seeds is None
+    # took off: 60 and 70 from 10 +- 3 (final +- 4): > 2 x 5 = 10 points; 12 is not
+    assert summaries[1].takeoff() == (2, 3) and summaries[2].takeoff() is None
+    # AUC of 10 -> 35 -> 60 over 0, 180, 360 s: (180 x 22.5 + 180 x 47.5) / 360 = 35
+    assert math.isclose(stats.curve_auc(*summaries[1].curves[0]), 0.35)
 
     path = write_report(tmp_path / "grids" / "g", "Grid g", ["solo_ppo", "marft_a", "marft_a_swapped"], "What g shows.")
     text = path.read_text()
-    # stdev(60, 70, 80) = 10, / sqrt(3) = 5.8
-    assert ("| marft_a | train | mappo_action | relay | 3 | 70.0 +- 5.8 | s0: 60.0 +- 4.0 / s1: 70.0 +- 4.0 / "
-            "s2: 80.0 +- 4.0 | 6.0 | 4 | abc1234 |") in text
+    auc = 100 * sum(stats.curve_auc(*c) for c in summaries[1].curves) / 3
+    assert (f"| marft_a | train | mappo_action | relay | 3 | 47.3 +- 17.9 | s0: 60.0 +- 4.0 / s1: 70.0 +- 4.0 / "
+            f"s2: 12.0 +- 4.0 | 2/3 | {auc:.1f} | 6.0 | 4 | 128 | abc1234 |") in text
     assert "| solo_ppo | train | ppo | solo | 1 | 90.0 (one seed) |" in text
     assert "| marft_a_swapped | swapped (marft_a) | mappo_action | relay | 3 | 20.0 +- 5.8 |" in text
     assert text.index("| solo_ppo |") < text.index("| marft_a |") < text.index("| marft_a_swapped |")
@@ -65,48 +81,213 @@ def test_empty_grid_report_says_how_to_fill_it(tmp_path):
     assert "No records yet" in write_report(tmp_path / "g", "Grid g").read_text()
 
 
-def _summaries(tmp_path, cells):
+def _summaries(tmp_path, cells, kinds=None):
     records = tmp_path / "records"
     for cell, accuracies in cells.items():
         for seed, accuracy in enumerate(accuracies):
-            _record(records, cell, seed, accuracy)
+            _record(records, cell, seed, accuracy, kind=(kinds or {}).get(cell, "train"))
     return summarise(grid_records(records))
 
 
-def test_comparison_pairs_seeds_of_an_ablation_with_its_source_runs_only(tmp_path):
+def test_a_declared_pair_with_the_same_seeds_gets_the_paired_tests(tmp_path):
     records = tmp_path / "records"
-    for seed, (trained, swapped, other) in enumerate([(0.60, 0.20, 0.5), (0.70, 0.40, 0.6), (0.80, 0.30, 0.4)]):
+    # seeds spread widely; the swap costs each seed 35-45 points
+    for seed, (trained, swapped, other) in enumerate([(0.60, 0.20, 0.5), (0.90, 0.45, 0.6), (0.40, 0.05, 0.4)]):
         _record(records, "marft_a", seed, trained)
         _record(records, "marft_a_swapped", seed, swapped, kind="swapped", source="marft_a")
         _record(records, "marft_t", seed, other)
     summaries = summarise(grid_records(records))
-    result = compare(summaries, Comparison(a=["marft_a_swapped"], b="marft_a"))
-    # per-seed differences -40, -30, -50: mean -40, stdev 10, s.e. 10 / sqrt(3)
-    assert math.isclose(result.difference, -0.40) and result.se_basis == "paired seeds"
-    assert math.isclose(result.stderr, 0.10 / math.sqrt(3))
-    # independently trained cells with the same seed numbers are not paired
-    independent = compare(summaries, Comparison(a=["marft_t"], b="marft_a"))
-    assert independent.se_basis == "seeds" and math.isclose(independent.stderr, math.hypot(0.1, 0.1) / math.sqrt(3))
+    a, b = [0.20, 0.45, 0.05], [0.60, 0.90, 0.40]
+    paired = compare(summaries, Comparison(a="marft_a_swapped", b="marft_a", paired=True))
+    assert paired.design == "paired seeds" and paired.test.test == "paired t"
+    assert paired.test.p == pytest.approx(stats.paired_t(a, b).p)
+    assert paired.exact.test == "exact sign-flip" and paired.exact.min_p == pytest.approx(0.25)
+    assert math.isclose(paired.difference, -0.40)
+    # undeclared, the same cells are independent samples: Welch, and a much larger p
+    unpaired = compare(summaries, Comparison(a="marft_a_swapped", b="marft_a"))
+    assert unpaired.test.test == "Welch t" and unpaired.test.p == pytest.approx(stats.welch_t(a, b).p)
+    assert unpaired.exact.test == "exact permutation" and paired.test.p < 0.01 < unpaired.test.p
 
 
-def test_comparison_of_unpaired_cells_adds_their_standard_errors(tmp_path):
-    summaries = _summaries(tmp_path, {"marft_a": [0.60, 0.70, 0.80], "solo_ppo": [0.9, 0.7]})
-    result = compare(summaries, Comparison(a=["marft_a"], b="solo_ppo"))
-    assert result.se_basis == "seeds" and math.isclose(result.difference, -0.10)
-    assert math.isclose(result.stderr, math.hypot(0.10 / math.sqrt(3), math.sqrt(0.02) / math.sqrt(2)))
+def test_a_declared_pair_with_different_seeds_is_tested_as_independent(tmp_path):
+    summaries = _summaries(tmp_path, {"marft_a": [0.6, 0.7, 0.8], "solo_ppo": [0.9, 0.7]})
+    result = compare(summaries, Comparison(a="marft_a", b="solo_ppo", paired=True))
+    assert result.design == "independent seeds" and result.test.test == "Welch t"
+    assert "seeds differ" in result.note
 
 
-def test_comparison_with_one_seed_falls_back_to_evaluation_errors_and_picks_the_best_of_a(tmp_path):
-    summaries = _summaries(tmp_path, {"marft_a": [0.30], "marft_t": [0.50], "solo_ppo": [0.80]})
-    result = compare(summaries, Comparison(a=["marft_a", "marft_t", "grpo"], b="solo_ppo"))
-    assert result.a.cell == "marft_t" and math.isclose(result.difference, -0.30)
-    assert result.se_basis == "evaluation" and math.isclose(result.stderr, math.hypot(0.04, 0.04))
-    assert compare(summaries, Comparison(a=["grpo"], b="solo_ppo")) is None
-    rows = comparison_table(summaries, [Comparison(a=["marft_a", "marft_t"], b="solo_ppo", question="team?"),
-                                        Comparison(a=["grpo"], b="marft_a", question="grpo?")])
-    assert rows[2] == ("| team? | marft_t (best of marft_a, marft_t): 50.0 (1) | solo_ppo: 80.0 (1) | -30.0 | 5.7 "
-                       "| -5.3 | evaluation |")
-    assert rows[3] == "| grpo? | grpo | marft_a | not run yet | | | |"
+def test_a_seed_free_untrained_cell_is_a_constant_and_a_one_seed_trained_cell_is_not_testable(tmp_path):
+    summaries = _summaries(tmp_path, {"marft_a": [0.39, 0.41, 0.22], "untrained": [0.05], "grpo_agent": [0.56]},
+                           kinds={"untrained": "untrained"})
+    result = compare(summaries, Comparison(a="marft_a", b="untrained"))
+    assert result.design == "against a seed-free value" and result.test.test == "one-sample t"
+    assert result.test.p == pytest.approx(stats.one_sample_t([0.39, 0.41, 0.22], 0.05).p)
+    flipped = compare(summaries, Comparison(a="untrained", b="marft_a"))
+    assert flipped.difference == pytest.approx(-result.difference) and flipped.test.p == pytest.approx(result.test.p)
+    assert flipped.test.ci == pytest.approx((-result.test.ci[1], -result.test.ci[0]))
+    single = compare(summaries, Comparison(a="grpo_agent", b="marft_a"))
+    assert single.test is None and single.exact.min_p == pytest.approx(0.25)
+    assert single.verdict() == "not resolved: grpo_agent has one seed: its spread over seeds is unknown"
+
+
+def test_holm_runs_over_the_declared_set_and_the_verdicts_say_what_is_resolved(tmp_path):
+    summaries = _summaries(tmp_path, {"solo_ppo": [0.80, 0.84, 0.86, 0.83], "marft_a": [0.30, 0.35, 0.28, 0.33],
+                                      "marft_t": [0.72, 0.80, 0.78, 0.74], "grpo": [0.31, 0.36, 0.27, 0.33]})
+    comparisons = [Comparison(a="marft_a", b="solo_ppo", question="A vs solo"),
+                   Comparison(a="marft_t", b="solo_ppo", question="T vs solo"),
+                   Comparison(a="grpo", b="marft_a", question="grpo vs A", margin=8),
+                   Comparison(a="marft_t_shared", b="solo_ppo", question="not run")]
+    results = compare_all(summaries, comparisons)
+    raw = [r.test.p for r in results[:3]]
+    # four declared, one not run yet: it still counts in m
+    assert [r.holm_p for r in results[:3]] == pytest.approx(stats.holm([*raw, None])[:3])
+    assert results[3] is None
+    assert results[0].verdict() == "resolved: solo_ppo > marft_a"
+    assert raw[1] < ALPHA < results[1].holm_p  # "significant" alone, not after Holm
+    sd = {s.cell: s.sd for s in summaries}
+    n = stats.seeds_needed(results[1].difference, sd["marft_t"], sd["solo_ppo"], ALPHA / 4)
+    assert results[1].verdict() == f"not resolved ({n} seeds per cell would be needed at this effect)"
+    assert results[2].equivalence.p < ALPHA and results[2].verdict() == "resolved: equivalent within +-8 points"
+    rows = comparison_table(summaries, comparisons)
+    # 4 v 4 seeds: the exact permutation test's floor is 2 / C(8, 4) = 0.029
+    assert rows[2] == ("| A vs solo | marft_a: 31.5 (4) | solo_ppo: 83.2 (4) | -51.8 | [-56.7, -46.8] "
+                       "| [-55.0, -48.3] (seeds) | Welch t, df 5.7 | <0.001 | 0.029 (0.029) | <0.001 "
+                       "| resolved: solo_ppo > marft_a |")
+    assert rows[5] == "| not run | marft_t_shared | solo_ppo | not run yet | | | | | | | |"
+
+
+def test_the_bootstrap_resamples_problems_when_every_seed_has_its_outcomes(tmp_path):
+    records = tmp_path / "records"
+    a = [[1, 1, 0, 1, 0, 1, 1, 0], [1, 0, 0, 1, 0, 1, 1, 1], [1, 1, 1, 1, 0, 1, 1, 0]]
+    b = [[0, 1, 0, 0, 0, 1, 0, 0], [1, 0, 0, 0, 0, 1, 0, 0]]
+    for seed, solved in enumerate(a):
+        _record(records, "marft_a", seed, sum(solved) / 8, solved=solved)
+    for seed, solved in enumerate(b):
+        _record(records, "solo_ppo", seed, sum(solved) / 8, solved=solved)
+    _record(records, "marft_t", 0, 0.5)  # no per-problem outcomes
+    _record(records, "marft_t", 1, 0.25)
+    summaries = summarise(grid_records(records))
+    result = compare(summaries, Comparison(a="marft_a", b="solo_ppo"))
+    assert result.bootstrap.basis == "seeds x problems"
+    assert result.bootstrap == stats.bootstrap_difference(a, b, seed=0)
+    assert compare(summaries, Comparison(a="marft_t", b="solo_ppo")).bootstrap.basis == "seeds"
+
+
+def test_a_comparison_names_two_different_cells_and_a_positive_margin():
+    with pytest.raises(ValueError, match="two different cells"):
+        Comparison(a="marft_a", b="marft_a")
+    with pytest.raises(ValueError, match="margin must be > 0"):
+        Comparison(a="marft_a", b="solo_ppo", margin=0)
+
+
+def test_a_duplicate_run_is_reported_and_counted_once(tmp_path):
+    records = tmp_path / "g" / "records"
+    config = {"seed": 0, "algorithm": "grpo", "output_dir": "runs/g/grpo/seed0", "learner": {"grouping": "team"}}
+    _record(records, "grpo", 0, 0.56, config=config)
+    _record(records, "grpo", 1, 0.06, config={**config, "seed": 1, "output_dir": "runs/g/grpo/seed1"})
+    _record(records, "grpo_again", 0, 0.56, config={**config, "output_dir": "runs/g/grpo_again/seed0"})
+    counted, duplicates = counted_records(grid_records(records), ["grpo", "grpo_again"])
+    assert [r["name"] for r in counted] == ["grpo_seed0", "grpo_seed1"]
+    assert [(d.kept, d.dropped, d.reason) for d in duplicates] == [("grpo_seed0", "grpo_again_seed0", "same config")]
+    text = write_report(tmp_path / "g", "Grid g", ["grpo", "grpo_again"]).read_text()
+    assert "## Duplicate runs" in text and "`grpo_again_seed0` is the same run as `grpo_seed0`" in text
+    assert "| grpo_again |" not in text and "cell `grpo_again` has no other record" in text
+    assert [line["cell"] for line in curve_series(grid_records(records), ["grpo", "grpo_again"])] == ["grpo", "grpo"]
+
+
+def test_records_of_a_cell_the_grid_file_no_longer_declares_are_named_not_tested(tmp_path):
+    records = tmp_path / "g" / "records"
+    _record(records, "marft_a", 0, 0.5)
+    _record(records, "marft_a", 1, 0.6)
+    _record(records, "removed", 0, 0.9)  # a cell taken out of the grid file after its run
+    comparisons = [Comparison(a="removed", b="marft_a")]
+    text = write_report(tmp_path / "g", "Grid g", ["marft_a"], comparisons=comparisons).read_text()
+    assert "| removed |" not in text.split("## Records of cells not in the grid file")[0]
+    assert "- `removed` (`removed_seed0`): not in the grid file: not tested" in text
+    assert "| removed: 90.0" not in text and "| not run yet |" in text  # a comparison naming it is not answered
+    assert [line["cell"] for line in curve_series(grid_records(records), ["marft_a"])] == ["marft_a", "marft_a"]
+    # without a grid file (no cell order) every cell is reported
+    assert "| removed |" in write_report(tmp_path / "g", "Grid g").read_text()
+
+
+def test_an_empty_report_lists_the_comparisons_declared_before_the_runs(tmp_path):
+    comparisons = [Comparison(a="a", b="b", question="does a beat b?"),
+                   Comparison(a="a", b="b", question="same?", paired=True, margin=5)]
+    text = write_report(tmp_path / "g", "Grid g", ["a", "b"], comparisons=comparisons).read_text()
+    assert "No records yet" in text and "| does a beat b? | a | b | not run yet |" in text
+    assert "| same? [paired, margin +-5 points] | a | b | not run yet |" in text  # what was declared, up front
+
+
+SAMPLED = {"samples_per_problem": 4, "avg_at_k": 0.30, "avg_at_k_stderr": 0.03, "pass_at_k": 0.55,
+           "pass_at_k_stderr": 0.05}
+
+
+def test_sampled_cells_show_avg_and_pass_at_k_with_their_errors(tmp_path):
+    records = tmp_path / "g" / "records"
+    _record(records, "marft_a", 0, 0.5)
+    _record(records, "marft_a", 1, 0.6)
+    for seed, (avg, passed) in enumerate([(0.30, 0.55), (0.40, 0.75)]):
+        _record(records, "marft_a_k4", seed, avg, kind="final", source="marft_a",
+                after={**SAMPLED, "avg_at_k": avg, "pass_at_k": passed, "greedy": False})
+    summaries = summarise(grid_records(records), ["marft_a", "marft_a_k4"])
+    rows = sampled_table(summaries)
+    assert len(rows) == 3  # header, rule, and only the sampled cell
+    # avg@4 35.0 +- 5.0 (stdev 0.0707 / sqrt 2), pass@4 65.0 +- 10.0
+    assert rows[2] == ("| marft_a_k4 | final (marft_a) | 4 | 35.0 +- 5.0 | 65.0 +- 10.0 "
+                       "| s0: 30.0 +- 3.0 / 55.0 +- 5.0 / s1: 40.0 +- 3.0 / 75.0 +- 5.0 |")
+    text = write_report(tmp_path / "g", "Grid g", ["marft_a", "marft_a_k4"]).read_text()
+    assert "## Sampled evaluations" in text and rows[2] in text
+    assert sampled_table(summaries[:1]) == []
+    assert "## Sampled evaluations" not in write_report(tmp_path / "h", "Grid h").read_text()
+
+
+def test_per_agent_contribution_is_the_drop_from_the_same_seeds_trained_team(tmp_path):
+    records = tmp_path / "g" / "records"
+    trained = [[1, 1, 1, 0, 1, 1, 0, 1], [1, 1, 0, 0, 1, 1, 1, 1]]
+    base = [[1, 0, 0, 0, 1, 0, 0, 1], [0, 1, 0, 0, 1, 0, 0, 1]]
+    for seed, (t, b) in enumerate(zip(trained, base)):
+        _record(records, "marft_a", seed, sum(t) / 8, solved=t)
+        _record(records, "base_holder", seed, sum(b) / 8, kind="base_seat", source="marft_a", seat="holder_0", solved=b)
+        _record(records, "mute_holder", seed, 0.0, kind="fixed_message", source="marft_a", seat="holder_0",
+                message="I don't know.")
+    _record(records, "marft_a_swapped", 0, 0.1, kind="swapped", source="marft_a")  # no seat: no contribution row
+    order = ["marft_a", "base_holder", "mute_holder", "marft_a_swapped"]
+    rows = contribution_table(summarise(grid_records(records), order))
+    # seed 0: 6/8 - 3/8 = +37.5; seed 1: 6/8 - 3/8 = +37.5 (no spread over seeds)
+    d0 = [x - y for x, y in zip(trained[0], base[0])]
+    se0 = math.sqrt(sum((d - sum(d0) / 8) ** 2 for d in d0)) / 8
+    assert rows[2].startswith("| holder_0 | base_holder | base_seat | marft_a: 75.0 | 37.5 | +37.5 +- 0.0 "
+                              f"| s0: +37.5 +- {100 * se0:.1f} / ")
+    # the fixed-message records carry no per-problem outcomes: the unpaired s.e. of the two evaluations
+    assert rows[3] == ("| holder_0 | mute_holder | fixed_message (\"I don't know.\") | marft_a: 75.0 | 0.0 | +75.0 +- 0.0 "
+                       f"| s0: +75.0 +- {100 * math.hypot(0.04, 0.04):.1f} (unpaired) / "
+                       f"s1: +75.0 +- {100 * math.hypot(0.04, 0.04):.1f} (unpaired) |")
+    assert len(rows) == 4
+    assert "## Per-agent contribution" in write_report(tmp_path / "g", "Grid g", order).read_text()
+
+
+def test_the_budget_axis_is_episodes_when_the_records_count_them(tmp_path):
+    records = tmp_path / "g" / "records"
+    _record(records, "marft_a", 0, 0.5, episodes=256)
+    _record(records, "solo_ppo", 0, 0.9, algorithm="ppo", profile="solo", episodes=256)
+    text = write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"]).read_text()
+    assert "Budget axis: training episodes" in text and "equal training wall-clock" not in text
+    assert [line["x"] for line in plotted_series(tmp_path / "g" / "curves.png")] == [[0, 128, 256], [0, 128, 256]]
+    # a grid budgeted in sampled tokens plots against them
+    tokens = {"axis": "sampled_tokens", "sampled_tokens": 2560}
+    _record(records, "marft_a", 0, 0.5, episodes=256, budget=tokens)
+    _record(records, "solo_ppo", 0, 0.9, algorithm="ppo", profile="solo", episodes=256, budget=tokens)
+    assert "Budget axis: sampled tokens" in write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"]).read_text()
+    assert plotted_series(tmp_path / "g" / "curves.png")[0]["x"] == [0, 1280, 2560]
+
+
+def test_records_run_at_equal_wall_clock_say_so(tmp_path):
+    records = tmp_path / "g" / "records"
+    _record(records, "marft_a", 0, 0.5, config={"seed": 0, "schedule": {"time_budget_s": 600}})
+    text = write_report(tmp_path / "g", "Grid g").read_text()
+    assert "Budget axis: training minutes (wall-clock)" in text
+    assert "Caveats the records carry:" in text and "(every cell)" in text  # leaderboards.records' own lines
+    assert "**equal training wall-clock** (600 s of rollouts and updates per run), **not at equal samples**" in text
 
 
 def test_the_plot_carries_the_numbers_it_draws(tmp_path):
@@ -114,15 +295,17 @@ def test_the_plot_carries_the_numbers_it_draws(tmp_path):
     _record(records, "marft_a", 1, 0.5)
     _record(records, "solo_ppo", 0, 0.9, algorithm="ppo", profile="solo")
     write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"])
+    axis = "training minutes (wall-clock)"
     assert plotted_series(tmp_path / "g" / "curves.png") == [
-        {"cell": "solo_ppo", "seed": 0, "minutes": [0.0, 6.0], "accuracy": [10.0, 90.0]},
-        {"cell": "marft_a", "seed": 1, "minutes": [0.0, 6.017], "accuracy": [10.0, 50.0]}]
+        {"cell": "solo_ppo", "seed": 0, "axis": axis, "x": [0.0, 3.0, 6.0], "accuracy": [10.0, 50.0, 90.0]},
+        {"cell": "marft_a", "seed": 1, "axis": axis, "x": [0.0, 3.0, 6.017], "accuracy": [10.0, 30.0, 50.0]}]
 
 
 REPO = Path(__file__).resolve().parents[1]
+GRID_FILES = sorted((REPO / "baselines" / "grids").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("grid_file", sorted((REPO / "baselines" / "grids").glob("*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("grid_file", GRID_FILES, ids=lambda p: p.stem)
 def test_committed_grid_reports_match_their_records(grid_file, monkeypatch):
     """The tables and plot under leaderboards/grids/ are what the records and the grid file give
     (regenerate with ``python -m baselines.grid GRID --report-only``)."""
@@ -131,18 +314,19 @@ def test_committed_grid_reports_match_their_records(grid_file, monkeypatch):
     monkeypatch.chdir(REPO)
     spec = load_grid(grid_file.relative_to(REPO))
     folder = records_dir(spec).parent
-    expected = report(folder, spec_title(spec), [c.name for c in spec.cells], spec.description, spec.comparisons,
-                      write_plot=False)
-    assert (folder / "README.md").read_text(encoding="utf-8") == expected
-    series = curve_series(grid_records(folder / "records"), [c.name for c in spec.cells])
+    order = [c.name for c in spec.cells]
+    expected = report(folder, spec_title(spec), order, spec.description, spec.comparisons, write_plot=False)
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    assert text == expected
+    series = curve_series(grid_records(folder / "records"), order)
     if series:
         assert plotted_series(folder / "curves.png") == series
+    assert "best of" not in text.split("## Comparisons")[1].split("\n\n")[1]  # the table: declared rows only
+    assert f"Only the {len(spec.comparisons)} comparisons declared in the grid file are tested" in text
 
 
-def test_comparison_of_a_one_seed_cell_with_a_seeded_one_keeps_the_spread_over_seeds(tmp_path):
-    # solo_ppo's seeds spread (s.e. 0.10 / sqrt(3)); dropping that for its evaluation s.e. (0.04)
-    # would understate the difference's s.e.
-    summaries = _summaries(tmp_path, {"grpo_agent": [0.50], "solo_ppo": [0.70, 0.80, 0.90]})
-    result = compare(summaries, Comparison(a=["grpo_agent"], b="solo_ppo"))
-    assert result.se_basis == "evaluation / seeds" and math.isclose(result.difference, -0.30)
-    assert math.isclose(result.stderr, math.hypot(0.04, 0.10 / math.sqrt(3)))
+def test_the_committed_relay_report_counts_grpo_agent_once_and_names_its_budget():
+    text = (REPO / "leaderboards" / "grids" / "relay" / "README.md").read_text(encoding="utf-8")
+    assert "`grpo_agent_seed0` is the same run as `grpo_seed0`" in text and "| grpo_agent |" not in text
+    assert "- `grpo_agent` (`grpo_agent_seed0`): not in the grid file: not tested" in text  # removed from the grid
+    assert "**equal training wall-clock** (600 s" in text and "**not at equal samples**" in text

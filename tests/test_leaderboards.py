@@ -201,3 +201,27 @@ def test_an_outside_readme_grid_block_is_refreshed_only_when_named(tmp_path):
     assert "[grid g](../grids/g/README.md)" in nested.read_text()
     with pytest.raises(SystemExit):
         main(["--records", str(records), "--readme", str(tmp_path / "missing.md")])
+
+
+def test_records_of_the_former_protocol_are_flagged_when_loaded():
+    """The committed grid records were made at equal wall-clock, Relay's also with the leaky split
+    of task revision 0; loading says so (``caveats``, ``grid.budget``) without editing the files."""
+    from leaderboards.records import WALL_CLOCK
+
+    for grid in ("relay", "solve_check", "arithmetic_l3"):
+        records = load_records(REPO / "leaderboards" / "grids" / grid / "records")
+        assert records
+        for record in records:
+            trained = record["grid"]["kind"] != "untrained"
+            assert (record["grid"].get("budget") == {"axis": WALL_CLOCK, "time_budget_s": 600}) == trained
+            assert any("equal wall-clock" in c for c in record["caveats"]) == trained
+            assert any("task revision 0" in c for c in record["caveats"]) == (grid == "relay"), record["name"]
+
+
+def test_a_current_record_has_no_caveats(tmp_path):
+    write_record(Record(name="new", env_id="marft/Relay-v0", env_kwargs={}, algorithm="mappo_action", model="m",
+                        eval_after={"accuracy": 0.5}, task_revision=1,
+                        grid={"grid": "g", "cell": "c", "seed": 0, "kind": "train", "wall_s": 1.0,
+                              "budget": {"axis": "episodes", "episodes": 320, "eval_every_episodes": 64}}), tmp_path)
+    record, = load_records(tmp_path)
+    assert record["caveats"] == [] and record["grid"]["budget"]["episodes"] == 320

@@ -45,7 +45,17 @@ What else the engine guarantees
 * **Who trains.** ``agent_iteration_interval = 0``: every agent's adapter trains each update.
   ``k > 0``: agent-by-agent training, one agent's adapter trains for ``k`` updates while the
   others are frozen (no gradients, no optimizer step), then the next agent, rotating. The critic
-  trains every update; the policy waits for ``critic_warmup_updates`` updates.
+  trains every update; the policy waits for ``critic_warmup_updates`` updates (value-only
+  updates on the first rollouts: the actors' adapters stay bit-identical).
+* **The critic's regression.** ``schedule.critic_epochs`` passes (default: the policy's
+  ``ppo_epochs``) over whole-episode minibatches; with ``critic.value_norm`` (PopArt) the
+  targets' moving mean and spread are folded into the value head before the first pass and the
+  loss is taken in normalised units (:meth:`marft_agents.critic.ValueHead.update_normaliser`).
+* **Critic health.** Every update of a value learner reports how much of the return variance
+  the collection-time values explain, against the ceiling measured on the same rollout
+  (``learners/critic_health.py``: ``critic/ev_first``, ``critic/ev_ceiling``, ...), and warns
+  when the critic has explained almost nothing for ``critic.health_window`` updates. For the
+  ceiling, a value learner asks the collector for ``critic.ceiling_group_size`` episodes per task.
   ``agent/<id>/trained`` is 1 only for an agent whose adapter took policy steps this update.
 * **No silent skips.** Gradients are clipped per adapter; a non-finite loss or gradient norm
   skips that optimizer step, zeroes the gradients, logs a warning and counts it in
@@ -78,6 +88,7 @@ import torch
 from marft_agents import ppo_math as pm
 from marft_agents.distributed import SINGLE_PROCESS, DataParallel, SingleProcess
 from marft_agents.engine.attention import training_passes
+from marft_agents.learners.critic_health import CriticWatch, critic_health
 from marft_agents.learners.logprob_targets import LogprobTargets
 from marft_agents.learners.samples import (
     PolicyUnits,
@@ -128,15 +139,42 @@ class BaseLearner(LogprobTargets):
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         for name in sorted({policy.adapter_for(a) for a in self.agent_ids}):
             self.optimizers[name] = self._make_optimizer(name, self.schedule.actor_lr)
+        self.critic_cfg = getattr(cfg, "critic", None)
+        self.watch: CriticWatch | None = None
         if self.value_mode is not None:
             for name in sorted({policy.critic_for(a) for a in self.agent_ids}):
-                self.optimizers[name] = self._make_optimizer(name, self.schedule.critic_lr)
+                self.optimizers[name] = self._make_optimizer(name, self.schedule.critic_lr,
+                                                             head_lr=self.schedule.value_head_lr)
+            if self.critic_cfg is not None:
+                self.group_size = self._ceiling_group_size()
+                self.watch = CriticWatch(self.critic_cfg.health_window, self.critic_cfg.health_min_ev)
 
-    def _make_optimizer(self, adapter: str, lr: float) -> torch.optim.Optimizer:
+    def _ceiling_group_size(self) -> int:
+        """Episodes per task for the critic's EV ceiling (``critic.ceiling_group_size``)."""
+        k = self.critic_cfg.ceiling_group_size
+        if k is not None:
+            return k
+        episodes = self.schedule.episodes_per_update
+        if episodes % 4 == 0 and episodes >= 8:
+            return 4
+        log.info("critic ceiling not measured: schedule.episodes_per_update (%d) is not a multiple of 4 "
+                 "that is >= 8; set critic.ceiling_group_size to a divisor > 1 of it to measure it", episodes)
+        return 1
+
+    def _make_optimizer(self, adapter: str, lr: float, head_lr: float | None = None) -> torch.optim.Optimizer:
+        """AdamW over ``adapter``'s parameters; a critic's value head gets ``head_lr`` (its own
+        parameter group) when that is set and differs from ``lr`` (one group otherwise, so
+        optimizer states saved before ``value_head_lr`` existed still load)."""
         params = list(self.policy.adapter_parameters(adapter))
         if not params:
             raise ValueError(f"adapter {adapter!r} has no parameters to train")
-        return torch.optim.AdamW(params, lr=lr, weight_decay=self.schedule.weight_decay, eps=1e-8)
+        heads = getattr(self.policy, "value_heads", {})
+        if head_lr is None or head_lr == lr or adapter not in heads:
+            return torch.optim.AdamW(params, lr=lr, weight_decay=self.schedule.weight_decay, eps=1e-8)
+        head = {id(p) for p in heads[adapter].parameters()}
+        groups = [{"params": [p for p in params if id(p) not in head], "lr": lr},
+                  {"params": [p for p in params if id(p) in head], "lr": head_lr}]
+        return torch.optim.AdamW(groups, weight_decay=self.schedule.weight_decay, eps=1e-8)
 
     # -- subclass hooks ------------------------------------------------------------------------
     def build_samples(self, rollout: Rollout) -> list[Sample]:
@@ -157,11 +195,18 @@ class BaseLearner(LogprobTargets):
 
     # -- schedule ------------------------------------------------------------------------------
     def trainable_agents(self, update: int) -> list[str]:
-        """Agents whose adapters train at ``update`` (0-based)."""
+        """Agents whose adapters train at ``update`` (0-based): ``ppo.train_agents`` (all when
+        unset), in profile order; with ``agent_iteration_interval = k > 0`` one of them at a time,
+        each for ``k`` updates, rotating."""
+        chosen = self.ppo.train_agents
+        if chosen is not None and set(chosen) - set(self.agent_ids):
+            raise ValueError(f"ppo.train_agents names {sorted(set(chosen) - set(self.agent_ids))}, not agents of "
+                             f"this env; its agents: {', '.join(self.agent_ids)}")
+        pool = [a for a in self.agent_ids if chosen is None or a in chosen]
         k = self.ppo.agent_iteration_interval
         if k <= 0:
-            return list(self.agent_ids)
-        return [self.agent_ids[(update // k) % len(self.agent_ids)]]
+            return pool
+        return [pool[(update // k) % len(pool)]]
 
     # -- the update ----------------------------------------------------------------------------
     def update(self, rollout: Rollout, update: int) -> dict[str, float]:
@@ -176,6 +221,10 @@ class BaseLearner(LogprobTargets):
         self.policy.set_trainable(set(trainable) if train_policy else set(), critic=critic)
         samples = self.build_samples(rollout)
         metrics: dict[str, float] = {"losses/explained_variance": self.explained_variance(samples)}
+        if critic and self.critic_cfg is not None:
+            metrics.update(self._critic_health(rollout, samples, update, metrics["losses/explained_variance"]))
+            if self.critic_cfg.value_norm:
+                metrics.update(self._update_value_normalisers(samples))
         policy_samples = [s for s in samples if s.agent_id in trainable] if train_policy else []
         if self.ppo.normalize_advantages and policy_samples:
             self._whiten_advantages(policy_samples)
@@ -185,13 +234,23 @@ class BaseLearner(LogprobTargets):
         counts: dict[str, int] = defaultdict(int)
         skipped_before = self.skipped_steps
         epochs_run, early_stopped = 0, 0.0
-        for epoch in range(self.schedule.ppo_epochs):
-            epochs_run += 1
-            for batch in (self._critic_minibatches(samples) if critic else []):
+        policy_epochs = self.schedule.ppo_epochs
+        # critic_epochs unset: the critic follows the policy's epochs, early stop included
+        follow = self.schedule.critic_epochs is None
+        critic_epochs = policy_epochs if follow else self.schedule.critic_epochs
+        gather = critic and self.critic_cfg is not None and self.critic_cfg.feature_norm
+        for epoch in range(max(policy_epochs, critic_epochs)):
+            critic_batches = self._critic_minibatches(samples) if critic and epoch < critic_epochs else []
+            self._track_features(gather and epoch == 0)  # the first pass's states, once each
+            for batch in critic_batches:
                 stats = self._step(sorted({s.critic for s in batch}), batch, critic=True)
                 for key, value in stats.items():
                     sums[key] += value
                     counts[key] += 1
+            self._track_features(False)
+            if early_stopped or epoch >= policy_epochs:
+                continue
+            epochs_run += 1
             epoch_kl, epoch_n = 0.0, 0
             policy_batches = self._minibatches(policy_samples)
             if epoch == 0 and self.ppo.recompute_old_logprobs:
@@ -205,11 +264,14 @@ class BaseLearner(LogprobTargets):
                     epoch_kl += stats["losses/approx_kl"]
                     epoch_n += 1
             target = self.ppo.target_kl
-            if target is not None and epoch_n and epoch_kl / epoch_n > target and epoch + 1 < self.schedule.ppo_epochs:
+            if target is not None and epoch_n and epoch_kl / epoch_n > target and epoch + 1 < policy_epochs:
                 log.warning("update %d: approx-KL %.4f > target_kl %.4f after epoch %d; stopping epochs early",
                             update, epoch_kl / epoch_n, target, epoch + 1)
                 early_stopped = 1.0
-                break
+                if follow:
+                    break
+        if gather:
+            self._fold_feature_statistics()
         metrics.update({k: sums[k] / counts[k] for k in sums})
         for key in ("losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac"):
             metrics.setdefault(key, float("nan"))  # nan = no policy step this update (warm-up)
@@ -232,6 +294,41 @@ class BaseLearner(LogprobTargets):
         values = torch.cat([s.old_values.reshape(-1) for s in samples])
         returns = torch.cat([s.returns.reshape(-1) for s in samples])
         return float(pm.explained_variance(values, returns))
+
+    def _critic_health(self, rollout: Rollout, samples: list[Sample], update: int, ev: float) -> dict[str, float]:
+        """``critic/*`` health figures of this update and the not-learning warning."""
+        first_values = [d.value if d.value is not None else (d.token_values[0] if d.token_values else None)
+                        for d in rollout.decisions]
+        advantages = torch.cat([s.advantages.reshape(-1) for s in samples]) if samples else None  # [N units]
+        out = critic_health(rollout, first_values, self.ppo.credit, self.ppo.gamma, advantages)
+        if self.watch is not None:
+            self.watch.observe(update, ev, out.get("critic/ev_ceiling", float("nan")))
+        return out
+
+    def _track_features(self, on: bool) -> None:
+        for head in self.policy.value_heads.values():
+            head.track_features = on
+
+    def _fold_feature_statistics(self) -> None:
+        """Fold the hidden states each value head read in this update's first critic pass into
+        its feature statistics (summed over ranks: each rank ran its share of the passes)."""
+        beta = self.critic_cfg.value_norm_beta
+        for name in sorted(set(self.policy.value_heads.keys())):
+            head = self.policy.value_heads[name]
+            parts = self.data_parallel.gather((head.pending.cpu(), float(head.pending_count)))
+            head.fold_features(beta, sum(p for p, _ in parts), sum(c for _, c in parts))
+
+    def _update_value_normalisers(self, samples: list[Sample]) -> dict[str, float]:
+        """Fold this update's targets into each critic's PopArt statistics (before any critic
+        step; every rank holds the global rollout, so every rank folds the same numbers)."""
+        beta = self.critic_cfg.value_norm_beta
+        out = {}
+        for name in sorted({s.critic for s in samples}):
+            head = self.policy.value_heads[name]
+            head.update_normaliser(torch.cat([s.returns.reshape(-1) for s in samples if s.critic == name]), beta)
+            out.setdefault("critic/norm_mean", float(head.shift))
+            out.setdefault("critic/norm_std", float(head.scale))
+        return out
 
     def _whiten_advantages(self, samples: list[Sample]) -> None:
         flat = torch.cat([s.advantages.reshape(-1) for s in samples])  # [N units]
@@ -322,7 +419,9 @@ class BaseLearner(LogprobTargets):
             mask = torch.ones_like(values)  # [B]
             old = torch.stack([s.old_values for s in micro]).to(values.device)  # [B]
             returns = torch.stack([s.returns for s in micro]).to(values.device)  # [B]
-        per_unit, clipped = pm.value_loss_elements(values, old, returns, self.ppo.value_clip, self.ppo.huber_delta)
+        scale = self.policy.value_heads[micro[0].critic].scale.detach()  # [] PopArt's sigma (1 without)
+        per_unit, clipped = pm.value_loss_elements(values / scale, old / scale, returns / scale,
+                                                   self.ppo.value_clip, self.ppo.huber_delta)
         loss = pm.masked_sum(per_unit, mask) / norm["units"]
         return loss, {"losses/value_clipfrac": float(pm.masked_sum(clipped.to(mask.dtype), mask)) / norm["units"]}
 

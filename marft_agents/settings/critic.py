@@ -34,6 +34,35 @@ class CriticConfig:
     ``value_head_bias`` exactly and early value losses do not swamp the policy update."""
     value_head_bias: float = 0.0
     """Initial bias, i.e. the initial value of every state when the weights start at zero."""
+    value_norm: bool = True
+    """PopArt value normalisation (van Hasselt et al., 2016; MAPPO's ``ValueNorm``): the head
+    predicts normalised values ``(V - mu) / sigma``, with ``mu, sigma`` debiased exponential
+    moving statistics of the regression targets, updated before every critic step with the
+    head's weights rescaled so its outputs do not move; the value loss is taken in normalised
+    units. Its first effect is that a fresh head predicts the mean return instead of 0, so the
+    early value error is the return's spread, not its mean. False: raw values (the head's
+    output is ``w . h + b``, exactly the behaviour before this option existed)."""
+    value_norm_beta: float = 0.9
+    """Decay of the normalisers' moving moments per update (0.9: the last ~10 rollouts), so
+    ``mu, sigma`` follow a success rate that climbs during training (and the feature statistics
+    the adapter's drift)."""
+    feature_norm: bool = True
+    """Standardise each dimension of the hidden state the value head reads, by its moving mean
+    and spread over the states valued at collection (the head's weights rescaled so its outputs
+    do not move; :class:`marft_agents.critic.ValueHead`). Without it the head fits the component
+    every state shares and its values stay nearly constant (docs/results.md). False: the plain
+    head, as before this option existed."""
+    ceiling_group_size: int | None = None
+    """Episodes per task the collector plays for a value learner, so that each update measures
+    the critic's **explained-variance ceiling** (``critic/ev_ceiling``, see
+    ``learners/critic_health.py``). None: 4 when ``schedule.episodes_per_update`` is a multiple of
+    4 and at least 8, else 1 (no ceiling; one log line says so). 1 turns it off; k > 1 must divide
+    ``episodes_per_update``."""
+    health_window: int = 10
+    """Updates in a row with ``losses/explained_variance`` below ``health_min_ev`` before the
+    learner warns that the critic is not learning (once per run, again after a recovery)."""
+    health_min_ev: float = 0.05
+    """Explained variance under which an update counts towards the warning."""
     max_state_chars: int = 16_000
     """Longest global-state log (characters) the critic reads in one episode; past it the log
     restarts from the current transcript, head and tail kept. 0 = no limit."""
@@ -53,6 +82,13 @@ class CriticConfig:
             raise ValueError(f"critic mode must be one of {CRITIC_MODES}, got {self.mode!r}")
         if self.value_head_init_std < 0:
             raise ValueError(f"value_head_init_std must be >= 0, got {self.value_head_init_std}")
+        if not 0.0 <= self.value_norm_beta < 1.0:
+            raise ValueError(f"value_norm_beta must be in [0, 1), got {self.value_norm_beta}")
+        if self.ceiling_group_size is not None and self.ceiling_group_size < 1:
+            raise ValueError(f"ceiling_group_size must be >= 1 (1 = no ceiling) or null (auto), "
+                             f"got {self.ceiling_group_size}")
+        if self.health_window < 1:
+            raise ValueError(f"health_window must be >= 1, got {self.health_window}")
         if self.max_state_chars < 0:
             raise ValueError(f"max_state_chars must be >= 0 (0 = no limit), got {self.max_state_chars}")
 

@@ -19,6 +19,7 @@ File format::
     name: dual
     description: reasoner analyses, actor answers
     dependency: chain            # optional default D (see marft_envs.core.dependency)
+    solo: false                  # optional: true = one solver prompted once per role (Profile.solo)
     roles:
       - name: reasoner
         graded: false
@@ -35,7 +36,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -81,6 +82,12 @@ class Profile:
     """What the team does."""
     dependency: Any = None
     """Default dependency spec (see ``Dependency.from_spec``); None means ``chain``."""
+    solo: bool = False
+    """The agents are one solver prompted several times (e.g. ``solo_two_calls``: a draft, then
+    the final answer): every agent is shown the whole problem, as the agent of a one-agent
+    profile is, and the graded agent's answer is submitted as that agent's would be. Envs that
+    deal information over the agents or give them roles by position (Relay, SolveCheck) treat
+    such a team like one agent; the others need nothing."""
     agent_ids: tuple[str, ...] = field(init=False)
     """``<role>_<k>`` ids derived from the roles."""
 
@@ -192,11 +199,12 @@ def profile_from_dict(data: Mapping[str, Any], default_name: str = "custom") -> 
     """Build a :class:`Profile` from parsed YAML/JSON, with errors that say what is wrong."""
     if not isinstance(data, Mapping):
         raise TypeError(f"a profile must be a mapping with a 'roles' list, got {type(data).__name__}")
-    unknown = set(data) - {"name", "description", "dependency", "roles"}
+    keys = [f.name for f in fields(Profile) if f.init]
+    unknown = set(data) - set(keys)
     if unknown:
-        raise ValueError(
-            f"unknown profile keys {sorted(unknown)}; valid keys: name, description, dependency, roles"
-        )
+        raise ValueError(f"unknown profile keys {sorted(unknown)}; valid keys: {', '.join(keys)}")
+    if not isinstance(data.get("solo", False), bool):
+        raise ValueError(f"profile key 'solo' must be true or false, got {data['solo']!r}")
     raw_roles = data.get("roles")
     if not isinstance(raw_roles, list) or not raw_roles:
         raise ValueError("a profile needs a non-empty 'roles' list of {name, system_prompt, graded}")
@@ -225,6 +233,7 @@ def profile_from_dict(data: Mapping[str, Any], default_name: str = "custom") -> 
         roles=tuple(roles),
         description=str(data.get("description", "")),
         dependency=data.get("dependency"),
+        solo=data.get("solo", False),
     )
 
 

@@ -6,7 +6,8 @@ profile order (:func:`~marft_envs.tasks.relay.deal`) and only the *answerer* (th
 role is graded, the last agent of a chain) is shown the question. So with two or more agents
 every agent misses at least one value: the holders must pass theirs on in their utterances, which
 D_t shows to the answerer, and only the answerer's final answer is graded. With a one-agent
-profile (``solo``) that agent holds everything: the full-information single-agent comparison.
+profile (``solo``) that agent holds everything: the full-information single-agent comparison; so
+does every call of a solo profile (``solo_two_calls``: one solver prompted twice, draft then answer).
 
 Agents
     The profile's roles (default ``relay``: ``holder_0`` -> ``answerer_0``); the team needs a
@@ -40,10 +41,19 @@ Rewards
 Keyword arguments
     ``level`` (1-3 or a level name; default 1), ``split`` ("train" | "test"; default "train"),
     ``task_seed``, ``message_chars`` (default 40; ignored when a ``template`` is given),
+    ``task_revision`` (how the train/test split is made; default the current one, see below),
     ``grading_timeout_s``, ``grading_mode``, plus every :class:`TextTaskEnv` keyword.
 
 Version history
-    v0: first release.
+    v0: first release. Task revisions within v0 (``task_revision``, recorded in leaderboard
+    records; :data:`~marft_envs.tasks.relay.TASK_REVISIONS`):
+
+    * 0: the split hashed the expression and the values in variable order, so a test problem's
+      commuted twin (B + A) could be in training: 58 of the 78 level-1 test problems had it there;
+    * 1 (default): the split hashes the signed operand multiset, so twins share a split (0 of 78).
+
+    The id stayed ``-v0`` (the README's generated env table and every config name it); records
+    made before revision 1 carry no ``task_revision`` and reports flag them.
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ from typing import Any
 from marft_envs.core.task import Task
 from marft_envs.core.template import ObservationTemplate
 from marft_envs.envs._answer_env import FinalAnswerEnv
-from marft_envs.tasks.relay import RelayTasks, deal, format_values
+from marft_envs.tasks.relay import TASK_REVISION, TASK_REVISIONS, RelayTasks, deal, format_values
 
 MESSAGE_CHARS = 40
 """Default cut of a teammate's message as the answerer reads it: enough for the values ("A = 17,
@@ -67,24 +77,35 @@ class RelayEnv(FinalAnswerEnv):
 
     metadata = {"name": "marft_relay_v0", "render_modes": ["ansi", "human"], "is_parallelizable": True}
     default_profile = "relay"
+    task_revisions: dict[int, str] = {revision: r.note for revision, r in TASK_REVISIONS.items()}
+    """Task revision -> how its train/test split was made (the highest is current); a record made
+    with an older one is flagged by ``leaderboards.records.record_caveats``."""
 
     def __init__(self, level: int | str = 1, split: str = "train", task_seed: int = 0,
-                 message_chars: int = MESSAGE_CHARS, **kwargs: Any):
+                 message_chars: int = MESSAGE_CHARS, task_revision: int = TASK_REVISION, **kwargs: Any):
         if not isinstance(message_chars, int) or message_chars < 1:
             raise ValueError(f"message_chars must be a positive int (characters of a teammate's message "
                              f"shown), got {message_chars!r}")
         kwargs.setdefault("template", ObservationTemplate(max_quoted_chars=message_chars))
-        super().__init__(RelayTasks(level=level, split=split, seed=task_seed), **kwargs)
+        super().__init__(RelayTasks(level=level, split=split, seed=task_seed, task_revision=task_revision), **kwargs)
+        self.task_revision = task_revision  # the revision these problems were drawn with (records keep it)
         graded = [a for a in self.possible_agents if self.profile.role_of(a).graded]
         self.answerer = graded[-1]
 
+    def sees_everything(self) -> bool:
+        """Whether every agent holds every value: one agent, or a solo profile (one solver
+        prompted several times, ``Profile.solo``, e.g. ``solo_two_calls``)."""
+        return len(self.possible_agents) == 1 or self.profile.solo
+
     def hands(self, task: Task) -> dict[str, list[str]]:
         """Agent id -> the variables it holds in ``task``."""
+        if self.sees_everything():
+            return {agent: list(task.metadata["values"]) for agent in self.possible_agents}
         dealt = deal(list(task.metadata["values"]), len(self.possible_agents))
         return dict(zip(self.possible_agents, dealt))
 
     def agent_view(self, task: Task, agent: str) -> Task:
-        if len(self.possible_agents) == 1:
+        if self.sees_everything():
             return task
         values: dict[str, int] = task.metadata["values"]
         held = self.hands(task)[agent]
@@ -110,7 +131,7 @@ class RelayEnv(FinalAnswerEnv):
 
     def compose_observation(self, agent: str) -> str:
         text = super().compose_observation(agent)
-        if agent == self.answerer and len(self.possible_agents) > 1:
+        if agent == self.answerer and not self.sees_everything():
             # The question comes last, after the teammates' messages: a small model answers
             # what it read last.
             text = f"{text}\n\n{self.question(self.task)}"

@@ -11,7 +11,9 @@ Agents
     Default profile ``solver_checker``: ``solver_0`` -> ``checker_0``. By position, the first
     agent is the solver and the last one the checker (so role-less profiles such as
     ``solver_checker_anonymous`` work); a one-agent profile (``solo``) has no checker and its
-    answer is submitted as is. Profiles of three or more agents are refused.
+    answer is submitted as is, and so has a two-agent solo profile (``solo_two_calls``: one
+    solver prompted twice, whose second call, shown its draft, is the solver graded). Profiles
+    of three or more agents are refused.
 
 Observations
     ``{"text": str}``: the problem, earlier rounds' attempts (the solver's answers) with
@@ -99,8 +101,11 @@ class SolveCheckEnv(TextTaskEnv):
             raise ValueError(f"marft/SolveCheck-v0 plays a solver and a checker (two agents) or one agent "
                              f"alone; profile {self.profile.name!r} has {len(self.possible_agents)} agents "
                              f"{list(self.possible_agents)}: use solver_checker, solver_checker_anonymous or solo")
-        self.solver = self.possible_agents[0]
-        self.checker = self.possible_agents[-1] if len(self.possible_agents) == 2 else None
+        if self.profile.solo:  # one solver prompted twice: its last (graded) call's answer is submitted
+            self.solver, self.checker = self.possible_agents[-1], None
+        else:
+            self.solver = self.possible_agents[0]
+            self.checker = self.possible_agents[-1] if len(self.possible_agents) == 2 else None
 
     def agent_view(self, task: Task, agent: str) -> Task:
         if agent == self.checker:

@@ -19,15 +19,26 @@ order) and ``expression``, from which the env renders each agent's partial view.
 Determinism and splits
     Item ``i`` is a pure function of ``(seed, split, level, i)``, drawn by a ``random.Random``
     seeded with the string ``"marft-relay/<seed>/<split>/<level>/<i>/<k>"`` (no global RNG). A
-    problem is in *test* when the SHA-256 of its canonical key (level name, expression and
-    values) is 0 mod 5, else in *train*; item ``i`` of a split redraws (``k = 0, 1, ...``) until
-    the problem belongs to that split, so the splits are disjoint for every seed.
+    problem is in *test* when the SHA-256 of its canonical key is 0 mod 5, else in *train*; item
+    ``i`` of a split redraws (``k = 0, 1, ...``) until the problem belongs to that split, so the
+    splits are disjoint for every seed.
+
+    The canonical key is the level name and the problem's *signed operand multiset*
+    (:func:`operand_key`): the values added and the values subtracted, each sorted, so a problem
+    and its commuted twins (``A + B`` with A = 12, B = 7 for A = 7, B = 12; ``A - B + C`` with
+    ``A + B - C`` and B, C exchanged), which have the same answer from the same numbers, fall in
+    the same split. That is task revision 1 (:data:`TASK_REVISION`). Revision 0 keyed the
+    expression and the values in variable order, so a test problem's commuted twin was in
+    training with probability 4/5: 58 of the 78 level-1 test problems had it there
+    (``tests/envs/test_coop_envs.py`` measures both). ``task_revision=0`` still draws the
+    revision-0 problems, to reproduce records made with them.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from marft_envs.core.task import Task
 from marft_envs.tasks.procedural import ProceduralTasks
@@ -70,6 +81,45 @@ def evaluate_expression(expression: str, values: dict[str, int]) -> int:
     return total
 
 
+def operand_key(expression: str, values: dict[str, int]) -> str:
+    """The signed operand multiset of a problem, e.g. ``"+7,12|-"`` for ``A + B`` with A = 7,
+    B = 12 (and with A = 12, B = 7): the values added and those subtracted, each sorted. Problems
+    with the same key have the same answer from the same numbers; the split keys on it."""
+    tokens = expression.split()
+    added, subtracted = [values[tokens[0]]], []
+    for op, name in zip(tokens[1::2], tokens[2::2]):
+        (added if op == "+" else subtracted).append(values[name])
+    return f"+{','.join(map(str, sorted(added)))}|-{','.join(map(str, sorted(subtracted)))}"
+
+
+def ordered_key(expression: str, values: dict[str, int]) -> str:
+    """Revision 0's key: the expression and the values in variable order (a problem's commuted
+    twin gets another key, so it may fall in the other split)."""
+    return f"{expression}|{format_values(values)}"
+
+
+@dataclass(frozen=True)
+class TaskRevision:
+    """One way of making the train/test split; records name the revision they were made with."""
+
+    key: Callable[[str, dict[str, int]], str]
+    """The canonical key the split hashes, from (expression, values)."""
+    note: str
+    """What it is, for reports on records made with it."""
+
+
+TASK_REVISIONS: dict[int, TaskRevision] = {
+    0: TaskRevision(ordered_key, "train/test split keyed by the expression and the values in variable order: a "
+                    "test problem's commuted twin (B + A) was in training with probability 4/5 (58 of the "
+                    "78 level-1 test problems)"),
+    1: TaskRevision(operand_key, "train/test split keyed by the signed operand multiset: commuted twins share "
+                    "a split"),
+}
+"""Revision -> how the split is made."""
+TASK_REVISION = max(TASK_REVISIONS)
+"""The revision :class:`RelayTasks` draws by default."""
+
+
 def format_values(values: dict[str, int]) -> str:
     """``{"A": 7, "B": 12}`` -> ``"A = 7, B = 12"``."""
     return ", ".join(f"{name} = {value}" for name, value in values.items())
@@ -94,7 +144,6 @@ def deal(variables: Sequence[str], num_agents: int) -> list[list[str]]:
     return hands
 
 
-
 class RelayTasks(ProceduralTasks):
     """A :class:`~marft_envs.core.task.TaskSource` of relay problems.
 
@@ -102,10 +151,19 @@ class RelayTasks(ProceduralTasks):
         level: difficulty, 1..3 or its name (see the module docstring).
         split: ``"train"`` or ``"test"`` (disjoint sets of problems).
         seed: selects the sequence of problems; item ``i`` depends only on (seed, split, level, i).
+        task_revision: how the split is keyed (:data:`TASK_REVISIONS`); the default is the
+            current one, 0 reproduces the problems of records made before it.
     """
 
     dataset = "relay"
     LEVELS = LEVELS
+
+    def __init__(self, level: int | str = 1, split: str = "train", seed: int = 0,
+                 task_revision: int = TASK_REVISION):
+        super().__init__(level=level, split=split, seed=seed)
+        if task_revision not in TASK_REVISIONS:
+            raise ValueError(f"task_revision must be one of {sorted(TASK_REVISIONS)}, got {task_revision!r}")
+        self.task_revision = task_revision
 
     def draw(self, rng: random.Random):
         expression, values = _GENERATORS[self.level](rng)
@@ -114,4 +172,4 @@ class RelayTasks(ProceduralTasks):
             return Task(task_id=common["task_id"], prompt=full_prompt(expression, values),
                         answer=str(evaluate_expression(expression, values)),
                         metadata={**common["metadata"], "expression": expression, "values": dict(values)})
-        return f"{expression}|{format_values(values)}", build
+        return TASK_REVISIONS[self.task_revision].key(expression, values), build

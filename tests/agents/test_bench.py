@@ -58,6 +58,20 @@ def test_scripted_bench_writes_into_the_current_folder(tmp_path, monkeypatch, ca
     assert "leaderboard record:" in capsys.readouterr().out
 
 
+def test_a_bench_record_names_its_task_revision_so_only_older_splits_are_flagged(tmp_path, monkeypatch):
+    from leaderboards.records import load_records
+    from marft_envs.envs.relay import RelayEnv
+
+    monkeypatch.chdir(tmp_path)
+    current, older = max(RelayEnv.task_revisions), min(RelayEnv.task_revisions)
+    for name, kwargs in (("now", "{profile: solo}"), ("old", f"{{profile: solo, task_revision: {older}}}")):
+        assert main(["bench", "--env", "marft/Relay-v0", "--policy", "scripted:test_bench:say_letters", "--n", "2",
+                     "--name", name, "--env-kwargs", kwargs]) == 0
+    records = {r["name"]: r for r in load_records(tmp_path)}
+    assert records["now"]["task_revision"] == current and records["now"]["caveats"] == []
+    assert records["old"]["task_revision"] == older and f"task revision {older}" in records["old"]["caveats"][0]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--policy", "scripted:test_bench:say_letters"], "needs --env"),
     (["--env", "marft/Nope-v0", "--policy", "scripted:test_bench:say_letters"], "unknown environment id"),

@@ -1,10 +1,11 @@
-"""evaluate(): a fixed, seeded problem set, deterministic scores, RNG left untouched."""
+"""evaluate(): a fixed, seeded problem set, deterministic scores, RNG left untouched; sampled avg@k / pass@k."""
 
 from __future__ import annotations
 
 import random
 
 import numpy as np
+import pytest
 import torch
 
 import marft_envs
@@ -60,3 +61,65 @@ def test_arithmetic_env_accuracy_with_random_model_is_zero(tiny):
     result = evaluate(policy, "marft/Arithmetic-v0", {"profile": "solo", "horizon": 1}, n_problems=2,
                       sampling=SamplingConfig(max_new_tokens=3), num_envs=2)
     assert result.accuracy == 0.0 and result.n == 2 and result.stderr == 0.0 and 1 <= result.distinct <= 2
+
+
+def test_pass_at_k_is_the_unbiased_estimator_on_hand_computed_counts():
+    from marft_agents.evaluation import pass_at_k
+
+    assert math.isclose(pass_at_k(5, 2, 2), 1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert math.isclose(pass_at_k(10, 3, 1), 0.3)  # pass@1 = c / n
+    assert math.isclose(pass_at_k(6, 1, 3), 1 - 10 / 20)  # 1 - C(5,3)/C(6,3)
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 1, 4) == 1.0  # k = n: any solved
+    assert pass_at_k(3, 2, 2) == 1.0  # n - c < k: every draw of k holds a solved one
+    for bad in [(3, 4, 1), (3, 1, 0), (3, 1, 4)]:
+        with pytest.raises(ValueError, match="pass@k needs"):
+            pass_at_k(*bad)
+
+
+def test_sampled_scores_cluster_a_problems_samples():
+    from marft_agents.evaluation import score
+
+    # three problems, two samples each: solved [1, 1], [1, 0], [0, 0]
+    outcomes = [[True, True], [True, False], [False, False]]
+    per_task = [{"samples": [{"solved": s, "reward": float(s)} for s in row]} for row in outcomes]
+    result = score(per_task, ["p0", "p1", "p2"], k=2)
+    assert result.accuracy == result.avg_at_k == 0.5 and result.n == 3 and result.samples_per_problem == 2
+    # residual sums per problem: +1, 0, -1 -> sqrt(2) / 6 (the unclustered binomial would be sqrt(.25 / 6))
+    assert math.isclose(result.avg_at_k_stderr, math.sqrt(2) / 6) and result.stderr == result.avg_at_k_stderr
+    # pass@2 per problem: 1, 1, 0 -> 2/3 with residuals 1/3, 1/3, -2/3 -> sqrt(6/9) / 3
+    assert math.isclose(result.pass_at_k, 2 / 3) and math.isclose(result.pass_at_k_stderr, math.sqrt(6) / 9)
+    assert result.mean_reward == 0.5
+    assert result.figures()["pass_at_k"] == result.pass_at_k and "pass_at_k" not in score(
+        [{"solved": True, "reward": 1.0}], ["p0"]).figures()  # one sample: the figures of old
+    with pytest.raises(ValueError, match="needs 2 samples"):
+        score([{"samples": [{"solved": True, "reward": 1.0}]}], ["p0"], k=2)
+
+
+def test_sampled_evaluation_plays_k_seeded_passes(tiny):
+    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.settings.sampling import SamplingConfig
+
+    model, tokenizer = tiny
+    policy = MultiAgentPolicy(model, tokenizer, marft_envs.make(LETTERS_ID).possible_agents)
+    sampling = SamplingConfig(max_new_tokens=6)
+    args = dict(n_problems=3, greedy=False, seed=5, sampling=sampling, num_envs=2)
+    torch.manual_seed(0)
+    rng = torch.get_rng_state()
+    sampled = evaluate(policy, LETTERS_ID, {}, samples_per_problem=3, **args)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert sampled.samples_per_problem == 3 and sampled.n == 3
+    assert all([s["pass"] for s in t["samples"]] == [0, 1, 2] for t in sampled.per_task)
+    # pass 0 is the one-sample sampled evaluation, transcript and all
+    single = evaluate(policy, LETTERS_ID, {}, **args)
+    for one, many in zip(single.per_task, sampled.per_task):
+        assert {k: one[k] for k in ("solved", "reward", "rounds")} == {k: many["samples"][0][k] for k in
+                                                                       ("solved", "reward", "rounds")}
+        assert one["transcript"] == many["transcript"]
+    # the passes draw differently (rewards are letter shares of sampled text) and reproducibly
+    assert any(len({s["reward"] for s in t["samples"]}) > 1 for t in sampled.per_task)
+    assert evaluate(policy, LETTERS_ID, {}, samples_per_problem=3, **args).per_task == sampled.per_task
+    solved = [[s["solved"] for s in t["samples"]] for t in sampled.per_task]
+    assert sampled.avg_at_k == sampled.accuracy == sum(map(sum, solved)) / 9
+    assert sampled.pass_at_k == sum(any(row) for row in solved) / 3
+    with pytest.raises(ValueError, match="greedy"):
+        evaluate(policy, LETTERS_ID, {}, samples_per_problem=2, n_problems=1, greedy=True, sampling=sampling)

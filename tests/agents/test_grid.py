@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,12 +24,16 @@ def tiny_models(monkeypatch):
     monkeypatch.setattr(models, "load_model_and_tokenizer", load_tiny_model)
 
 
-def _grid(tmp_path, cells, seeds=(0, 1), **extra):
-    cfg = small_config(tmp_path, **{"schedule.num_updates": 1, "eval.at_end": True})
+def _grid(tmp_path, cells, seeds=(0, 1), budget=None, **extra):
+    """A grid file over the tiny test config (2 episodes per update); its budget is one update
+    unless ``budget`` (grid keys: ``budget``, ``eval_every``, or the former ``time_budget_s``) says otherwise."""
+    cfg = small_config(tmp_path, **{"schedule.num_updates": 100, "eval.at_end": True})
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump(config_to_dict(cfg)))
-    spec = {"name": "tiny", "base": str(base), "time_budget_s": 600, "seeds": list(seeds), "cells": cells,
-            "records": str(tmp_path / "board" / "records"), "output_root": str(tmp_path / "runs"), **extra}
+    spec = {"name": "tiny", "base": str(base), **(budget if budget is not None else {"budget": {"episodes": 2}}),
+            "seeds": list(seeds),
+            "cells": cells, "records": str(tmp_path / "board" / "records"), "output_root": str(tmp_path / "runs"),
+            **extra}
     path = tmp_path / "tiny_grid.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -38,6 +43,9 @@ def _records(tmp_path):
     folder = tmp_path / "board" / "records"
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
 
+
+SOLO_PROFILE = {"name": "tsolo", "roles": [{"name": "actor", "system_prompt": "Answer.", "graded": True}]}
+"""A one-agent profile of the test env (cheaper per episode than its two-agent default)."""
 
 CELLS = [{"name": "team", "overrides": {"algorithm": "mappo_action"}},
          {"name": "team_swapped", "evaluate": "swapped", "source": "team"}]
@@ -52,10 +60,11 @@ def test_grid_runs_every_cell_then_skips_them(tmp_path, tiny_models, capsys, mon
     records = _records(tmp_path)
     assert sorted(records) == ["team_seed0", "team_seed1", "team_swapped_seed0", "team_swapped_seed1", "untrained_seed0"]
     team = records["team_seed0"]
-    assert team["grid"] == {"grid": "tiny", "cell": "team", "seed": 0, "kind": "train", "wall_s": team["grid"]["wall_s"]}
-    assert team["commit"] == "abc1234" and team["budget"]["updates"] == 1
+    assert team["grid"] == {"grid": "tiny", "cell": "team", "seed": 0, "kind": "train", "wall_s": team["grid"]["wall_s"],
+                            "budget": {"axis": "episodes", "episodes": 2, "eval_every_episodes": None}}
+    assert team["commit"] == "abc1234" and team["budget"]["updates"] == 1 and team["budget"]["episodes"] == 2
     assert team["config"]["seed"] == 0 and records["team_seed1"]["config"]["seed"] == 1
-    assert team["config"]["schedule"]["time_budget_s"] == 600
+    assert team["config"]["schedule"]["max_episodes"] == 2 and team["config"]["schedule"]["time_budget_s"] is None
     assert team["config"]["output_dir"] == str(tmp_path / "runs" / "team" / "seed0")
     swapped = records["team_swapped_seed1"]
     assert swapped["grid"]["source"] == "team" and swapped["grid"]["assignment"] == {
@@ -75,12 +84,23 @@ def test_grid_runs_every_cell_then_skips_them(tmp_path, tiny_models, capsys, mon
     assert "ran 0, skipped 5" in out
     assert stamps == {name: (tmp_path / "board" / "records" / f"{name}.json").stat().st_mtime_ns for name in records}
 
+    # Another budget: the trained runs' records are stale, their folders hold checkpoints of the
+    # old budget (resuming would mix the two), the untrained evaluation still stands.
+    spec = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**spec, "budget": {"episodes": 4}}))
+    assert grid_mod.main([str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "conflict team_seed0" in out and "blocked  team_swapped_seed0" in out and "done     untrained_seed0" in out
+    shutil.rmtree(tmp_path / "runs" / "team" / "seed1")
+    assert grid_mod.main([str(path), "--dry-run"]) == 0
+    assert "stale    team_seed1" in capsys.readouterr().out
+
 
 def test_interrupted_cell_resumes_from_its_checkpoint(tmp_path, tiny_models, monkeypatch, capsys):
     from marft_agents.trainer import Trainer
 
-    cell = {"name": "team", "overrides": {"schedule.num_updates": 4, "schedule.checkpoint_interval": 2}}
-    path = _grid(tmp_path, [cell], seeds=[0])
+    cell = {"name": "team", "overrides": {"schedule.checkpoint_interval": 2}}
+    path = _grid(tmp_path, [cell], seeds=[0], budget={"budget": {"episodes": 8}})
     original_run = Trainer.run
 
     def killed_after_update_3(self):
@@ -116,7 +136,7 @@ def test_dry_run_lists_runs_and_cells_and_shards_select(tmp_path, capsys):
     path = _grid(tmp_path, CELLS + [{"name": "shared", "overrides": {"shared_adapter": True}}])
     assert grid_mod.main([str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "6 runs (4 training runs of 600 s" in out
+    assert "6 runs (4 training runs of 2 episodes each = 8 episodes" in out
     assert "todo     team_seed0" in out and "blocked  team_swapped_seed0" in out and '"shared_adapter": true' in out
     assert grid_mod.main([str(path), "--dry-run", "--cells", "shared"]) == 0
     assert "team_seed0" not in capsys.readouterr().out
@@ -157,10 +177,10 @@ def test_bad_grid_files_are_refused_with_the_reason(tmp_path, capsys, cells, mes
 
 
 def test_comparisons_must_name_cells_of_the_grid(tmp_path, capsys):
-    cells = [{"name": "team"}, {"name": "solo"}]
-    good = _grid(tmp_path, cells, comparisons=[{"question": "q", "a": ["team"], "b": "solo"}])
-    assert grid_mod.load_grid(good).comparisons[0].a == ["team"]
-    bad = _grid(tmp_path, cells, comparisons=[{"a": ["team", "tema"], "b": "solo"}])
+    cells = [{"name": "team"}, {"name": "solo", "overrides": {"env.kwargs.profile": SOLO_PROFILE}}]
+    good = _grid(tmp_path, cells, comparisons=[{"question": "q", "a": "team", "b": "solo"}])
+    assert grid_mod.load_grid(good).comparisons[0].a == "team"
+    bad = _grid(tmp_path, cells, comparisons=[{"a": "tema", "b": "solo"}])
     assert grid_mod.main([str(bad), "--dry-run"]) == 2
     assert re.search(r"comparisons\[0\].*unknown \['tema'\]", capsys.readouterr().err)
 
@@ -169,18 +189,28 @@ def test_comparisons_must_name_cells_of_the_grid(tmp_path, capsys):
 def test_shipped_grids_plan_and_fit_their_stated_budget(grid_file, monkeypatch):
     monkeypatch.chdir(REPO)
     spec = grid_mod.load_grid(grid_file)
-    runs = grid_mod.plan(spec)
+    runs = grid_mod.plan(spec)  # also refuses two cells that make the same run
     kinds = {r.cell.name: r.kind for r in runs}
-    assert "untrained" in kinds.values() and "swapped" in kinds.values()
+    assert "untrained" in kinds.values()
     assert any(c.b == "solo_ppo" for c in spec.comparisons), "the grid must compare the team with the single agent"
-    for cell in ("marft_a", "marft_a_shared", "marft_t", "marft_t_shared"):
-        assert sum(r.cell.name == cell for r in runs) >= 3, cell
+    if spec.demo:  # a protocol demonstration: it says so, and every comparison is declared in it
+        assert grid_mod.DEMO_MARK in grid_mod.spec_title(spec) and spec.comparisons
+    else:  # a comparison grid: its main cells at three seeds or more
+        assert "swapped" in kinds.values()
+        for cell in ("marft_a", "marft_a_shared", "marft_t", "marft_t_shared"):
+            assert sum(r.cell.name == cell for r in runs) >= 3, cell
     training = [r for r in runs if r.kind == "train"]
-    # the grid's comment states the training hours on two cores; keep it true
-    stated = re.search(r"training time: (\d+) runs x (\d+) s / 2 cores = ([\d.]+) h", grid_file.read_text())
-    assert stated, "the grid file must state its budget as 'training time: N runs x S s / 2 cores = H h'"
-    assert int(stated.group(1)) == len(training) and int(stated.group(2)) == spec.time_budget_s
-    assert float(stated.group(3)) == pytest.approx(len(training) * spec.time_budget_s / 2 / 3600, abs=0.05)
+    # the sample axis, with evaluations every cell reaches at the same episode counts
+    assert spec.budget.axis == "episodes" and spec.eval_every and spec.time_budget_s is None
+    for run in training:
+        cfg = grid_mod.run_config(spec, run)
+        assert cfg.schedule.max_episodes == spec.budget.episodes and cfg.schedule.time_budget_s is None
+        assert cfg.eval.interval * cfg.schedule.episodes_per_update == spec.eval_every.episodes
+    # the grid's comment states the training budget; keep it true
+    stated = re.search(r"training budget: (\d+) runs x (\d+) episodes = (\d+) episodes", grid_file.read_text())
+    assert stated, "the grid file must state its budget as 'training budget: N runs x E episodes = T episodes'"
+    assert int(stated.group(1)) == len(training) and int(stated.group(2)) == spec.budget.episodes
+    assert int(stated.group(3)) == len(training) * spec.budget.episodes
 
 
 def test_swap_agent_adapters_exchanges_only_policy_adapters(tiny):
@@ -225,3 +255,127 @@ def test_cooperative_envs_train_and_evaluate_with_a_tiny_model(tmp_path, tiny, e
     assert problem and all(t["observation"] for t in transcript)
     if env_id == "marft/Relay-v0":
         assert all(t["observation"] != problem for t in transcript)
+
+
+def test_cells_of_different_costs_are_evaluated_at_the_same_episodes_and_stop_at_the_budget(tmp_path, tiny_models):
+    """A two-agent team (2 episodes per update), a single agent (cheaper per episode) and a team
+    with 4 episodes per update: each is evaluated at episodes 0, 4, 8 and plays exactly 8."""
+    from leaderboards.records import load_records
+
+    cells = [{"name": "team", "overrides": {}},
+             {"name": "solo", "overrides": {"env.kwargs.profile": SOLO_PROFILE}},
+             {"name": "team_big", "overrides": {"schedule.episodes_per_update": 4}}]
+    path = _grid(tmp_path, cells, seeds=[0], budget={"budget": {"episodes": 8}, "eval_every": {"episodes": 4}})
+    assert grid_mod.main([str(path)]) == 0
+    records = _records(tmp_path)
+    for name, updates in (("team_seed0", 4), ("solo_seed0", 4), ("team_big_seed0", 2)):
+        record = records[name]
+        assert [p["episodes"] for p in record["eval_curve"]] == [0, 4, 8], name
+        assert record["budget"]["episodes"] == 8 and record["budget"]["updates"] == updates, name
+        assert record["diagnostics"]["episodes"][-1] == 8 and len(record["diagnostics"]["update"]) == updates
+        assert record["grid"]["budget"] == {"axis": "episodes", "episodes": 8, "eval_every_episodes": 4}
+        assert record["eval_outcomes"]["update"] == updates
+        assert [t["episodes"] for t in record["transcripts"]] == [0, 4, 8]
+    assert all(r["caveats"] == [] for r in load_records(tmp_path / "board" / "records"))
+    # the single agent writes fewer tokens for its 8 episodes: the budget is samples, not tokens
+    assert records["solo_seed0"]["budget"]["tokens"] < records["team_seed0"]["budget"]["tokens"]
+
+
+def test_a_sampled_token_budget_stops_after_the_update_that_reaches_it(tmp_path):
+    from agent_helpers import tiny_on_device
+    from marft_agents.trainer import train
+
+    cfg = small_config(tmp_path, **{"schedule.num_updates": 100, "schedule.max_sampled_tokens": 20,
+                                    "schedule.checkpoint_interval": 0})
+    result = train(cfg, model_and_tokenizer=tiny_on_device(seed=0, hidden_size=32, num_layers=1))
+    per_update = [h["rollout/tokens"] for h in result.history]
+    assert sum(per_update[:-1]) < 20 <= sum(per_update) == result.counters["tokens"]
+    again = train(cfg, resume=True, model_and_tokenizer=tiny_on_device(seed=0, hidden_size=32, num_layers=1))
+    assert again.history == [] and again.counters["tokens"] == result.counters["tokens"]
+
+
+@pytest.mark.parametrize("budget, cells, message", [
+    ({"budget": {"episodes": 8}, "eval_every": {"episodes": 3}}, [{"name": "a"}], r"eval_every.episodes \(3\) must divide"),
+    ({"budget": {"episodes": 8}, "eval_every": {"episodes": 4}},
+     [{"name": "a", "overrides": {"schedule.episodes_per_update": 8}}], r"cell 'a': eval_every.episodes \(4\) is not a whole"),
+    ({"budget": {"episodes": 6}}, [{"name": "a", "overrides": {"schedule.episodes_per_update": 4}}],
+     r"max_episodes \(6\) must be a multiple"),
+    ({"budget": {"episodes": 8}}, [{"name": "a", "overrides": {"eval.interval": 16}}], r"cell 'a' overrides eval.interval"),
+    ({"budget": {"episodes": 8}}, [{"name": "a", "overrides": {"schedule": {"num_updates": 3}}}],
+     r"cell 'a' overrides schedule,"),
+    ({"budget": {"episodes": 8, "sampled_tokens": 9}}, [{"name": "a"}], r"exactly one budget axis"),
+    ({"budget": {"episodes": 8}, "time_budget_s": 600}, [{"name": "a"}], r"give one budget in samples"),
+    ({}, [{"name": "a"}], r"give one budget in samples"),
+    ({"budget": {"episodes": 8}}, [{"name": "a", "overrides": {"shared_adapter": True}},
+                                   {"name": "b", "overrides": {"shared_adapter": True}}],
+     r"cells 'a' and 'b' would make the same run for seed 0"),
+    # an override equal to the base's value resolves to the same run too
+    ({"budget": {"episodes": 8}}, [{"name": "a"}, {"name": "b", "overrides": {"algorithm": "mappo_action"}}],
+     r"cells 'a' and 'b' would make the same run"),
+])
+def test_budgets_and_duplicate_runs_are_refused_with_one_line(tmp_path, capsys, budget, cells, message):
+    path = _grid(tmp_path, cells, seeds=[0], budget=budget)
+    assert grid_mod.main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and err.count("\n") == 1, err
+
+
+def test_a_wall_clock_grid_of_before_reports_but_does_not_run(tmp_path, capsys):
+    """Old grid files (time_budget_s) still load for the report; their records say the axis."""
+    from leaderboards.records import Record, load_records, write_record
+
+    path = _grid(tmp_path, [{"name": "team"}], seeds=[0], budget={"time_budget_s": 600})
+    config = config_to_dict(small_config(tmp_path, **{"schedule.time_budget_s": 600}))
+    write_record(Record(name="team_seed0", env_id="marft/Relay-v0", env_kwargs={}, algorithm="mappo_action",
+                        model="m", eval_after={"accuracy": 0.1, "stderr": 0.03, "n": 100}, config=config,
+                        eval_curve=[{"update": 0, "accuracy": 0.1, "stderr": 0.03, "train_seconds": 0.0}],
+                        grid={"grid": "tiny", "cell": "team", "seed": 0, "kind": "train", "wall_s": 650.0}),
+                 tmp_path / "board" / "records")
+    assert grid_mod.main([str(path), "--report-only"]) == 0
+    assert grid_mod.main([str(path), "--dry-run"]) == 0
+    assert "600 s training time each: the former wall-clock axis, records only" in capsys.readouterr().out
+    assert grid_mod.main([str(path)]) == 2
+    assert "budgets its cells by wall-clock" in capsys.readouterr().err
+    record, = load_records(tmp_path / "board" / "records")
+    assert record["grid"]["budget"] == {"axis": "wall_clock", "time_budget_s": 600}
+    assert any("equal wall-clock" in c for c in record["caveats"])
+    assert any("task revision 0" in c for c in record["caveats"])  # made before the Relay split was fixed
+
+
+DEMO_GRIDS = [p for p in sorted((REPO / "baselines" / "grids").glob("*.yaml")) if yaml.safe_load(p.read_text()).get("demo")]
+
+
+def test_a_demo_grid_ships():
+    assert DEMO_GRIDS, "baselines/grids/ should hold a protocol demonstration (demo: true)"
+
+
+@pytest.mark.parametrize("grid_file", DEMO_GRIDS, ids=lambda p: p.stem)
+def test_a_demo_grid_exercises_every_part_of_the_protocol(grid_file, monkeypatch):
+    """A demonstration grid has a cell for every column of the report: an untrained team and
+    single agent, seeded training cells (take-off, AUC, paired tests), a sampled evaluation (avg@k,
+    pass@k), a base-model seat for every agent of its source and a fixed message (per-agent
+    contribution), the two-call solo, and comparisons declared paired and with a margin."""
+    from marft_envs.core.roles import load_profile
+
+    monkeypatch.chdir(REPO)
+    spec = grid_mod.load_grid(grid_file)
+    runs = grid_mod.plan(spec)
+    configs = {r.name: grid_mod.run_config(spec, r) for r in runs}
+    seeds = {c.name: sorted(r.seed for r in runs if r.cell.name == c.name) for c in spec.cells}
+    training = [c for c in spec.cells if c.evaluate is None]
+    assert all(len(seeds[c.name]) >= 2 for c in training)
+    untrained = [configs[r.name] for r in runs if r.kind == "untrained"]
+    assert {len(grid_mod.env_agents(cfg)) > 1 for cfg in untrained} == {True, False}  # a team and a single agent
+    sampled = [configs[r.name] for r in runs if r.kind == "final"]
+    assert sampled and all(not c.eval.greedy and c.eval.samples_per_problem > 1 for c in sampled)
+    for source in {c.source for c in spec.cells if c.evaluate == "base_seat"}:
+        agents = grid_mod.env_agents(configs[f"{source}_seed{seeds[source][0]}"])
+        seated = {c.ablation["seat"] for c in spec.cells if c.evaluate == "base_seat" and c.source == source}
+        assert seated == set(agents), f"a base_seat cell for every agent of {source}"
+    assert any(c.evaluate == "base_seat" for c in spec.cells) and any(c.evaluate == "fixed_message" for c in spec.cells)
+    two_calls = [r for r in runs if r.kind == "train" and configs[r.name].shared_adapter
+                 and load_profile(configs[r.name].env.kwargs["profile"]).solo]
+    assert two_calls, "the two-call solo: a solo profile of several calls with one shared adapter"
+    paired = [c for c in spec.comparisons if c.paired]
+    assert paired and all(seeds[c.a] == seeds[c.b] for c in paired)
+    assert any(c.margin is not None for c in spec.comparisons)

@@ -7,8 +7,10 @@ from pettingzoo.test import api_test, parallel_api_test, seed_test
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 
 import marft_envs
+from marft_envs.envs.relay import RelayEnv
 from marft_envs.envs.solve_check import parse_verdict
-from marft_envs.tasks.relay import LEVELS, RelayTasks, deal, evaluate_expression
+from marft_envs.tasks.procedural import split_of
+from marft_envs.tasks.relay import TASK_REVISIONS, LEVELS, RelayTasks, deal, evaluate_expression, operand_key
 from marft_envs.tasks.scripted_teams import TEAMS, play
 
 COOP = ["marft/Relay-v0", "marft/SolveCheck-v0"]
@@ -56,6 +58,54 @@ def test_relay_items_are_pure_and_splits_disjoint(level):
     for i in range(50):
         task = test[i]
         assert int(task.answer) == evaluate_expression(task.metadata["expression"], task.metadata["values"])
+
+def _level1_split(revision: int) -> dict[tuple[int, int], str]:
+    """Every level-1 problem (A + B, values 2..20) -> its split under task ``revision``."""
+    key = TASK_REVISIONS[revision].key
+    return {(a, b): split_of(f"{LEVELS[1]}|{key('A + B', {'A': a, 'B': b})}")
+            for a in range(2, 21) for b in range(2, 21)}
+
+
+@pytest.mark.parametrize("revision, test_problems, twin_in_train", [(0, 78, 58), (1, None, 0)])
+def test_relay_split_keeps_commuted_twins_together(revision, test_problems, twin_in_train):
+    """Revision 0 hashed operand order, so most test problems had their twin B + A in training;
+    revision 1 (the default) hashes the operand multiset: no test problem's twin is in training."""
+    splits = _level1_split(revision)
+    test = [(a, b) for (a, b), split in splits.items() if split == "test"]
+    leaked = [(a, b) for a, b in test if splits[(b, a)] == "train"]
+    assert len(leaked) == twin_in_train
+    if test_problems is not None:
+        assert len(test) == test_problems
+    assert test  # the split still holds out problems
+    # the tasks the source draws follow the same split: every drawn test problem is a test key
+    tasks = RelayTasks(1, "test", seed=0, task_revision=revision)
+    drawn = {(t.metadata["values"]["A"], t.metadata["values"]["B"]) for t in (tasks[i] for i in range(200))}
+    assert drawn <= set(test) and len(drawn) > len(test) // 2
+    # level 3: a twin of A + B - C is B + A - C, and of A - B + C is A + C - B: the same split
+    if revision == 1:
+        train3 = RelayTasks(3, "train", seed=0)
+        train_keys = {operand_key(t.metadata["expression"], t.metadata["values"]) for t in (train3[i] for i in range(400))}
+        test3 = RelayTasks(3, "test", seed=0)
+        assert not train_keys & {operand_key(t.metadata["expression"], t.metadata["values"])
+                                 for t in (test3[i] for i in range(150))}
+
+
+def test_relay_task_revision_is_a_checked_keyword():
+    assert marft_envs.make("marft/Relay-v0").unwrapped.task_revision == max(RelayEnv.task_revisions)
+
+    def test_problems(**kwargs):
+        env = marft_envs.make("marft/Relay-v0", split="test", **kwargs)
+        out = []
+        for i in range(20):
+            env.reset(seed=0, options={"task_index": i})
+            out.append(env.unwrapped.task.prompt)
+        return out
+
+    assert test_problems(task_revision=0) != test_problems()  # revision 0 reproduces the old problems
+    assert test_problems(task_revision=0)[0] == RelayTasks(1, "test", task_revision=0)[0].prompt
+    with pytest.raises(ValueError, match="task_revision"):
+        marft_envs.make("marft/Relay-v0", task_revision=7)
+
 
 
 def test_deal_leaves_every_agent_of_a_team_missing_a_value():

@@ -1,0 +1,96 @@
+"""Is the task in what the value head reads? Linear probes on the critic's last hidden state.
+
+The value head of marft's critic reads the final hidden state (after the model's last norm) at
+the last token of the critic's input, the global-state log (``marft_agents/critic.py``). For
+Arithmetic level 1 ("Compute a + b."), this script builds that input for the first decision of
+``--n`` training tasks exactly as the collector does (``GlobalStateLog``), runs the model with
+the critic adapter at initialisation (= the base model), and prints:
+
+* ``spread``: the across-task variance of the hidden state summed over dimensions, as a share of
+  its mean square: how large the part that tells tasks apart is next to what all states share;
+* held-out ridge R^2 (standardised dimensions, the best of a few ridge strengths, last quarter of
+  the tasks held out) for decoding ``a``, ``b`` and ``a + b`` linearly from that state, and from
+  its mean over the log's tokens.
+
+A state that decodes the operands well but whose spread is tiny is what a linear head trained
+with per-weight (Adam) steps cannot use without standardising its input: the reason for
+``critic.feature_norm`` (figures in docs/results.md).
+
+Usage::
+
+    python benchmarks/critic_probe.py [--model smollm2-135m-instruct] [--n 240]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+import numpy as np
+
+
+def ridge_r2(features: np.ndarray, target: np.ndarray, strengths=(1.0, 10.0, 100.0, 1000.0)) -> float:
+    """Held-out R^2 of a ridge regression on standardised features (last quarter held out)."""
+    n = len(features)
+    train = np.arange(n) < n * 3 // 4
+    mean, std = features[train].mean(0), features[train].std(0) + 1e-6
+    z = (features - mean) / std
+    best = -np.inf
+    for lam in strengths:
+        a = z[train]
+        w = np.linalg.solve(a.T @ a + lam * np.eye(a.shape[1]), a.T @ (target[train] - target[train].mean()))
+        pred = z[~train] @ w + target[train].mean()
+        best = max(best, 1 - ((target[~train] - pred) ** 2).mean() / target[~train].var())
+    return float(best)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="model name, alias or folder")
+    parser.add_argument("--n", type=int, default=240, help="training tasks to probe")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    import marft_envs
+    from marft_agents.config import load_config
+    from marft_agents.critic import CRITIC_SYSTEM_PROMPT, GlobalStateLog
+    from marft_agents.models import load_model_and_tokenizer
+    from marft_agents.policy import MultiAgentPolicy
+
+    cfg = load_config("baselines/configs/marft_a_arithmetic.yaml", overrides={"model.name_or_path": args.model})
+    model, tokenizer = load_model_and_tokenizer(cfg.model)
+    env = marft_envs.make("marft/Arithmetic-v0", level=1, profile="dual", horizon=1)
+    policy = MultiAgentPolicy(model, tokenizer, env.possible_agents, critic=cfg.critic)
+    system_ids = policy.system_turn_ids(CRITIC_SYSTEM_PROMPT)
+    last, mean, targets = [], [], []
+    for index in range(args.n):
+        env.reset(options={"task_index": index})
+        agent = env.agent_selection
+        info = env.infos[agent]
+        text = str(env.unwrapped.state()["text"])
+        a, b = map(int, re.findall(r"Compute (\d+) \+ (\d+)", text)[0])
+        log = GlobalStateLog(system_ids, policy.encode_text, cfg.critic.max_state_chars)
+        ids = log.extend(text, info.get("dependency"), agent, str(info.get("role", agent)), 0)
+        with torch.no_grad(), policy.using(policy.critic_for(agent)):
+            out = policy.model(input_ids=torch.tensor([ids], device=policy.device), output_hidden_states=True)
+        hidden = out.hidden_states[-1][0].float().cpu()  # [T, H] after the final norm
+        last.append(hidden[-1].numpy())
+        mean.append(hidden[len(system_ids):].mean(0).numpy())
+        targets.append([a, b, a + b])
+    y = np.asarray(targets, dtype=float)
+    report = {"model": args.model, "tasks": args.n}
+    for name, rows in (("last_token", last), ("mean_over_log", mean)):
+        x = np.asarray(rows)
+        report[name] = {"spread": float(x.var(0).sum() / (x ** 2).mean(0).sum()),
+                        **{f"r2_{t}": ridge_r2(x, y[:, j]) for j, t in enumerate(("a", "b", "a_plus_b"))}}
+        r = report[name]
+        print(f"{name}: spread {r['spread']:.5f} of the mean square; held-out ridge R^2 "
+              f"a {r['r2_a']:.2f}, b {r['r2_b']:.2f}, a + b {r['r2_a_plus_b']:.2f}")
+    print(json.dumps(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""How well the critic explains the returns, against the best any critic could do.
+
+A MAPPO advantage is only as good as its critic: with values that explain none of the return's
+variance, the advantage is the return minus a constant and MAPPO is REINFORCE with a baseline at
+the price of a critic. These functions give every value learner's update the figures a reviewer
+needs to judge that, measured on the update's own rollout and the values recorded at collection
+(out of sample: the critic has not trained on these returns yet).
+
+1. Returns. Each decision's Monte Carlo return under the learner's credit assignment
+   (``learners/credit.py``): ``G_k = r_k + gamma_k G_{k+1}``, ``G`` past the last decision 0.
+   These, not the GAE targets (which mix in the critic's own values), are what a value is an
+   estimate of.
+2. The ceiling. An episode's first decision sees only the task, so the best possible value of it
+   is the task's expected return under the current policy, p_i, and the best explained variance
+   of first-decision values is the **between-task share** of the return variance,
+   ``sigma_b^2 / (sigma_b^2 + sigma_w^2)`` (Var p_i over the within-task variance). With ``k``
+   episodes of each of ``g`` tasks (grouped sampling, ``critic.ceiling_group_size``) the one-way
+   ANOVA mean squares ``MSB = k sum_i (mean_i - mean)^2 / (g - 1)`` and
+   ``MSW = sum_ij (G_ij - mean_i)^2 / (g (k - 1))`` give unbiased ``sigma_w^2 = MSW`` and
+   ``sigma_b^2 = (MSB - MSW) / k``: the finite-k correction, without which the spread of k-sample
+   means would count sampling noise as between-task variance. The estimate is noisy per update
+   (it can be negative); pool its parts over updates (``critic/between_task_var``,
+   ``critic/within_task_var``) for a run-level ceiling (:func:`pooled_share`).
+   Later decisions (after a parent's output) condition on more than the task, so their ceiling
+   is at least the first decision's; it is not estimated (it would need repeated continuations
+   of the same parent output), and ``critic/ev_later`` is reported without one.
+3. The critic's figures. ``critic/ev_first``: explained variance of the first decisions' recorded
+   values for their returns (comparable with the ceiling); ``critic/value_return_corr``: their
+   Pearson correlation; ``critic/ev_later``: the same EV for the other decisions;
+   ``critic/return_std`` and ``critic/adv_abs_mean`` (mean |advantage| of the update's samples,
+   before whitening): with a useless critic the second is about the first's size;
+   ``critic/value_std``: the spread of the first decisions' values (0: a constant critic).
+4. The warning (:class:`CriticWatch`): ``losses/explained_variance`` below ``health_min_ev`` for
+   ``health_window`` updates in a row logs one line, once until the critic recovers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from marft_agents import ppo_math as pm
+from marft_agents.episodes import Rollout
+from marft_agents.learners.credit import assign_credit
+
+log = logging.getLogger(__name__)
+
+HEALTH_KEYS: tuple[str, ...] = (
+    "critic/ev_first", "critic/ev_ceiling", "critic/ev_later", "critic/value_return_corr",
+    "critic/return_var", "critic/between_task_var", "critic/within_task_var", "critic/residual_var_first",
+    "critic/return_std", "critic/value_std", "critic/adv_abs_mean",
+)
+"""The per-update critic-health metrics, declared once (records and docs read this list)."""
+
+
+@dataclass(frozen=True)
+class VarianceSplit:
+    """One-way random-effects split of grouped returns (module docstring, step 2)."""
+
+    between: float
+    """Unbiased sigma_b^2 (may be negative from noise)."""
+    within: float
+    """Unbiased sigma_w^2."""
+
+    @property
+    def share(self) -> float:
+        """``between / (between + within)``: the explained-variance ceiling; NaN when both are 0."""
+        total = self.between + self.within
+        return self.between / total if total > 0 else float("nan")
+
+
+def between_task_split(groups: Sequence[Sequence[float]]) -> VarianceSplit:
+    """The split of ``groups`` (one list of returns per task, all of the same size k >= 2, at
+    least two groups); raises ``ValueError`` otherwise."""
+    sizes = {len(g) for g in groups}
+    if len(groups) < 2 or len(sizes) != 1 or min(sizes) < 2:
+        raise ValueError(f"need >= 2 groups of one common size k >= 2, got sizes {sorted(len(g) for g in groups)}")
+    data = torch.tensor([list(g) for g in groups], dtype=torch.float64)  # [g, k]
+    n_groups, k = data.shape
+    means = data.mean(dim=1)  # [g]
+    msb = k * ((means - data.mean()) ** 2).sum() / (n_groups - 1)
+    msw = ((data - means[:, None]) ** 2).sum() / (n_groups * (k - 1))
+    return VarianceSplit(between=float((msb - msw) / k), within=float(msw))
+
+
+def pooled_share(betweens: Sequence[float], withins: Sequence[float]) -> float:
+    """The ceiling from per-update parts pooled over updates: ``mean(between) / (mean(between)
+    + mean(within))``, NaN-free parts only."""
+    pairs = [(b, w) for b, w in zip(betweens, withins) if math.isfinite(b) and math.isfinite(w)]
+    if not pairs:
+        return float("nan")
+    return VarianceSplit(sum(b for b, _ in pairs) / len(pairs), sum(w for _, w in pairs) / len(pairs)).share
+
+
+def monte_carlo_returns(rewards: Sequence[float], gammas: Sequence[float]) -> list[float]:
+    """``G_k = r_k + gamma_k G_{k+1}`` for one episode's decisions (``G`` after the last = 0)."""
+    out, running = [0.0] * len(rewards), 0.0
+    for k in range(len(rewards) - 1, -1, -1):
+        running = rewards[k] + gammas[k] * running
+        out[k] = running
+    return out
+
+
+def _ev(values: list[float], returns: list[float]) -> float:
+    if len(values) < 2:
+        return float("nan")
+    return float(pm.explained_variance(torch.tensor(values, dtype=torch.float64),
+                                       torch.tensor(returns, dtype=torch.float64)))
+
+
+def _corr(x: list[float], y: list[float]) -> float:
+    if len(x) < 2:
+        return float("nan")
+    a, b = torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)
+    a, b = a - a.mean(), b - b.mean()
+    denom = float(a.norm() * b.norm())
+    return float((a * b).sum()) / denom if denom > 0 else float("nan")
+
+
+def critic_health(rollout: Rollout, first_values: Sequence[float | None], credit: str, gamma: float,
+                  advantages: torch.Tensor | None = None) -> dict[str, float]:
+    """The health metrics of one update (module docstring, steps 1-3).
+
+    Args:
+        rollout: the update's episodes (``Rollout.episode_decisions``, ``Rollout.groups``).
+        first_values: per decision of ``rollout.decisions``, the value recorded at collection of
+            the state the decision was taken in (its token-level first value at token level);
+            None where none was recorded.
+        credit, gamma: the learner's credit assignment (``ppo.credit``, ``ppo.gamma``).
+        advantages: ``[N]`` the update's advantages before whitening (for ``critic/adv_abs_mean``).
+    """
+    index = {id(d): i for i, d in enumerate(rollout.decisions)}
+    first_v, first_g, later_v, later_g = [], [], [], []
+    episode_first_return: dict[int, float] = {}
+    for e, decisions in enumerate(rollout.episode_decisions()):
+        if not decisions:
+            continue
+        rewards, gammas = assign_credit(decisions, credit, gamma)
+        returns = monte_carlo_returns(rewards, gammas)
+        episode_first_return[e] = returns[0]
+        for k, (d, g) in enumerate(zip(decisions, returns)):
+            v = first_values[index[id(d)]]
+            if v is None:
+                continue
+            (first_v if k == 0 else later_v).append(float(v))
+            (first_g if k == 0 else later_g).append(g)
+    out = {"critic/ev_first": _ev(first_v, first_g), "critic/ev_later": _ev(later_v, later_g),
+           "critic/value_return_corr": _corr(first_v, first_g)}
+    if len(first_g) >= 2:
+        g = torch.tensor(first_g, dtype=torch.float64)
+        v = torch.tensor(first_v, dtype=torch.float64)
+        out["critic/return_var"] = float(g.var(unbiased=False))
+        out["critic/return_std"] = float(g.std(unbiased=False))
+        out["critic/value_std"] = float(v.std(unbiased=False))
+        out["critic/residual_var_first"] = float((g - v).var(unbiased=False))
+    groups = [[episode_first_return[e] for e in members if e in episode_first_return]
+              for members in rollout.groups().values()]
+    sizes = {len(m) for m in groups}
+    if len(groups) >= 2 and len(sizes) == 1 and min(sizes) >= 2:
+        split = between_task_split(groups)
+        out.update({"critic/between_task_var": split.between, "critic/within_task_var": split.within,
+                    "critic/ev_ceiling": split.share})
+    if advantages is not None and advantages.numel():
+        out["critic/adv_abs_mean"] = float(advantages.abs().mean())
+    return out
+
+
+class CriticWatch:
+    """Warns once when the critic has explained < ``min_ev`` of the variance for ``window``
+    updates in a row (again after it has recovered in between)."""
+
+    def __init__(self, window: int, min_ev: float):
+        self.window, self.min_ev = window, min_ev
+        self.streak, self.warned = 0, False
+
+    def observe(self, update: int, explained_variance: float, ceiling: float = float("nan")) -> bool:
+        """Count one update; returns True when it logged the warning."""
+        if not math.isfinite(explained_variance):
+            return False
+        if explained_variance >= self.min_ev:
+            self.streak, self.warned = 0, False
+            return False
+        self.streak += 1
+        if self.streak < self.window or self.warned:
+            return False
+        self.warned = True
+        hint = (f"; the measured ceiling is only {ceiling:.3f}: the task's returns barely depend on the "
+                "state the critic sees" if math.isfinite(ceiling) and ceiling < self.min_ev else "")
+        log.warning("update %d: the critic has explained < %.0f%% of the return variance for %d updates "
+                    "(explained variance %.3f): the critic is not learning; MAPPO is behaving like REINFORCE%s",
+                    update, 100 * self.min_ev, self.streak, explained_variance, hint)
+        return True
