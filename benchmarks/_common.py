@@ -10,13 +10,19 @@ from typing import Any
 import torch
 
 from marft_agents.models import load_model_and_tokenizer
-from marft_agents.settings.model import ModelConfig
-from marft_agents.tiny_models import tiny_model_and_tokenizer
+from marft_agents.settings.model import DEFAULT_MODEL, ModelConfig
+from marft_agents.tiny_models import DEFAULT_TINY_ARCHITECTURE, TINY_ARCHITECTURES, tiny_model_and_tokenizer
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """``--tiny``, ``--dtype``, ``--repeats`` and ``--threads``, the same in every benchmark."""
-    parser.add_argument("--tiny", action="store_true", help="tiny random model instead of SmolLM2-135M")
+    """``--model`` / ``--tiny`` (``--tiny-arch``), ``--dtype``, ``--repeats``, ``--threads`` and
+    ``--device``, the same in every benchmark; :func:`load_model` takes the model ones."""
+    parser.add_argument("--model", default=None, metavar="NAME_OR_PATH",
+                        help=f"the base model: an alias, a local Hugging Face folder or a Hub id, as "
+                             f"model.name_or_path (default: {DEFAULT_MODEL}, packaged)")
+    parser.add_argument("--tiny", action="store_true", help="tiny random model instead of --model")
+    parser.add_argument("--tiny-arch", default=None, choices=TINY_ARCHITECTURES,
+                        help=f"architecture of the --tiny model (default: {DEFAULT_TINY_ARCHITECTURE})")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0,
@@ -42,15 +48,23 @@ def set_threads(requested: int) -> None:
     torch.set_num_threads(requested)
 
 
-def load_model(tiny: bool, dtype: str, device: str = "cpu") -> tuple[Any, Any, str]:
-    """(model, tokenizer, name) on ``device``: SmolLM2-135M-Instruct, or a tiny random model
-    with ``tiny``."""
+def load_model(tiny: bool, dtype: str, device: str = "cpu", model: str | None = None,
+               tiny_arch: str | None = None) -> tuple[Any, Any, str]:
+    """(model, tokenizer, name) on ``device``: ``model`` (an alias, a local Hugging Face folder or
+    a Hub id; default the packaged SmolLM2-135M-Instruct), or with ``tiny`` a tiny random model
+    of architecture ``tiny_arch`` (default Llama). ``model`` and ``tiny``, or ``tiny_arch``
+    without ``tiny``, exclude each other (a benchmark must not report one model and time another)."""
     if tiny:
-        model, tok = tiny_model_and_tokenizer(seed=0, dtype=dtype)
-        return model.to(device), tok, "tiny-random-llama"
-    cfg = ModelConfig(dtype=dtype, device=device)
-    model, tok = load_model_and_tokenizer(cfg)
-    return model, tok, cfg.name_or_path
+        if model is not None:
+            raise SystemExit(f"--tiny and --model {model} exclude each other: choose one")
+        arch = tiny_arch or DEFAULT_TINY_ARCHITECTURE
+        lm, tok = tiny_model_and_tokenizer(seed=0, dtype=dtype, arch=arch)
+        return lm.to(device), tok, f"tiny-random-{arch}"
+    if tiny_arch is not None:
+        raise SystemExit("--tiny-arch needs --tiny")
+    cfg = ModelConfig(model or DEFAULT_MODEL, dtype=dtype, device=device)
+    lm, tok = load_model_and_tokenizer(cfg)
+    return lm, tok, cfg.name_or_path
 
 
 def now() -> tuple[float, float]:

@@ -72,6 +72,8 @@ def run_config(args: argparse.Namespace, dependency: str, mode: str) -> dict:
     }
     if args.dtype:
         overrides["model.dtype"] = args.dtype
+    if args.model:
+        overrides["model.name_or_path"] = args.model
     if args.eval_problems:
         overrides["eval.n_problems"] = args.eval_problems
     if args.smoke:
@@ -122,6 +124,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = auto (see _common)")
     parser.add_argument("--eval-problems", type=int, default=0,
                         help="held-out problems per evaluation (same for every run); 0 = the config's")
+    parser.add_argument("--model", default=None, metavar="NAME_OR_PATH",
+                        help="override model.name_or_path: an alias, a local Hugging Face folder or a Hub id "
+                             "(default: the config's; not used with --smoke)")
     parser.add_argument("--dtype", default=None, choices=DTYPES,
                         help="override model.dtype (float32 on CPUs without bf16 instructions)")
     args = parser.parse_args()

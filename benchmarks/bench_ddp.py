@@ -43,9 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from marft_agents.settings.model import DTYPE_NAMES  # noqa: E402  (after the sys.path line)
+from marft_agents.settings.model import DEFAULT_MODEL, DTYPE_NAMES  # noqa: E402  (after the sys.path line)
 
-MODEL = "smollm2-135m-instruct"
 TARGET = 0.8
 """Scaling efficiency the issue asks for (docs/distributed.md)."""
 
@@ -56,7 +55,7 @@ def run_config(args: argparse.Namespace, output_dir: Path) -> dict:
         "algorithm": "mappo_action", "seed": 0, "output_dir": str(output_dir),
         "env": {"id": "marft/Arithmetic-v0", "kwargs": {"level": 1, "profile": "dual", "horizon": 1},
                 "num_envs": args.episodes},
-        "model": {"name_or_path": MODEL, "dtype": args.dtype},
+        "model": {"name_or_path": args.model, "dtype": args.dtype},
         "critic": {"mode": "local"},
         "sampling": {"max_new_tokens": args.new_tokens, "temperature": 0.5},
         "schedule": {"num_updates": args.updates, "episodes_per_update": args.episodes, "ppo_epochs": 1,
@@ -115,7 +114,8 @@ def free_port() -> int:
 def worker_command(args: argparse.Namespace, out: Path, tag: str, episodes: int, slot: int | None = None) -> list[str]:
     """The arguments of one measured process (``tag`` names its result file)."""
     return ([str(Path(__file__).resolve()), "--worker", "--out", str(out), "--tag", tag, "--episodes", str(episodes),
-             "--updates", str(args.updates), "--new-tokens", str(args.new_tokens), "--dtype", args.dtype]
+             "--updates", str(args.updates), "--new-tokens", str(args.new_tokens), "--dtype", args.dtype,
+             "--model", args.model]
             + (["--smoke"] if args.smoke else []) + ([] if slot is None else ["--slot", str(slot)]))
 
 
@@ -154,6 +154,9 @@ def measure_side_by_side(args: argparse.Namespace, out: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny random model and a tiny run (seconds)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
+                        help=f"model.name_or_path of the measured runs: an alias, a local Hugging Face folder or "
+                             f"a Hub id (default: {DEFAULT_MODEL}; not used with --smoke)")
     parser.add_argument("--episodes", type=int, default=None, help="episodes per update (global batch)")
     parser.add_argument("--updates", type=int, default=None, help="updates (the first is warm-up)")
     parser.add_argument("--new-tokens", type=int, default=None, help="sampling.max_new_tokens")
@@ -178,7 +181,7 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    model = "tiny random model" if args.smoke else f"{MODEL} {args.dtype}"
+    model = "tiny random model" if args.smoke else f"{args.model} {args.dtype}"
     print(f"bench_ddp: {model}, {args.episodes} episodes/update, {args.updates} updates (first = warm-up), "
           f"load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,8 @@ includes everything the policy adds (LoRA layers, log-prob bookkeeping). Two reg
 * ``eos``: rows stop at their end-of-turn token, as in rollouts. The policy drops finished rows
   from the batch, ``generate`` keeps computing them until the longest row ends.
 
-Usage: ``python benchmarks/bench_generation.py [--batch 16] [--new-tokens 64] [--dtype float32]``
+Usage: ``python benchmarks/bench_generation.py [--batch 16] [--new-tokens 64] [--dtype float32]
+[--model NAME_OR_PATH]`` (an alias, a local Hugging Face folder or a Hub id)
 The helpers (``arithmetic_prompts``, ``time_policy``, ``time_reference``) are importable for
 other benchmarks.
 """
@@ -29,7 +30,7 @@ from marft_agents.engine import GenRequest
 from marft_agents.models import load_model_and_tokenizer
 from marft_agents.policy import MultiAgentPolicy
 from marft_agents.settings.lora import LoraSpec
-from marft_agents.settings.model import ModelConfig
+from marft_agents.settings.model import DEFAULT_MODEL, ModelConfig
 from marft_agents.settings.sampling import SamplingConfig
 
 
@@ -118,7 +119,8 @@ def compare(run_policy: Callable[[], Timing], run_reference: Callable[[], Timing
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
+                        help=f"an alias, a local Hugging Face folder or a Hub id (default: {DEFAULT_MODEL})")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch", type=int, default=16)

@@ -12,7 +12,7 @@ size in both runs). The parent prints each child's peak RSS
 with a critic (MARFT-A: critic adapter + value head, one state value per decision in the training
 pass) against a critic-free one (GRPO: ``critic=None``, no value pass), and prints both peaks.
 
-Usage: ``python benchmarks/bench_memory.py [--agents 4] [--batch 8] [--new-tokens 32]``
+Usage: ``python benchmarks/bench_memory.py [--agents 4] [--batch 8] [--new-tokens 32] [--model NAME_OR_PATH]``
        ``python benchmarks/bench_memory.py --critic-free [--agents 2]``
 """
 
@@ -24,6 +24,8 @@ import os
 import resource
 import subprocess
 import sys
+
+from marft_agents.settings.model import DEFAULT_MODEL  # plain data: the parent process loads no torch
 
 
 def child(args: argparse.Namespace) -> None:
@@ -87,7 +89,8 @@ def run_child(n: int, args: argparse.Namespace, values: str = "token") -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
+                        help=f"an alias, a local Hugging Face folder or a Hub id (default: {DEFAULT_MODEL})")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--agents", type=int, default=None, help="N of the N-agent run (default 4; 2 with --critic-free)")
     parser.add_argument("--critic-free", action="store_true",

@@ -72,6 +72,8 @@ Usage::
     python benchmarks/bench_rollout.py                       # SmolLM2-135M, float32, batch 8
     python benchmarks/bench_rollout.py --dtype bfloat16 --batch 16 --new-tokens 64
     python benchmarks/bench_rollout.py --tiny                # tiny random model, seconds
+    python benchmarks/bench_rollout.py --tiny --tiny-arch qwen2   # tiny random Qwen2 (q/k/v biases)
+    python benchmarks/bench_rollout.py --model Qwen/Qwen2.5-1.5B-Instruct --device cuda --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -109,10 +111,11 @@ TRAIN_SETTINGS = {"dtype": "bfloat16", "threads": 2, "batch": 32, "temperature":
 """The dual-team training configs' rollout (baselines/configs/marft_a_arithmetic.yaml)."""
 
 
-def load_models(tiny: bool, dtype: str, device: str) -> tuple[Any, Any, Any, str]:
-    """(model for the policy, identical unwrapped copy for the reference, tokenizer, name)."""
-    model, tok, name = load_model(tiny, dtype, device)
-    raw, _, _ = load_model(tiny, dtype, device)
+def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any, str]:
+    """(model for the policy, identical unwrapped copy for the reference, tokenizer, name), as
+    ``args`` (``add_common_args``) say."""
+    model, tok, name = load_model(args.tiny, args.dtype, args.device, args.model, args.tiny_arch)
+    raw, _, _ = load_model(args.tiny, args.dtype, args.device, args.model, args.tiny_arch)
     return model, raw, tok, name
 
 
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     set_threads(args.threads)
     torch.manual_seed(0)
 
-    model, raw, tok, name = load_models(args.tiny, args.dtype, args.device)
+    model, raw, tok, name = load_models(args)
     envs = [marft_envs.make(ENV_ID, level=args.level, profile="dual", horizon=args.horizon)
             for _ in range(args.batch)]
     policy = MultiAgentPolicy(model, tok, list(envs[0].possible_agents), lora=LoraSpec(), critic=CriticConfig())

@@ -44,6 +44,7 @@ Usage::
     python benchmarks/bench_update.py                         # SmolLM2-135M, float32
     python benchmarks/bench_update.py --dtype bfloat16 --batch 8 --new-tokens 64
     python benchmarks/bench_update.py --tiny                  # tiny random model, seconds
+    python benchmarks/bench_update.py --model /path/to/hf_folder   # any local folder, Hub id or alias
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     set_threads(args.threads)
     torch.manual_seed(0)
 
-    model, tok, name = load_model(args.tiny, args.dtype, args.device)
+    model, tok, name = load_model(args.tiny, args.dtype, args.device, args.model, args.tiny_arch)
     env_kwargs = {"level": 1, "profile": "dual", "horizon": 1}
     cfg = load_config({
         "algorithm": "mappo_action",

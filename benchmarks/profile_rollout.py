@@ -26,6 +26,7 @@ Usage::
 
     python benchmarks/profile_rollout.py --dtype float32 --batch 32 --engine legacy
     python benchmarks/profile_rollout.py --tiny --batch 4 --new-tokens 4    # smoke test
+    python benchmarks/profile_rollout.py --model /path/to/hf_folder --batch 8   # another model
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     set_threads(args.threads)
     torch.manual_seed(0)
-    model, tok, name = load_model(args.tiny, args.dtype, args.device)
+    model, tok, name = load_model(args.tiny, args.dtype, args.device, args.model, args.tiny_arch)
     agents = ["reasoner_0", "actor_0"]
     policy = MultiAgentPolicy(model, tok, agents, lora=LoraSpec(), critic=CriticConfig())
     prompts, prefix_len = rollout_prompts(policy, args.batch)

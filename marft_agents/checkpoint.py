@@ -36,6 +36,7 @@ import torch
 import yaml
 
 from marft_agents.files import make_ordinary
+from marft_agents.seeding import cuda_rng_state, restore_cuda_rng_state
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
@@ -50,8 +51,9 @@ def capture_rng_state() -> dict[str, Any]:
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    cuda = cuda_rng_state()  # this process's GPU only (a torchrun rank's own), None without CUDA
+    if cuda is not None:
+        state["cuda"] = cuda
     return state
 
 
@@ -60,8 +62,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    restore_cuda_rng_state(state.get("cuda"))  # also reads the every-GPU lists of older checkpoints
 
 
 def checkpoint_root(output_dir: str | os.PathLike) -> Path:

@@ -37,8 +37,16 @@ import yaml
 from marft_agents.config_schema import ConfigError, build_dataclass, field_docs, join_key, type_name
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
-from marft_agents.settings.model import AUTO_DTYPE, DTYPE_NAMES, ModelConfig, alias_typo
+from marft_agents.settings.model import (
+    AUTO_DEVICE,
+    AUTO_DTYPE,
+    DTYPE_NAMES,
+    ModelConfig,
+    alias_typo,
+    attn_implementation_error,
+)
 from marft_agents.settings.sampling import SamplingConfig
+from marft_agents.settings.vllm import VLLMConfig
 
 __all__ = ["CREDIT_STRATEGIES", "ConfigError", "CreditStrategy", "EnvConfig", "EvalConfig", "PPOConfig",
            "ScheduleConfig", "TrainConfig", "build_dataclass", "config_from_dict", "config_to_dict", "describe_config",
@@ -98,6 +106,16 @@ class PPOConfig:
     one forward pass (no backward) over the policy samples, in the update instead of the
     rollout; makes ``sampling.recompute_logprobs`` unnecessary. Later epochs reshuffle their
     minibatches, so their layouts differ from this pass's."""
+    behaviour_is_cap: float | None = None
+    """Truncated importance weight for a sampler that is not the learner's own pass (a rollout
+    engine with ``scores_in_learner``, e.g. ``sampling.engine: vllm``): each policy-loss unit is
+    weighted by ``min(exp(old - behaviour), cap)``, ``old`` the learner's rescored log-prob
+    (``recompute_old_logprobs``, required) and ``behaviour`` the sampler's, summed over the
+    unit's tokens (truncated importance sampling, as in verl's rollout correction); None = off.
+    The sampled distribution is then corrected towards the one the ratio is formed against.
+    Logged: ``ppo/behaviour_is_weight`` (mean) and ``ppo/behaviour_is_clipfrac`` (share at the
+    cap); ``rollout/behaviour_logprob_gap`` (mean per-token ``|old - behaviour|``) is logged
+    whenever the old log-probs are rescored."""
     clip_eps: float = 0.2
     """PPO ratio clip range (lower side, and upper side unless ``clip_eps_high`` is set)."""
     clip_eps_high: float | None = None
@@ -151,6 +169,17 @@ class ScheduleConfig:
     """Decisions per optimizer step."""
     micro_batch_size: int | None = None
     """Decisions per forward/backward pass (gradient accumulation); None = ``minibatch_size``."""
+    max_tokens_per_micro_batch: int | None = None
+    """Also cap each forward/backward pass by its padded size, rows x columns as the pass lays
+    them out (``BaseLearner._pass_tokens``), so that long rows (MATH solutions) fit in memory;
+    None = no cap. Both caps apply; a row longer than the cap goes alone. The losses are
+    normalised per minibatch, so the gradient does not depend on the split."""
+    gradient_checkpointing: bool = False
+    """Keep only each decoder layer's input in the forward passes of an update and recompute the
+    layer in the backward (non-reentrant activation checkpointing,
+    ``MultiAgentPolicy.enable_gradient_checkpointing``): less activation memory for about one more
+    forward pass of compute. Each recomputation is checked to run under the adapter its forward
+    ran under."""
     actor_lr: float = 5e-5
     """AdamW learning rate of every policy adapter."""
     critic_lr: float = 1e-4
@@ -251,6 +280,8 @@ class TrainConfig:
     """One policy adapter for all agents instead of one per agent."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Generation settings for rollouts (their temperature is also used in the loss)."""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    """Options of the vLLM rollout engine (read only with ``sampling.engine: vllm``)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyperparameters."""
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -281,6 +312,9 @@ class TrainConfig:
             raise ConfigError(f"schedule.critic_epochs must be >= 1 or null (= ppo_epochs), got {s.critic_epochs}")
         if s.micro_batch_size is not None and s.micro_batch_size < 1:
             raise ConfigError(f"schedule.micro_batch_size must be >= 1 or null, got {s.micro_batch_size}")
+        if s.max_tokens_per_micro_batch is not None and s.max_tokens_per_micro_batch < 1:
+            raise ConfigError(f"schedule.max_tokens_per_micro_batch must be >= 1 or null (no cap), "
+                              f"got {s.max_tokens_per_micro_batch}")
         for name in ("checkpoint_interval",):
             if getattr(s, name) < 0:
                 raise ConfigError(f"schedule.{name} must be >= 0, got {getattr(s, name)}")
@@ -322,6 +356,10 @@ class TrainConfig:
         if typo_of:
             raise ConfigError(f"model.name_or_path {self.model.name_or_path!r} is no model alias, folder or Hub id; "
                               f"did you mean {typo_of!r}?")
+        self._check_model_device()
+        attn_error = attn_implementation_error(self.model.attn_implementation)
+        if attn_error:
+            raise ConfigError(attn_error)
         if self.model.dtype == AUTO_DTYPE:  # resolved here so every record names the dtype it ran in
             from marft_agents.models import auto_dtype  # probes the device: loads torch
 
@@ -333,12 +371,48 @@ class TrainConfig:
                               + (f"; did you mean {close[0]!r}?" if close else ""))
         if trains:
             self._check_training_policy()
+            self._check_rollout_engine()
         if self.sampling.temperature <= 0:
             raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
                               f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
         for where, kwargs in (("env.kwargs", self.env.kwargs), ("eval.env_kwargs", self.eval.env_kwargs)):
             _require_plain_data(kwargs, where)
         return self
+
+    def _check_model_device(self) -> None:
+        """``model.device`` a torch device string; "auto" replaced by the one it stands for, so
+        every record names the device it ran on ("cuda" stays "cuda": each rank's current GPU)."""
+        from marft_agents.models import resolve_device  # loads torch
+
+        try:
+            device = resolve_device(self.model.device)
+        except ValueError as err:
+            raise ConfigError(f"model.{err}") from None
+        if self.model.device == AUTO_DEVICE:
+            self.model.device = device.type
+
+    def _check_rollout_engine(self) -> None:
+        """What training with the rollout engine ``sampling.engine`` needs: an engine whose
+        log-probs are not the learner's pass (``scores_in_learner``) needs the old log-probs
+        rescored by the learner; the importance weight needs them too."""
+        from marft_agents.engine.registry import engine_class  # loads torch
+
+        p = self.ppo
+        if p.behaviour_is_cap is not None and not p.behaviour_is_cap > 0:
+            raise ConfigError(f"ppo.behaviour_is_cap must be > 0 or null (off), got {p.behaviour_is_cap}")
+        if p.behaviour_is_cap is not None and not p.recompute_old_logprobs:
+            raise ConfigError("ppo.behaviour_is_cap weighs the learner's old log-probs against the sampler's, so it "
+                              "needs ppo.recompute_old_logprobs: true (otherwise the two are the same numbers)")
+        if not engine_class(self.sampling.engine).scores_in_learner:
+            return
+        if not p.recompute_old_logprobs:
+            raise ConfigError(f"sampling.engine {self.sampling.engine!r} samples with other kernels than the "
+                              "learner's forward pass, so PPO ratios would not start at 1; set "
+                              "ppo.recompute_old_logprobs: true")
+        if self.sampling.recompute_logprobs:
+            raise ConfigError(f"sampling.recompute_logprobs rescores with the loops' own pass, which sampling.engine "
+                              f"{self.sampling.engine!r} does not run; set it to false (ppo.recompute_old_logprobs "
+                              "rescores in the learner)")
 
     def _check_learner(self) -> None:
         """``algorithm`` names a registered learner; ``learner`` becomes its options object."""

@@ -152,21 +152,32 @@ class GlobalStateLog:
 
 
 class ValueHead(nn.Module):
-    """``hidden [..., H] -> value [...]``, in float32:
-    ``scale * (w . (hidden - feat_shift) / feat_scale + b) + shift``.
+    """``hidden [..., H]`` and ``slots [...]`` -> ``value [...]``, in float32:
+    ``scale * (w[k] . (hidden - feat_shift[k]) / feat_scale[k] + b[k]) + shift`` for slot ``k``.
+
+    **Slots** (``critic.per_agent_head``): one row of weights and feature statistics per acting
+    agent, so that a team critic values each agent's decisions with a head of their own on the
+    shared critic adapter. The state each decision is valued at ends with that decision's line
+    (``NEXT TO ACT: <agent> (<role>)``, or the agent's own prompt under ``local``); the hidden
+    states of different agents' decision points differ far more than those of different tasks,
+    so one set of feature statistics over all of them leaves each agent's task spread small
+    after standardisation, and one weight vector must serve inputs of different geometry
+    (figures in docs/results.md). One slot: the single head of before.
 
     Two normalisations, both off until first folded (then the head is the plain ``w . h + b``):
 
-    * **Features** (``critic.feature_norm``): ``feat_shift, feat_scale [H]`` are the moving
-      per-dimension mean and spread of the hidden states the head read in the learner's first
+    * **Features** (``critic.feature_norm``): ``feat_shift, feat_scale [S, H]`` are the moving
+      per-dimension mean and spread of the hidden states each slot read in the learner's first
       critic pass of each update (``track_features``; folded after the update,
-      :meth:`fold_features`, so an update's state is whole when it is saved). A language model's last hidden states share one
-      large component across states; what tells two tasks apart is a small spread around it,
-      from which the task can still be decoded linearly (``benchmarks/critic_probe.py``;
-      figures in docs/results.md). Standardising the dimensions lets a linear head with Adam's
-      per-weight steps find that spread instead of fitting the shared component.
+      :meth:`fold_features`, so an update's state is whole when it is saved). A language
+      model's last hidden states share one large component across states; what tells two tasks
+      apart is a small spread around it, from which the task can still be decoded linearly
+      (``benchmarks/critic_probe.py``; figures in docs/results.md). Standardising the
+      dimensions lets a linear head with Adam's per-weight steps find that spread instead of
+      fitting the shared component.
     * **Targets** (``critic.value_norm``, PopArt): ``shift, scale`` (``mu, sigma``), the moving
-      mean and spread of the regression targets (:meth:`update_normaliser`).
+      mean and spread of the regression targets (:meth:`update_normaliser`), shared by the slots
+      (they predict the same returns).
 
     Each fold rescales ``w, b`` so that every output stays what it was. The moments (debiased
     exponential moving averages) travel with the head's state dict; the features gathered
@@ -180,9 +191,19 @@ class ValueHead(nn.Module):
     """Smallest per-dimension feature spread (a dimension constant across states)."""
 
     def __init__(self, hidden_size: int, init_std: float = 0.0, bias: float = 0.0,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, slots: int = 1) -> None:
         super().__init__()
+        if slots < 1:
+            raise ValueError(f"a value head needs >= 1 slot, got {slots}")
+        self.slots = slots
+        # nn.Linear draws its default init from the global RNG: one row's worth, whatever the
+        # slots, so seeded runs sample the same tokens with any number of slots (the init is
+        # overwritten below anyway)
         self.linear = nn.Linear(hidden_size, 1, dtype=torch.float32)
+        if slots > 1:  # weight [S, H], bias [S]
+            self.linear.weight = nn.Parameter(torch.empty(slots, hidden_size, dtype=torch.float32))
+            self.linear.bias = nn.Parameter(torch.empty(slots, dtype=torch.float32))
+            self.linear.out_features = slots
         with torch.no_grad():
             if init_std > 0:
                 self.linear.weight.normal_(0.0, init_std, generator=generator)
@@ -192,54 +213,82 @@ class ValueHead(nn.Module):
         self.register_buffer("shift", torch.zeros((), dtype=torch.float32))
         self.register_buffer("scale", torch.ones((), dtype=torch.float32))
         self.register_buffer("moments", torch.zeros(3, dtype=torch.float32))
-        self.register_buffer("feat_shift", torch.zeros(hidden_size, dtype=torch.float32))
-        self.register_buffer("feat_scale", torch.ones(hidden_size, dtype=torch.float32))
+        self.register_buffer("feat_shift", torch.zeros(slots, hidden_size, dtype=torch.float32))
+        self.register_buffer("feat_scale", torch.ones(slots, hidden_size, dtype=torch.float32))
         # float64: the spread is ~1e-4 of the mean square, which E[x^2] - E[x]^2 in float32 loses
-        self.register_buffer("feat_moments", torch.zeros(2, hidden_size, dtype=torch.float64))
-        self.register_buffer("feat_weight", torch.zeros((), dtype=torch.float64))
-        self.register_buffer("pending", torch.zeros(2, hidden_size, dtype=torch.float64), persistent=False)
-        self.register_buffer("pending_count", torch.zeros((), dtype=torch.float64), persistent=False)
+        self.register_buffer("feat_moments", torch.zeros(slots, 2, hidden_size, dtype=torch.float64))
+        self.register_buffer("feat_weight", torch.zeros(slots, dtype=torch.float64))
+        self.register_buffer("pending", torch.zeros(slots, 2, hidden_size, dtype=torch.float64), persistent=False)
+        self.register_buffer("pending_count", torch.zeros(slots, dtype=torch.float64), persistent=False)
         self.track_features = False
         """Whether forward passes add their inputs to ``pending`` (set by the learner)."""
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, slots: torch.Tensor | None = None) -> torch.Tensor:
+        """``hidden [..., H]``, ``slots [...]`` (long; None = slot 0 everywhere) -> ``[...]``."""
         # contiguous: callers pass slices, and torch's linear is very slow on strided inputs
         # when the weight is frozen (see MultiAgentPolicy.__init__)
         x = hidden.float().contiguous()  # [..., H]
+        if slots is None:
+            slots = torch.zeros(x.shape[:-1], dtype=torch.long, device=x.device)  # [...]
+        slots = slots.to(device=x.device, dtype=torch.long).expand(x.shape[:-1])  # [...]
         if self.track_features:
             flat = x.detach().reshape(-1, x.shape[-1]).double()  # [N, H]
-            self.pending[0] += flat.sum(0)
-            self.pending[1] += (flat * flat).sum(0)
-            self.pending_count += flat.shape[0]
-        x = (x - self.feat_shift) / self.feat_scale  # [..., H]
-        return self.linear(x).squeeze(-1) * self.scale + self.shift
+            index = slots.reshape(-1)  # [N]
+            self.pending[:, 0].index_add_(0, index, flat)
+            self.pending[:, 1].index_add_(0, index, flat * flat)
+            self.pending_count.index_add_(0, index, torch.ones_like(index, dtype=torch.float64))
+        z = (x - self.feat_shift[slots]) / self.feat_scale[slots]  # [..., H]
+        out = (z * self.linear.weight[slots]).sum(-1) + self.linear.bias[slots]  # [...]
+        return out * self.scale + self.shift
 
     @torch.no_grad()
     def fold_features(self, beta: float, pending: torch.Tensor | None = None,
-                      count: float | None = None) -> bool:
-        """Fold the gathered feature sums (``pending [2, H]`` and ``count``: this head's own by
-        default; a data-parallel caller passes the sums of every rank) into the moving moments,
-        move ``feat_shift, feat_scale`` to them, keep every output (``w'_i = w_i s'_i / s_i``,
-        ``b' = b + sum_i w_i (m'_i - m_i) / s_i``) and clear the pending sums. False when nothing
-        was gathered."""
-        pending = (self.pending if pending is None else pending).to(self.pending, copy=True)
-        count = float(self.pending_count) if count is None else float(count)
+                      count: torch.Tensor | None = None) -> bool:
+        """Fold the gathered feature sums (``pending [S, 2, H]`` and ``count [S]``: this head's own
+        by default; a data-parallel caller passes the sums of every rank) into each slot's moving
+        moments, move its ``feat_shift, feat_scale`` to them, keep every output
+        (``w'_i = w_i s'_i / s_i``, ``b' = b + sum_i w_i (m'_i - m_i) / s_i``) and clear the pending
+        sums. Slots that read nothing keep their statistics. False when nothing was gathered."""
+        pending = (self.pending if pending is None else pending).to(self.pending, copy=True)  # [S, 2, H]
+        count = (self.pending_count if count is None else torch.as_tensor(count)).to(self.pending_count, copy=True)
         self.pending.zero_()
         self.pending_count.zero_()
-        if count <= 0:
-            return False
-        batch = pending.double() / count  # [2, H] first and second moments
-        self.feat_moments.mul_(beta).add_((1.0 - beta) * batch)
-        self.feat_weight.mul_(beta).add_(1.0 - beta)
-        mean = (self.feat_moments[0] / self.feat_weight).float()  # [H]
-        var = (self.feat_moments[1] / self.feat_weight - (self.feat_moments[0] / self.feat_weight) ** 2)  # [H]
-        scale = var.clamp(min=0.0).sqrt().float().clamp(min=self.FEATURE_FLOOR)  # [H]
-        w = self.linear.weight[0]  # [H]
-        self.linear.bias.add_((w * (mean - self.feat_shift) / self.feat_scale).sum())
-        self.linear.weight[0].mul_(scale / self.feat_scale)
-        self.feat_shift.copy_(mean)
-        self.feat_scale.copy_(scale)
-        return True
+        folded = False
+        for k in range(self.slots):
+            if count[k] <= 0:
+                continue
+            folded = True
+            batch = pending[k] / count[k]  # [2, H] first and second moments
+            self.feat_moments[k].mul_(beta).add_((1.0 - beta) * batch)
+            self.feat_weight[k] = beta * self.feat_weight[k] + (1.0 - beta)
+            first = self.feat_moments[k, 0] / self.feat_weight[k]  # [H]
+            var = self.feat_moments[k, 1] / self.feat_weight[k] - first ** 2  # [H]
+            mean = first.float()  # [H]
+            scale = var.clamp(min=0.0).sqrt().float().clamp(min=self.FEATURE_FLOOR)  # [H]
+            w = self.linear.weight[k]  # [H]
+            self.linear.bias[k] += (w * (mean - self.feat_shift[k]) / self.feat_scale[k]).sum()
+            w.mul_(scale / self.feat_scale[k])
+            self.feat_shift[k] = mean
+            self.feat_scale[k] = scale
+        return folded
+
+    def upgrade_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``state`` (this head's entries of a saved state dict) in this head's shapes: a head
+        saved with one slot (or before slots and feature statistics existed) serves every slot,
+        its one row copied to each."""
+        out = dict(state)
+        rows = {"linear.weight": 2, "linear.bias": 1, "feat_shift": 2, "feat_scale": 2, "feat_moments": 3,
+                "feat_weight": 1}  # the dims of each per-slot tensor, slot dim included
+        for key, dims in rows.items():
+            tensor = out.get(key)
+            if tensor is None:
+                continue
+            if tensor.dim() == dims - 1:  # before slots: add the slot dim
+                tensor = tensor.unsqueeze(0)
+            if tensor.shape[0] == 1 and self.slots > 1:
+                tensor = tensor.expand(self.slots, *tensor.shape[1:]).clone()
+            out[key] = tensor
+        return out
 
     @torch.no_grad()
     def update_normaliser(self, targets: torch.Tensor, beta: float) -> None:

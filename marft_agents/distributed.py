@@ -24,14 +24,26 @@ every rank's RNG state (``state["ranks"]``), so a resume with the same world siz
 exactly. In one process the Trainer and the learners hold a :class:`SingleProcess` instead of a
 :class:`DataParallel`: the same methods, which then keep everything on the one rank and run no
 collective (``torch.distributed`` need not be initialised).
+
+One process per GPU: :func:`process_group` makes ``cuda:<LOCAL_RANK>`` the current device of each
+rank before joining, and nothing here touches another rank's GPU (the collectives run on the
+current device; ``marft_agents/seeding.py``'s ``fork_rng`` and ``cuda_rng_state`` fork and save
+the RNG of that device alone). Each rank builds its own rollout engine on its own device.
+
+A collective that waits longer than the process group's timeout (:func:`process_group_timeout`:
+``MARFT_DIST_TIMEOUT_S`` seconds, default 30 minutes) fails on every rank instead of hanging the
+job: a rank that crashed or stalls (a stuck rollout, a full disk while rank 0 writes a
+checkpoint) then ends the run with an error naming the collective.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
+import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +57,14 @@ log = logging.getLogger(__name__)
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """Environment variables ``torchrun`` sets for every process it starts (``LOCAL_RANK`` too)."""
+
+TIMEOUT_VARIABLE = "MARFT_DIST_TIMEOUT_S"
+"""Environment variable overriding the process group's timeout, in seconds (:func:`process_group_timeout`)."""
+DEFAULT_TIMEOUT_S = 30 * 60
+"""The process group's timeout when ``MARFT_DIST_TIMEOUT_S`` is unset. Longer than torch's NCCL
+default (10 minutes), which a healthy job can exceed while ranks wait at a collective for the
+slowest one (rank 0 writing a checkpoint and ``best/``, a rank with the longest rollouts of a big
+model); finite, so a dead or stuck rank ends the job with an error instead of holding every GPU."""
 
 
 @dataclass(frozen=True)
@@ -82,11 +102,34 @@ def launched_by_torchrun() -> bool:
     return all(name in os.environ for name in TORCHRUN_VARIABLES)
 
 
+def process_group_timeout(environ: Mapping[str, str] = os.environ) -> datetime.timedelta:
+    """How long a collective may wait before it fails on every rank: ``MARFT_DIST_TIMEOUT_S``
+    seconds (a positive number) when set, else :data:`DEFAULT_TIMEOUT_S`.
+
+    Set it on every rank alike (``MARFT_DIST_TIMEOUT_S=7200 torchrun ...``); raise it when one
+    step between two collectives legitimately takes longer (a very slow evaluation or rollout),
+    lower it to learn sooner that a rank died. With NCCL, torch enforces it through its watchdog
+    (``TORCH_NCCL_ASYNC_ERROR_HANDLING``, on by default), which aborts the stuck collective.
+    """
+    raw = environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not raw:
+        return datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{TIMEOUT_VARIABLE}={raw!r}: expected a positive number of seconds "
+                         f"(unset it for the default, {DEFAULT_TIMEOUT_S} s)")
+    return datetime.timedelta(seconds=seconds)
+
+
 @contextlib.contextmanager
 def process_group() -> Iterator[WorldInfo]:
     """Join the job ``torchrun`` started (gloo on CPU, NCCL when CUDA is available) for the
     duration of the block; a no-op world of one when not launched by ``torchrun`` or when the
-    caller already initialised a group."""
+    caller already initialised a group. Each rank's current CUDA device becomes
+    ``cuda:<LOCAL_RANK>`` first; collectives time out after :func:`process_group_timeout`."""
     if not launched_by_torchrun() or (dist.is_available() and dist.is_initialized()):
         yield current_world()
         return
@@ -96,7 +139,8 @@ def process_group() -> Iterator[WorldInfo]:
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(local_rank)  # "cuda" in the config now means this rank's GPU
-    dist.init_process_group(backend="nccl" if cuda else "gloo")
+    timeout = process_group_timeout()  # read before joining: a bad value fails here, not in a collective
+    dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=timeout)
     try:
         yield current_world()
     finally:

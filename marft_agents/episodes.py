@@ -37,7 +37,10 @@ class Decision:
     response_ids: list[int]
     text: str
     logprobs: list[float]
-    """Sampling-time log-probs of ``response_ids`` (the PPO "old" log-probs)."""
+    """Sampling-time log-probs of ``response_ids``, as the rollout engine computed them: the PPO
+    "old" log-probs, unless the learner rescores those (``ppo.recompute_old_logprobs``; required
+    with an engine whose kernels differ from the learner's, e.g. vLLM), in which case these stay
+    the behaviour log-probs (``Sample.behaviour_logprobs``)."""
     value: float | None = None
     """Critic's state value V(prompt) at collection time (action level)."""
     token_values: list[float] | None = None

@@ -204,6 +204,7 @@ def evaluate(
     """
     import torch
 
+    from marft_agents.seeding import fork_rng
     from marft_agents.settings.sampling import SamplingConfig
     from marft_agents.rollout import RolloutCollector
 
@@ -232,7 +233,7 @@ def evaluate(
     py_state, np_state = random.getstate(), np.random.get_state()
     per_task: list[dict[str, Any]] = []
     try:
-        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+        with fork_rng(policy.device):  # this process's CPU and GPU RNG, not other ranks' GPUs
             for j in range(k if mine else 0):
                 torch.manual_seed(sample_seed(seed, j))
                 plans = [(_reset_seed(seed, i, j), {"task_index": i}) for i in mine]

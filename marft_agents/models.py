@@ -19,6 +19,10 @@ on the Hub: a name close to an alias (``smollm2-135m-instrct``) gets a "did you 
 the Hub is unreachable (``HF_HUB_OFFLINE`` set, or no connection to it within
 ``HUB_PROBE_TIMEOUT_S``) a Hub id is looked up in the local Hugging Face cache only.
 
+The weights are read straight onto ``model.device`` (``from_pretrained(device_map=...)``, see
+:func:`load_device_map`), so that under ``torchrun`` each rank fills its own GPU without a copy of
+the model in CPU memory first; ``model.attn_implementation`` is passed to ``from_pretrained`` as is.
+
 The tokenizer always pads on the left (generation appends to the right end of every row) and
 gets a pad token when it has none. ``marft_agents.tiny_models.tiny_model_and_tokenizer`` builds a
 small random Llama-style model and a byte-level tokenizer with a chat template, entirely offline,
@@ -51,7 +55,15 @@ from transformers import (
 )
 
 from marft_agents.files import make_ordinary
-from marft_agents.settings.model import AUTO_DTYPE, DTYPES, PACKAGED_GGUF, ModelConfig, alias_typo
+from marft_agents.settings.model import (
+    AUTO_DEVICE,
+    AUTO_DTYPE,
+    DTYPES,
+    PACKAGED_GGUF,
+    ModelConfig,
+    alias_typo,
+    attn_implementation_error,
+)
 
 try:
     import fcntl
@@ -127,13 +139,25 @@ def auto_dtype(device: str) -> str:
 
 def resolve_device(name: str) -> torch.device:
     """Map a device string to a torch device; "auto" picks cuda when available, else cpu."""
-    if name == "auto":
+    if name == AUTO_DEVICE:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         return torch.device(name)
     except RuntimeError as err:
         raise ValueError(f"device must be 'auto' or a torch device string such as 'cpu' or "
                          f"'cuda:0', got {name!r} ({err})") from None
+
+
+def load_device_map(device: torch.device) -> str | None:
+    """The ``device_map`` that loads the weights straight onto ``device`` (None on a CPU: the
+    plain load, into CPU memory, is already there). A CUDA device without an index becomes the
+    current one (``cuda:<current_device()>``): under ``torchrun`` each rank has made its own GPU
+    current, so each rank loads onto its GPU instead of all onto GPU 0 or into CPU RAM first."""
+    if device.type == "cpu":
+        return None
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
 
 
 def model_cache_dir(cfg: ModelConfig) -> Path:
@@ -400,6 +424,9 @@ def load_model_and_tokenizer(
     cfg = cfg or ModelConfig()
     dtype = resolve_dtype(cfg.dtype)
     device = resolve_device(cfg.device)
+    attn_error = attn_implementation_error(cfg.attn_implementation)
+    if attn_error:
+        raise ValueError(attn_error)
     if cfg.threads < 0:
         raise ValueError(f"model.threads must be >= 0 (0 = torch's default), got {cfg.threads}")
     if cfg.threads:
@@ -411,11 +438,17 @@ def load_model_and_tokenizer(
     offline = is_hub_id and hub_offline()
     if offline:
         kwargs["local_files_only"] = True  # no download attempts (and no retries with backoff)
+    model_kwargs: dict[str, Any] = {"dtype": dtype}
+    device_map = load_device_map(device)
+    if device_map is not None:  # onto the device as the weights are read, not via CPU memory
+        model_kwargs["device_map"] = device_map
+    if cfg.attn_implementation is not None:
+        model_kwargs["attn_implementation"] = cfg.attn_implementation
     try:
         # The conversion just showed its "Loading weights" bar; the reload would show a second one.
         with _progress_bars(enabled=not converting):
             tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(source, **model_kwargs, **kwargs)
     except OSError as err:
         if offline:
             raise ModelNotFoundError(
@@ -429,7 +462,7 @@ def load_model_and_tokenizer(
     prepare_tokenizer(tokenizer)
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.to(device)
+    model.to(device)  # a no-op after a device_map load; the CPU's plain load is already there
     model.eval()
     return model, tokenizer
 

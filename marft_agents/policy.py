@@ -6,11 +6,16 @@ weights are frozen and exist once in memory, whatever the number of agents; swit
 ``set_adapter``, the reference model for KL terms is the same network with adapters disabled.
 
 Adapters are switched by mutating the shared model, and autograd records whichever adapter was
-active during each forward pass, so a loss may mix several adapters' passes. Do not enable
-gradient checkpointing: its backward re-runs forward passes with whatever adapter is active
-*then*.
+active during each forward pass, so a loss may mix several adapters' passes. Gradient
+checkpointing (``enable_gradient_checkpointing``, ``schedule.gradient_checkpointing``) is the
+exception: its backward re-runs each decoder layer with whatever adapter is active *then*. So
+every checkpointed layer checks, when it is recomputed, that the adapter state (active adapter,
+adapters on or off) is the one its forward pass ran under, and raises
+:class:`AdapterSwitchError` otherwise: under checkpointing, backward each loss before switching
+adapter (the learners do: one adapter per micro-batch, backward at once).
 
-Sampling goes through ``marft_agents.engine.sample`` (the engine ``sampling.engine`` names).
+Sampling goes through the rollout engine ``sampling.engine`` names (``policy.engine``,
+``engine/rollout_engine.py``): the in-process loops (``marft_agents.engine.sample``) or vLLM.
 Log-probs are defined once, by ``engine.sampling.scaled_logprobs`` (``log_softmax(logits.float() /
 temperature)``), and used both while sampling (``generate``) and in the training forward pass
 (``token_logprobs``, run by the policy's ``scoring.Scorer``), so PPO ratios start at 1 up to float rounding.
@@ -22,14 +27,19 @@ A row must be scored with the ``prefix_len`` it was sampled with (``Generation.p
 
 from __future__ import annotations
 
+import functools
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any
 
 import torch
 from peft import get_peft_model
+from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from marft_agents.adapters import (
     check_adapter_name,
@@ -39,17 +49,26 @@ from marft_agents.adapters import (
     to_peft_config,
 )
 from marft_agents.critic import ValueHead
-from marft_agents.engine import GenRequest, Generation, sample
-from marft_agents.engine.attention import training_passes, use_grouped_matmul_attention
+from marft_agents.engine import GenRequest, Generation
+from marft_agents.engine.attention import in_training_passes, training_passes, use_grouped_matmul_attention
 from marft_agents.engine.compiled_norm import use_compiled_rms_norm
-from marft_agents.engine.layout import effective_prefix_len
+from marft_agents.engine.registry import engine_class
+from marft_agents.engine.rollout_engine import RolloutEngine
 from marft_agents.models import prepare_tokenizer
 from marft_agents.scoring import Scorer, TokenStats
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.sampling import SamplingConfig
 
-__all__ = ["GenRequest", "Generation", "MultiAgentPolicy", "TokenStats"]
+__all__ = ["AdapterSwitchError", "GenRequest", "Generation", "MultiAgentPolicy", "TokenStats"]
+
+_CACHE_KWARGS = ("cache", "past_key_values", "layer_past")
+"""The names under which transformers' decoder layers receive the KV cache they update."""
+
+
+class AdapterSwitchError(RuntimeError):
+    """A checkpointed decoder layer is recomputed in the backward under another adapter state
+    than its forward pass ran under (its gradient would be that of another network)."""
 
 
 def _contiguous_input(module: nn.Module, args: tuple) -> tuple:
@@ -57,6 +76,80 @@ def _contiguous_input(module: nn.Module, args: tuple) -> tuple:
     if args and isinstance(args[0], torch.Tensor) and not args[0].is_contiguous():
         return (args[0].contiguous(), *args[1:])
     return args
+
+
+def _adapter_state(probe: BaseTunerLayer | None) -> tuple[tuple[str, ...], bool] | None:
+    """Which adapters a LoRA layer runs: ``(active adapters, adapters disabled)``; None for a
+    layer without LoRA (any adapter state computes the same there)."""
+    if probe is None:
+        return None
+    return tuple(probe.active_adapters), bool(probe.disable_adapters)
+
+
+def _describe(state: tuple[tuple[str, ...], bool] | None) -> str:
+    if state is None:
+        return "no adapter"
+    names, disabled = state
+    return "adapters disabled (reference model)" if disabled else f"adapter {', '.join(map(repr, names))}"
+
+
+def _cache_entry(cache: Any, index: int) -> dict[str, Any] | None:
+    """A shallow copy of the state of the cache's layer ``index`` (None: no such layer yet)."""
+    layers = cache.layers
+    return dict(vars(layers[index])) if index < len(layers) else None
+
+
+def _restore_cache_entry(cache: Any, index: int, entry: dict[str, Any] | None) -> None:
+    """Put the cache's layer ``index`` back in the state ``_cache_entry`` copied (fresh if None)."""
+    if index >= len(cache.layers):
+        return
+    layer = cache.layers[index]
+    if entry is None:
+        layer.reset()
+    else:
+        vars(layer).clear()
+        vars(layer).update(entry)
+
+
+@contextmanager
+def _as_at_forward(layer_index: int, state: tuple[tuple[str, ...], bool] | None,
+                   probe: BaseTunerLayer | None, passes: bool, cache: Any, cache_index: int,
+                   entry: dict[str, Any] | None) -> Iterator[None]:
+    """The recomputation of checkpointed decoder layer ``layer_index``: under the adapter state
+    (checked, :class:`AdapterSwitchError`), attention path (``training_passes``) and KV-cache
+    entry its forward pass had."""
+    now = _adapter_state(probe)
+    if now != state:
+        raise AdapterSwitchError(
+            f"gradient checkpointing: decoder layer {layer_index} ran forward under {_describe(state)} but its "
+            f"backward recomputes it under {_describe(now)}; call backward on each loss before switching "
+            f"adapter (or turn schedule.gradient_checkpointing off)")
+    if cache is not None:  # the layer appends its keys again: from the entry its forward saw
+        _restore_cache_entry(cache, cache_index, entry)
+    with training_passes(passes):
+        yield
+
+
+def _checkpointed_forward(layer: nn.Module, layer_index: int) -> Callable[..., Any]:
+    """``layer.forward`` under non-reentrant activation checkpointing whenever grad is on."""
+    inner = layer.forward
+    probe = next((m for m in layer.modules() if isinstance(m, BaseTunerLayer)), None)
+    cache_index = getattr(getattr(layer, "self_attn", None), "layer_idx", layer_index)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():  # no backward: nothing to recompute
+            return inner(*args, **kwargs)
+        cache = next((kwargs[k] for k in _CACHE_KWARGS if kwargs.get(k) is not None), None)
+
+        def contexts() -> tuple[Any, Any]:  # called once, as the forward pass starts
+            entry = None if cache is None else _cache_entry(cache, cache_index)
+            return nullcontext(), _as_at_forward(layer_index, _adapter_state(probe), probe, in_training_passes(),
+                                                 cache, cache_index, entry)
+
+        return checkpoint(functools.partial(inner, **kwargs), *args, use_reentrant=False, context_fn=contexts)
+
+    forward.marft_checkpointed = True  # type: ignore[attr-defined]
+    return forward
 
 
 class MultiAgentPolicy(nn.Module):
@@ -70,6 +163,7 @@ class MultiAgentPolicy(nn.Module):
         lora: LoraSpec | None = None,
         shared_adapter: bool = False,
         critic: CriticConfig | None = CriticConfig(),
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         agent_ids = list(agent_ids)
@@ -113,9 +207,13 @@ class MultiAgentPolicy(nn.Module):
         hidden = self.lm.config.get_text_config().hidden_size
         device = self.device
         head_rng = torch.Generator().manual_seed(0)
+        # one value-head slot per acting agent for a team critic (critic.per_agent_head); a
+        # per-agent critic values one agent's decisions only
+        self._value_slot = {a: (i if critic is not None and critic.per_agent_head and len(self.critic_adapters) == 1
+                                else 0) for i, a in enumerate(agent_ids)}
         self.value_heads = nn.ModuleDict({
             name: ValueHead(hidden, critic.value_head_init_std, critic.value_head_bias,
-                            generator=head_rng).to(device)
+                            generator=head_rng, slots=max(self._value_slot.values()) + 1).to(device)
             for name in self.critic_adapters if critic is not None
         })
         self._stop_ids = self._find_stop_ids()
@@ -144,6 +242,9 @@ class MultiAgentPolicy(nn.Module):
         self._trainable: set[str] = set()
         self.set_trainable(None, critic=critic is not None)
         self.eval()
+        self.checkpointed_layers = 0  # decoder layers under gradient checkpointing (0 = off)
+        if gradient_checkpointing:
+            self.enable_gradient_checkpointing()
 
     # ------------------------------------------------------------------ structure
 
@@ -252,6 +353,48 @@ class MultiAgentPolicy(nn.Module):
         return [p for name in self.adapter_names if name in self._trainable
                 for p in self.adapter_parameters(name)]
 
+    # ------------------------------------------------------------------ gradient checkpointing
+
+    def enable_gradient_checkpointing(self) -> int:
+        """Checkpoint every decoder layer of the base model in the passes that run with grad
+        (``schedule.gradient_checkpointing``); returns how many layers are checkpointed.
+
+        Each layer keeps only its inputs in the forward pass and is recomputed in the backward
+        (``torch.utils.checkpoint``, non-reentrant): activation memory of one layer at a time
+        instead of all, for one more forward pass of compute. Passes without grad (sampling,
+        reference and rescoring passes) run the layers as they are.
+
+        * **One adapter per backward.** Each recomputation runs with whatever adapter is active
+          when the backward reaches it, so it checks that this is the adapter state (active
+          adapter, adapters on or off) its forward pass ran under, and raises
+          :class:`AdapterSwitchError` if not. The learners satisfy it: a micro-batch runs under
+          one adapter and is backwarded before the next switches (``BaseLearner._accumulate``);
+          the reference passes (``using(None)``) run without grad.
+        * **Non-reentrant**, so no ``enable_input_require_grads``: the recomputation only
+          refills the tensors the original graph saved, and gradients reach the LoRA weights
+          although the layer input (frozen embeddings) does not require grad. The reentrant
+          form would need that input to require grad.
+        * **Shared prefixes.** A layer given a KV cache appends its keys to it; the
+          recomputation first puts the layer's cache entry back as its forward saw it, so the
+          prefix passes (``engine.layout.prefix_cache``) keep working. (transformers'
+          ``gradient_checkpointing_enable`` drops the cache instead, and checkpoints only in
+          training mode, while the policy runs in eval mode: hence this wrapper.)
+        * **marft's kernels.** The fused head log-probs run after the decoder, outside the
+          checkpointed layers (their own backward already recomputes the logits). The
+          grouped-matmul attention and the compiled RMSNorm run inside them; a recomputation
+          takes the ``training_passes`` mode of its forward pass, so it computes the same
+          numbers on the same path.
+        """
+        layers = [m for m in self.lm.modules() if isinstance(m, GradientCheckpointingLayer)]
+        if not layers:
+            raise ValueError(f"{type(self.lm).__name__} has no transformers decoder layers "
+                             f"(GradientCheckpointingLayer) to checkpoint; set schedule.gradient_checkpointing: false")
+        for index, layer in enumerate(layers):
+            if not getattr(vars(layer).get("forward"), "marft_checkpointed", False):
+                layer.forward = _checkpointed_forward(layer, index)
+        self.checkpointed_layers = len(layers)
+        return len(layers)
+
     # ------------------------------------------------------------------ prompts & sampling
 
     def chat_prompt_ids(self, system_prompt: str, user_text: str) -> list[int]:
@@ -295,57 +438,58 @@ class MultiAgentPolicy(nn.Module):
         turn = self.system_turn_ids(system_prompt)
         return len(turn) if list(prompt_ids[:len(turn)]) == turn else 0
 
+    # ------------------------------------------------------------------ the rollout engine
+
+    engine_settings: Any = None
+    """The run's ``TrainConfig`` (``trainer.build_policy`` sets it), for engines that need more
+    than the sampling config (vLLM reads ``vllm``, ``model`` and ``output_dir``); None = none."""
+    _engine: RolloutEngine | None = None
+    weights_version: int = 0
+    """Version of the adapters' weights, as last given to :meth:`sync_engine` (an engine built
+    later exports this version first)."""
+
+    def engine_for(self, name: str) -> RolloutEngine:
+        """The rollout engine ``name`` (a ``sampling.engine``), built on first use; asking for an
+        engine of another class closes the current one."""
+        cls = engine_class(name)
+        if type(self._engine) is not cls:
+            self.close_engine()
+            self._engine = cls(self)
+        return self._engine
+
+    @property
+    def engine(self) -> RolloutEngine:
+        """The current rollout engine; if none is built yet, the one the run's (or the default)
+        sampling config names."""
+        if self._engine is not None:
+            return self._engine
+        sampling = getattr(self.engine_settings, "sampling", None) or SamplingConfig()
+        return self.engine_for(sampling.engine)
+
+    def sync_engine(self, version: int) -> None:
+        """The adapters changed (an update, a restore): the engine, if one is built, samples with
+        them from its next call on (:meth:`RolloutEngine.sync`)."""
+        self.weights_version = version
+        if self._engine is not None:
+            self._engine.sync(version)
+
+    def close_engine(self) -> None:
+        """Close the rollout engine, if one is built (a later ``generate`` builds a new one)."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+
     def generate(self, requests: Sequence[GenRequest], sampling: SamplingConfig | None = None,
                  generator: torch.Generator | None = None) -> list[Generation]:
-        """Sample one response per request, batching requests that share an adapter.
+        """Sample one response per request with the rollout engine ``sampling.engine`` names
+        (:meth:`engine_for`; ``engine/rollout_engine.py``), batching requests that share an adapter.
 
         Results come back in request order. Sampling uses ``generator`` if given (it must live
         on the policy's device), else torch's global RNG (so ``torch.manual_seed`` makes a call
-        reproducible). Runs in eval mode (no LoRA dropout) and restores the previous mode.
+        reproducible). The loops run in eval mode (no LoRA dropout) and restore the previous mode.
         """
         sampling = sampling or SamplingConfig()
-        # one group per (adapter, shared prefix): each is decoded as one batch
-        groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
-        for i, req in enumerate(requests):
-            shared = effective_prefix_len(req.prompt_ids, req.prefix_len)
-            key = (self.adapter_for(req.agent_id), tuple(req.prompt_ids[:shared]))
-            groups.setdefault(key, []).append(i)
-        results: list[Generation | None] = [None] * len(requests)
-        was_training = self.training
-        self.eval()
-        try:
-            with torch.inference_mode():
-                for (adapter, prefix), idxs in groups.items():
-                    with self.using(adapter):
-                        self._generate_group(requests, idxs, len(prefix), sampling, generator,
-                                             results)
-        finally:
-            self.train(was_training)
-        return results  # type: ignore[return-value]
-
-    def _generate_group(self, requests: Sequence[GenRequest], idxs: list[int], prefix_len: int,
-                        sampling: SamplingConfig, generator: torch.Generator | None,
-                        results: list[Generation | None]) -> None:
-        if len(idxs) > sampling.max_batch_size:  # similar lengths together: less padding
-            idxs = sorted(idxs, key=lambda i: -len(requests[i].prompt_ids))
-        stop = self._stop_ids if sampling.stop_token_ids is None else sampling.stop_token_ids
-        for start in range(0, len(idxs), sampling.max_batch_size):
-            chunk = idxs[start:start + sampling.max_batch_size]
-            prompts = [requests[i].prompt_ids for i in chunk]
-            sampled = sample(self.lm, prompts, sampling, stop, self.tokenizer.pad_token_id,
-                             generator, prefix_len=prefix_len)
-            if sampling.recompute_logprobs:  # score with the training forward pass itself
-                with training_passes():
-                    stats = self.scoring.batch_stats(prompts, [s.response_ids for s in sampled], prefix_len,
-                                                     sampling.temperature, with_entropy=False)
-                for row, s in enumerate(sampled):
-                    s.logprobs = stats.logprobs[row, :len(s.response_ids)].tolist()
-            texts = self.tokenizer.batch_decode([s.response_ids for s in sampled],
-                                                skip_special_tokens=True)
-            for i, s, text in zip(chunk, sampled, texts):
-                req = requests[i]
-                results[i] = Generation(req.agent_id, list(req.prompt_ids), s.response_ids,
-                                        text, s.logprobs, s.finished, prefix_len)
+        return self.engine_for(sampling.engine).generate(requests, sampling, generator)
 
     # ------------------------------------------------------------------ scoring (scoring.Scorer)
 
@@ -368,15 +512,36 @@ class MultiAgentPolicy(nn.Module):
     def token_values(self, prompt_ids: Sequence[Sequence[int]],
                      response_ids: Sequence[Sequence[int]], agent_id: str | None = None,
                      include_final: bool = False,
-                     prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
+                     prefix_lens: Sequence[int] | None = None,
+                     actors: Sequence[str] | None = None) -> torch.Tensor:
         """Critic value of the state before each response token: ``[B, T]`` float32, ``[B, T+1]``
-        with ``include_final`` (:meth:`Scorer.token_values`)."""
-        return self.scoring.token_values(prompt_ids, response_ids, agent_id, include_final, prefix_lens)
+        with ``include_final`` (:meth:`Scorer.token_values`). ``actors``: the agent acting at
+        each row (its value-head slot, :meth:`value_slots`); None = ``agent_id``'s slot, else 0."""
+        return self.scoring.token_values(prompt_ids, response_ids, agent_id, include_final, prefix_lens,
+                                         self.value_slots(actors, agent_id, len(prompt_ids)))
 
     def state_values(self, prompt_ids: Sequence[Sequence[int]], agent_id: str | None = None,
-                     prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
-        """Critic value at the last prompt token: ``[B]`` float32 (:meth:`Scorer.state_values`)."""
-        return self.scoring.state_values(prompt_ids, agent_id, prefix_lens)
+                     prefix_lens: Sequence[int] | None = None,
+                     actors: Sequence[str] | None = None) -> torch.Tensor:
+        """Critic value at the last prompt token: ``[B]`` float32 (:meth:`Scorer.state_values`);
+        ``actors`` as in :meth:`token_values`."""
+        return self.scoring.state_values(prompt_ids, agent_id, prefix_lens,
+                                         self.value_slots(actors, agent_id, len(prompt_ids)))
+
+    def value_slots(self, actors: Sequence[str] | None, agent_id: str | None, rows: int) -> list[int]:
+        """The value-head slot of each of ``rows`` rows (``ValueHead``'s slots: one per acting
+        agent under ``critic.per_agent_head``): ``actors``' slots, else ``agent_id``'s for every
+        row, else slot 0."""
+        if actors is not None:
+            if len(actors) != rows:
+                raise ValueError(f"actors has {len(actors)} entries for {rows} rows")
+            for actor in set(actors):
+                self.adapter_for(actor)  # an unknown agent: a clear KeyError
+            return [self._value_slot[a] for a in actors]
+        if agent_id is None:
+            return [0] * rows
+        self.adapter_for(agent_id)
+        return [self._value_slot[agent_id]] * rows
 
     def value_rows(self, seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
         """The forward rows a ``state_values`` pass runs for ``seqs`` (:meth:`Scorer.value_rows`)."""
@@ -408,7 +573,7 @@ class MultiAgentPolicy(nn.Module):
                                if k.startswith(prefix)}, f"adapter {name!r}")
         for name, head in self.value_heads.items():
             prefix = f"value_head/{name}/"
-            mine = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            mine = head.upgrade_state({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
             buffers = dict(head.named_buffers())
             copy_into(dict(head.named_parameters()), {k: v for k, v in mine.items() if k not in buffers},
                       f"value head {name!r}")

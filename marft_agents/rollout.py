@@ -4,8 +4,10 @@ The collector drives any registered marft env (``marft_envs.make(id, **kwargs)``
 PettingZoo AEC API. Within one env the agents act one after another (the env's D_t decides the
 order), but different envs are advanced in lock-step: at every tick each running env is at some
 agent's turn, and all envs whose current agent uses the same adapter are answered by *one*
-``policy.generate`` call. Dead agents (terminated/truncated) are stepped with ``None`` until the
-env has no agents left; then the env starts its next planned episode, if any.
+``policy.generate`` call (or all of them by one call, when the rollout engine batches several
+adapters together: ``RolloutEngine.mixes_adapters``). Dead agents (terminated/truncated) are
+stepped with ``None`` until the env has no agents left; then the env starts its next planned
+episode, if any.
 
 Every agent decision becomes a :class:`Decision`: who acted, on what prompt (token ids of the
 tokenizer's chat template applied to the role's system prompt and the observation text), what it
@@ -193,6 +195,7 @@ class RolloutCollector:
 
     def _play_tick(self, turns: list[tuple[_Slot, str, dict, dict]], rollout: Rollout) -> None:
         from marft_agents.engine import GenRequest  # lazy: the decoding engine imports transformers
+        from marft_agents.engine.registry import engine_class
 
         prompts, prefix_lens = [], []
         for _slot, agent, obs, info in turns:
@@ -200,10 +203,12 @@ class RolloutCollector:
             prompts.append(list(self.policy.chat_prompt_ids(system, obs["text"])))
             prefix_lens.append(self.policy.shared_prefix_len(system, prompts[-1])
                                if self.sampling.share_prefix else 0)
-        # One generate call per adapter: all envs whose current agent shares an adapter.
+        # One generate call per adapter: all envs whose current agent shares an adapter; or one
+        # call for the whole tick when the engine batches several adapters together (vLLM).
         by_adapter: dict[str, list[int]] = defaultdict(list)
+        mixed = engine_class(self.sampling.engine).mixes_adapters
         for k, (_slot, agent, _obs, _info) in enumerate(turns):
-            by_adapter[self.policy.adapter_for(agent)].append(k)
+            by_adapter["" if mixed else self.policy.adapter_for(agent)].append(k)
         generations: list[Any] = [None] * len(turns)
         for adapter in sorted(by_adapter):
             idx = by_adapter[adapter]
@@ -281,13 +286,15 @@ class RolloutCollector:
             for start in range(0, len(episodes), chunk):
                 part = [d for episode in episodes[start: start + chunk] for d in episode]
                 ids, prefix_lens = [d.critic_prompt_ids for d in part], [d.critic_prefix_len for d in part]
+                actors = [d.agent_id for d in part]  # each decision's value-head slot
                 if self.values == "state":
-                    values = self.policy.state_values(ids, part[0].agent_id, prefix_lens=prefix_lens)  # [B]
+                    values = self.policy.state_values(ids, part[0].agent_id, prefix_lens=prefix_lens,
+                                                      actors=actors)  # [B]
                     for d, value in zip(part, values.float().cpu().tolist()):
                         d.value = value
                     continue
                 values = self.policy.token_values(ids, [d.response_ids for d in part], part[0].agent_id,
-                                                  prefix_lens=prefix_lens).float().cpu()  # [B, T]
+                                                  prefix_lens=prefix_lens, actors=actors).float().cpu()  # [B, T]
                 for d, row in zip(part, values):
                     d.token_values = row[: len(d.response_ids)].tolist()
 

@@ -184,15 +184,18 @@ class Scorer:
     def token_values(self, prompt_ids: Sequence[Sequence[int]],
                      response_ids: Sequence[Sequence[int]], agent_id: str | None = None,
                      include_final: bool = False,
-                     prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
+                     prefix_lens: Sequence[int] | None = None,
+                     slots: Sequence[int] | None = None) -> torch.Tensor:
         """Critic value of the state before each response token: ``[B, T]`` float32 (0 past a
         row's end). ``include_final`` adds the state after the whole response: ``[B, T+1]``,
         row b's final value in column ``len(response_b)``.
 
         Like ``state_values``, a row whose prompt + response is a prefix of another row's (an
         episode's decisions under token-level values, see ``critic.GlobalStateLog``) is valued
-        inside that longer row: one forward row per chain."""
+        inside that longer row: one forward row per chain. ``slots``: each row's value-head slot
+        (``ValueHead``; None = 0)."""
         critic = self.policy.critic_for(agent_id)
+        slots = [0] * len(prompt_ids) if slots is None else list(slots)
         extra = int(include_final)
         if not any(len(r) for r in response_ids) and not extra:
             raise ValueError("every response is empty: nothing to value")
@@ -209,24 +212,29 @@ class Scorer:
             steps = torch.arange(width, device=hidden.device)  # [width]
             valid = steps[None] < (lengths + extra)[:, None]  # [b, width]
             column = (last_prompt[:, None] + steps[None]).clamp(max=hidden.shape[1] - 1)  # [b, width]
-            values = self.policy.value_heads[critic](hidden[head_of[:, None], column])  # [b, width]
+            slot = torch.tensor([slots[r] for r in rows], device=hidden.device)[:, None]  # [b, 1]
+            values = self.policy.value_heads[critic](hidden[head_of[:, None], column], slot)  # [b, width]
             parts.append((rows, values.masked_fill(~valid, 0.0)))
         return _merge_rows(parts)
 
     def state_values(self, prompt_ids: Sequence[Sequence[int]], agent_id: str | None = None,
-                     prefix_lens: Sequence[int] | None = None) -> torch.Tensor:
+                     prefix_lens: Sequence[int] | None = None,
+                     slots: Sequence[int] | None = None) -> torch.Tensor:
         """Critic value at the last prompt token: ``[B]`` float32.
 
         Rows that are a prefix of another row (an episode's critic inputs, see
         ``critic.GlobalStateLog``; or equal rows) are valued inside that longer row at their
-        last token's column: one forward row per chain, the same values (causal attention)."""
+        last token's column: one forward row per chain, the same values (causal attention).
+        ``slots``: each row's value-head slot (``ValueHead``; None = 0)."""
         critic = self.policy.critic_for(agent_id)
+        slots = [0] * len(prompt_ids) if slots is None else list(slots)
         parts = []
         for prefix_len, rows in self.prefix_groups(prompt_ids, prefix_lens):
             suffixes = [list(prompt_ids[r][prefix_len:]) for r in rows]
             heads, where, hidden = self._chain_hidden(critic, suffixes, prompt_ids[rows[0]][:prefix_len])  # [h, P, H]
             head_of, column = last_token_index(suffixes, heads, where, hidden.shape[1], hidden.device)  # [b], [b]
-            parts.append((rows, self.policy.value_heads[critic](hidden[head_of, column])))  # [b]
+            slot = torch.tensor([slots[r] for r in rows], device=hidden.device)  # [b]
+            parts.append((rows, self.policy.value_heads[critic](hidden[head_of, column], slot)))  # [b]
         return _merge_rows(parts)
 
     def _chain_hidden(self, critic: str, seqs: Sequence[Sequence[int]], prefix: Sequence[int]

@@ -1,10 +1,22 @@
-"""A tiny randomly initialised Llama and a byte-level tokenizer with a chat template, built in
-memory (no files, no download), for fast tests and ``--tiny`` benchmarks."""
+"""Tiny randomly initialised causal LMs (Llama, Qwen2) and a byte-level tokenizer with a chat
+template, built in memory (no files, no download), for fast tests and ``--tiny`` benchmarks.
+
+Two architectures (``TINY_ARCHITECTURES``): ``llama``, the default every test was written
+against (its seeded weights are part of those tests' numbers), and ``qwen2``, the layout of the
+Qwen2.5 models a GPU run trains (Qwen2.5-1.5B-Instruct): bias on the q/k/v projections, no
+sliding window, tied input and output embeddings (as the 0.5B, 1.5B and 3B models ship; 7B and
+larger untie them), RoPE base 1e6 and RMSNorm eps 1e-6. Code that works for one family only
+(``engine/direct.py``'s Llama decode steps) is tested against the other with it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTrainedModel,
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
 
 from marft_agents.models import prepare_tokenizer, resolve_dtype
 
@@ -40,18 +52,46 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     return prepare_tokenizer(tokenizer)
 
 
+def _llama(**common: Any) -> tuple[PretrainedConfig, type[PreTrainedModel]]:
+    return LlamaConfig(**common), LlamaForCausalLM
+
+
+def _qwen2(**common: Any) -> tuple[PretrainedConfig, type[PreTrainedModel]]:
+    # Qwen2 always has q/k/v biases (o_proj none); the rest as Qwen2.5-1.5B-Instruct's config.json
+    config = Qwen2Config(**common, rms_norm_eps=1e-6, use_sliding_window=False,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    return config, Qwen2ForCausalLM
+
+
+_ARCHITECTURES: dict[str, Callable[..., tuple[PretrainedConfig, type[PreTrainedModel]]]] = {
+    "llama": _llama,
+    "qwen2": _qwen2,
+}
+TINY_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHITECTURES)
+"""The ``arch`` values of :func:`tiny_model_and_tokenizer` (each the models' ``config.model_type``)."""
+DEFAULT_TINY_ARCHITECTURE = "llama"
+"""The architecture of every tiny model unless one is asked for."""
+
+
 def tiny_model_and_tokenizer(
     seed: int = 0,
     hidden_size: int = 64,
     num_layers: int = 2,
     dtype: str = "float32",
-) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
-    """A randomly initialised small Llama and the tiny tokenizer, for fast tests.
+    arch: str = DEFAULT_TINY_ARCHITECTURE,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """A randomly initialised small model of architecture ``arch`` (one of
+    ``TINY_ARCHITECTURES``) and the tiny tokenizer, for fast tests.
 
-    The global torch RNG is left untouched (the init uses a forked RNG seeded with ``seed``).
+    Same shape in every architecture (4 query heads, 2 key/value heads, MLP width twice the
+    hidden size, tied embeddings); linear biases (Qwen2's q/k/v) are drawn like the weights, not
+    left at zero. The global torch RNG is left untouched (the init uses a forked
+    RNG seeded with ``seed``), so a given ``(seed, sizes, arch)`` always gives the same weights.
     """
+    if arch not in _ARCHITECTURES:
+        raise ValueError(f"unknown tiny architecture {arch!r}; expected one of {list(TINY_ARCHITECTURES)}")
     tokenizer = tiny_tokenizer()
-    config = LlamaConfig(
+    config, model_class = _ARCHITECTURES[arch](
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
         max_position_embeddings=1024, tie_word_embeddings=True,
@@ -63,7 +103,13 @@ def tiny_model_and_tokenizer(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        model = model_class(config)
+        # transformers zeroes linear biases; random ones (Qwen2's q/k/v) make a code path that
+        # drops a bias change the numbers. Llama has none, so its weights stay as they were.
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                    module.bias.normal_(0.0, config.initializer_range)
     model.to(resolve_dtype(dtype))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.eval()

@@ -9,7 +9,9 @@ update's metrics. One update:
 
 1. the :class:`~marft_agents.rollout.RolloutCollector` plays ``episodes_per_update`` episodes on
    ``env.num_envs`` env instances (generation batched across envs per adapter);
-2. the learner (``cfg.algorithm``) runs its PPO epochs on them;
+2. the learner (``cfg.algorithm``) runs its PPO epochs on them, inside the rollout engine's
+   ``suspend()`` (vLLM sleeps), after which the engine is synced to the new adapters
+   (``engine/rollout_engine.py``; a restore syncs too, and the run closes the engine at its end);
 3. every ``eval.interval`` updates (and at the end) the policy is scored on a fixed problem set,
    its per-problem outcomes kept in ``<output_dir>/evals/``; an evaluation that beats every
    earlier one saves its adapters to ``<output_dir>/best/`` (``eval.keep_best``);
@@ -98,8 +100,11 @@ def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequen
     from marft_agents.policy import MultiAgentPolicy
 
     needs_critic = get_learner(cfg.algorithm).value_mode is not None
-    return MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
-                            critic=cfg.critic if needs_critic else None)
+    policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
+                              critic=cfg.critic if needs_critic else None,
+                              gradient_checkpointing=cfg.schedule.gradient_checkpointing)
+    policy.engine_settings = cfg  # the rollout engine's options (vllm:, model:, output_dir)
+    return policy
 
 
 EVAL_OUTCOMES_DIR = "evals"
@@ -245,6 +250,7 @@ class Trainer:
         check_eval_setting_unchanged(ckpt["config"], self.cfg, path)
         self._warn_config_changes(ckpt["config"])
         self.policy.load_adapter_state_dict(ckpt["adapters"])
+        self.policy.sync_engine(int(state["counters"]["update"]))  # the engine samples the restored weights
         self.learner.load_state_dict(state["learner"])
         self.collector.load_state_dict(state["collector"])
         self.counters = dict(state["counters"])
@@ -341,7 +347,9 @@ class Trainer:
             t0 = time.perf_counter()
             rollout = distributed.collect(self, s.episodes_per_update)
             t1 = time.perf_counter()
-            metrics = self.learner.update(rollout, update)
+            with self.policy.engine.suspend():  # e.g. vLLM sleeps: its memory is the update's
+                metrics = self.learner.update(rollout, update)
+            self.policy.sync_engine(update + 1)  # the next rollout and evaluation sample the new weights
             t2 = time.perf_counter()
             metrics.update(rollout_metrics(rollout, self.agent_ids))
             self.counters["update"] += 1
@@ -375,6 +383,11 @@ class Trainer:
                 log.info("budget %s used after %d updates (%d episodes, %d sampled tokens); stopping", spent, done,
                          self.counters["episodes"], self.counters["tokens"])
                 break
+
+    def close(self) -> None:
+        """Release the rollout engine (vLLM's GPU memory and exported adapters); the policy
+        builds a new one if asked to generate again."""
+        self.policy.close_engine()
 
     def budget_spent(self) -> str | None:
         """The first budget of the schedule (seconds, episodes, sampled tokens:
@@ -415,7 +428,11 @@ def prepare_trainer(cfg: TrainConfig, resume: bool = False,
 def iter_train(cfg: TrainConfig, resume: bool = False,
                model_and_tokenizer: tuple[Any, Any] | None = None) -> Iterator[dict[str, float]]:
     """Generator form of :func:`train`: yields every update's metrics as soon as it is done."""
-    yield from prepare_trainer(cfg, resume, model_and_tokenizer).run()
+    trainer = prepare_trainer(cfg, resume, model_and_tokenizer)
+    try:
+        yield from trainer.run()
+    finally:
+        trainer.close()
 
 
 def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] = (),
@@ -434,8 +451,11 @@ def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] 
 
     check_env_config(cfg)
     trainer = prepare_trainer(cfg, resume, model_and_tokenizer)
-    outcome = run_protocol(trainer, resume=resume, eval_before=eval_before, tensorboard=tensorboard, plot=plot,
-                           handle_signals=handle_signals, callbacks=callbacks)
+    try:
+        outcome = run_protocol(trainer, resume=resume, eval_before=eval_before, tensorboard=tensorboard, plot=plot,
+                               handle_signals=handle_signals, callbacks=callbacks)
+    finally:
+        trainer.close()  # the rollout engine, after the final evaluation (and on error)
     return TrainResult(history=outcome.history, output_dir=trainer.output_dir,
                        last_checkpoint=trainer.last_checkpoint, final_eval=outcome.final_eval,
                        best_eval=trainer.best_eval, counters=dict(trainer.counters), policy=trainer.policy,

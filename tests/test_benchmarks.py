@@ -96,3 +96,59 @@ def test_bench_ddp_smoke_prints_phases_the_ceiling_and_the_efficiency():
     last = out.strip().splitlines()[-1]
     assert re.fullmatch(r"scaling efficiency \(2 processes vs 1, target >= 0.8\): [\d.]+", last), out
     assert float(last.split()[-1]) > 0
+
+
+def test_a_benchmark_loads_the_model_that_model_names_from_a_local_folder(tmp_path):
+    """``--model`` takes a Hugging Face folder (here a tiny random Qwen2 saved with
+    ``save_pretrained``): the benchmark loads, times and reports that model."""
+    from marft_agents.tiny_models import tiny_model_and_tokenizer
+
+    folder = tmp_path / "tiny-qwen2"
+    model, tokenizer = tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1, arch="qwen2")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    args = [a for a in TINY if a != "--tiny"]
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_rollout.py"), *args,
+                           "--model", str(folder), "--engine", "fast"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(rf"^model {re.escape(str(folder))}  dtype float32", done.stdout, re.M), done.stdout
+    line = re.search(r"engine fast: collector ([\d.]+) tok/s", done.stdout)
+    assert line and float(line.group(1)) > 0, done.stdout
+    clash = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_rollout.py"), *TINY, "--model", str(folder)],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert clash.returncode != 0 and "--tiny and --model" in clash.stderr
+
+
+def test_gpu_check_quick_runs_on_cpu_and_skips_the_gpu_parts(tmp_path):
+    """On a CPU-only machine: the update check runs (tiny Qwen2, every loop engine), every GPU
+    part says SKIP with a reason, and the summary is one JSON line, also written to --out."""
+    out_file = tmp_path / "gpu_check.json"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--quick", "--out", str(out_file)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary == json.loads(out_file.read_text())
+    status = {c["name"]: c for c in summary["checks"]}
+    assert list(status) == ["cuda_tests", "update", "throughput", "logprobs", "memory", "nccl"]
+    if summary["device"] == "cpu":
+        for name in ("cuda_tests", "throughput", "logprobs", "memory", "nccl"):
+            assert status[name]["status"] == "SKIP" and status[name]["summary"], status[name]
+            assert re.search(rf"^SKIP {name}: \S", done.stdout, re.M), done.stdout
+        assert "stand-in" in status["logprobs"]["summary"]  # not passed off as a check of vLLM
+        engines = status["update"]["details"]["engines"]
+        assert {e for e, r in engines.items() if r["status"] == "PASS"} == set(ENGINES)
+        assert engines["vllm"]["status"] == "SKIP"
+    assert status["update"]["status"] == "PASS" and re.search(r"^PASS update: ", done.stdout, re.M)
+    assert summary["counts"]["FAIL"] == 0
+
+
+def test_critic_known_value_smoke_prints_each_update_and_the_pooled_ratio():
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "critic_known_value.py"), "--tiny", "--updates", "2"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [line["update"] for line in lines[:-1]] == [0, 1]
+    assert all(0.0 < line["true_ceiling"] < 1.0 for line in lines[:-1])  # level 8: easy and hard tasks
+    summary = lines[-1]
+    assert summary["decisions_per_episode"] == 2 and "ratio" in summary and "ceiling_last_half" in summary

@@ -1,10 +1,12 @@
-"""How tokens are computed: the decoding loops a policy samples with, and the kernels its training
+"""How tokens are computed: the rollout engines a policy samples with, and the kernels its training
 passes score with.
 
-The policy calls one function, :func:`sample`: decode a batch of prompts with the engine that
-``SamplingConfig.engine`` names. :class:`GenRequest` and :class:`Generation` are the request and
-result types of ``MultiAgentPolicy.generate``, which groups requests by adapter and shared prefix
-and calls :func:`sample` per batch.
+``MultiAgentPolicy.generate`` hands its requests to a rollout engine (``rollout_engine``: the
+interface, generate / sync after an update / suspend during it / close) that
+``SamplingConfig.engine`` names. :class:`GenRequest` and :class:`Generation` are its request and
+result types. The in-process engine (``rollout_engine.LoopEngine``) groups requests by adapter
+and shared prefix and calls one function per batch, :func:`sample`: decode a batch of prompts
+with the loop ``SamplingConfig.engine`` names.
 
 Why loops of our own instead of ``model.generate``: RL rollouts need
 
@@ -19,10 +21,17 @@ Why loops of our own instead of ``model.generate``: RL rollouts need
 
 Modules:
 
+* ``rollout_engine``: the :class:`~marft_agents.engine.rollout_engine.RolloutEngine` interface,
+  its capabilities (``scores_in_learner``, ``devices``, ``mixes_adapters``) and ``LoopEngine``
+  (the loops below); ``registry``: each engine name's class (``engine_class``);
+* ``vllm_engine``: ``VLLMEngine`` (``sampling.engine: vllm``, the extra ``marft[vllm]``): one
+  colocated vLLM engine per process, one LoRA adapter per agent per request, adapters exported
+  under a new version after every update, asleep during it; its log-probs are the behaviour
+  log-probs, the learner rescores the old ones;
 * ``layout``: the padding layout shared by decoding and training, and shared prefixes computed
   once (its docstring says why a row's ``prefix_len`` is part of its definition);
 * ``sampling``: the log-prob definition (``scaled_logprobs``) and the token draw;
-* ``legacy``, ``fast``, ``direct``: the three engines (``sampling.engine: legacy | fast | direct``),
+* ``legacy``, ``fast``, ``direct``: the three loops (``sampling.engine: legacy | fast | direct``),
   same contract and numbers up to float rounding; ``legacy`` is the simple reference loop,
   ``fast`` preallocates the KV cache (``kv_cache``) and draws in two passes over the vocabulary,
   ``direct`` also runs Llama-family decode steps against the weights (``cpu_support`` probes the
@@ -78,11 +87,14 @@ class Generation:
     """``response_ids`` decoded without special tokens."""
     logprobs: list[float]
     """Log-prob of each response token under ``log_softmax(logits / temperature)``, one per
-    entry of ``response_ids``."""
+    entry of ``response_ids``, as the engine computed it: the behaviour log-probs (an engine
+    with ``scores_in_learner`` computes them with other kernels than the learner's)."""
     finished: bool = True
     """True when a stop token ended the response, False when ``max_new_tokens`` cut it."""
     prefix_len: int = 0
-    """The request's ``prefix_len`` as actually used (capped to leave one suffix token)."""
+    """The request's ``prefix_len`` as actually used (capped to leave one suffix token): the
+    split the learner scores the response with. (vLLM caches prefixes its own way and reports the
+    capped request value, the split the loops would have used.)"""
 
 
 def sampler_for(engine: str) -> Callable[..., list[Sampled]]:

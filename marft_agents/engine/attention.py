@@ -56,10 +56,13 @@ def in_training_passes() -> bool:
 
 
 @contextmanager
-def training_passes() -> Iterator[None]:
+def training_passes(on: bool = True) -> Iterator[None]:
     """Multi-token attention inside this block takes the grouped-matmul path (on models switched
-    by ``use_grouped_matmul_attention``); outside it, ``sdpa``."""
-    token = _IN_TRAINING_PASSES.set(True)
+    by ``use_grouped_matmul_attention``); outside it, ``sdpa``. ``on=False`` leaves the path for
+    the block (the recomputation of a checkpointed layer sets the mode its forward pass ran in,
+    ``MultiAgentPolicy.enable_gradient_checkpointing``: a backward may run where the mode differs,
+    such as outside the block or in autograd's device thread)."""
+    token = _IN_TRAINING_PASSES.set(on)
     try:
         yield
     finally:
@@ -133,7 +136,10 @@ def half_precision_on_cpu(model: nn.Module) -> bool:
 def use_grouped_matmul_attention(model: nn.Module) -> bool:
     """Switch ``model`` (a transformers model in half precision on a CPU) from ``sdpa`` to
     ``GROUPED_MATMUL``; returns whether it did. Other models (float32, GPUs, eager or
-    flash-attention implementations, remote code) are left alone."""
+    flash-attention implementations, remote code) are left alone: ``model.attn_implementation:
+    eager`` (or ``flash_attention_2``) is how a config keeps its named implementation on a CPU.
+    Works under gradient checkpointing: a recomputed layer runs in the ``training_passes`` mode
+    of its forward pass."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
         return False

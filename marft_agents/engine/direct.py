@@ -29,12 +29,15 @@ packed layout (the stacked copies are dropped). Both are built on the first samp
 cached on the model's modules.
 
 Which models: ``model_type`` in ``DIRECT_MODEL_TYPES`` (Llama's decoder layer, no sliding
-window, no per-head norms) whose projections are plain or peft-LoRA linears (no DoRA, no merged
+window, no per-head norms; Qwen2's is the same layer with biases on q/k/v, which the stacked
+products carry) whose projections are plain or peft-LoRA linears (no DoRA, no merged
 adapters, no active dropout). Anything else makes ``DirectDecoder.build`` return None and the
 ``fast`` loop runs the model's own forward instead.
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -43,8 +46,18 @@ from torch import nn
 from marft_agents.engine.cpu_support import onednn_bf16_prepack
 from marft_agents.engine.kv_cache import ReservedLayer
 
-DIRECT_MODEL_TYPES = ("llama",)
+DIRECT_MODEL_TYPES = ("llama", "qwen2")
 """``config.model_type`` values whose decoder layer this module computes."""
+
+log = logging.getLogger(__name__)
+_told: set[tuple[str, str]] = set()
+
+
+def _fall_back(model_type: str, why: str) -> None:
+    """Log once per model type and reason that the ``direct`` engine runs ``fast`` instead."""
+    if (model_type, why) not in _told:
+        _told.add((model_type, why))
+        log.info("sampling.engine direct: %s for model type %r; decoding with the fast loop", why, model_type)
 
 _FUSED_GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")),
                  ("self_attn", ("o_proj",)),
@@ -198,9 +211,15 @@ class DirectDecoder:
         """A decoder for ``lm`` over ``cache`` (a ``DynamicCache`` of ``ReservedLayer``s), or None
         when the model or its adapters are not ones this module reproduces."""
         config = getattr(lm, "config", None)
-        if getattr(config, "model_type", None) not in DIRECT_MODEL_TYPES or lm.training:
+        model_type = str(getattr(config, "model_type", None))
+        if model_type not in DIRECT_MODEL_TYPES:
+            _fall_back(model_type, f"not one of {list(DIRECT_MODEL_TYPES)}")
             return None
-        if getattr(config, "hidden_act", None) != "silu" or getattr(config, "pretraining_tp", 1) != 1:
+        if lm.training:
+            return None
+        if (getattr(config, "hidden_act", None) != "silu" or getattr(config, "pretraining_tp", 1) != 1
+                or getattr(config, "use_sliding_window", False)):
+            _fall_back(model_type, "an activation, tensor-parallel split or sliding window it does not compute")
             return None
         if not all(type(layer) is ReservedLayer and layer.is_initialized for layer in cache.layers):
             return None

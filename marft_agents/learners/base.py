@@ -72,6 +72,9 @@ What else the engine guarantees
   decoding and a full forward pass disagree there by far more than the clip range, and so do two
   full passes that pad a row differently; the learner then scores the old log-probs on its own
   micro-batches. The trainer warns when neither it nor ``sampling.recompute_logprobs`` is on.
+  A sampler that is not this learner's own code (``sampling.engine: vllm``) requires it; the
+  sampler's log-probs are then kept as behaviour log-probs, and ``ppo.behaviour_is_cap`` weights
+  each unit by the truncated ratio of the learner's to the sampler's probability.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ from marft_agents.learners.logprob_targets import LogprobTargets
 from marft_agents.learners.samples import (
     PolicyUnits,
     Sample,
+    behaviour_weights,
     episode_key,
     episode_minibatches,
     pad_stack,
@@ -315,7 +319,7 @@ class BaseLearner(LogprobTargets):
         beta = self.critic_cfg.value_norm_beta
         for name in sorted(set(self.policy.value_heads.keys())):
             head = self.policy.value_heads[name]
-            parts = self.data_parallel.gather((head.pending.cpu(), float(head.pending_count)))
+            parts = self.data_parallel.gather((head.pending.cpu(), head.pending_count.cpu()))
             head.fold_features(beta, sum(p for p, _ in parts), sum(c for _, c in parts))
 
     def _update_value_normalisers(self, samples: list[Sample]) -> dict[str, float]:
@@ -358,13 +362,53 @@ class BaseLearner(LogprobTargets):
 
     def _micro_batches(self, samples: list[Sample], by: str = "adapter") -> list[list[Sample]]:
         """Split by adapter (``by="critic"``: by critic adapter), then into chunks of at most
-        ``micro_batch_size`` decisions."""
+        ``micro_batch_size`` decisions and, with ``schedule.max_tokens_per_micro_batch``, of at
+        most that many tokens as the pass lays them out (``_pass_tokens``); a decision over the
+        cap goes alone. The split is a function of ``samples`` alone, so the rescoring of old
+        log-probs runs the very micro-batches the gradient passes run.
+
+        Under a token cap the policy's rows go longest first (similar lengths together: less
+        padding, fewer passes); the critic's keep their order, in which an episode's inputs are
+        adjacent and share one forward row."""
         size = self.schedule.micro_batch_size or len(samples)
+        cap = self.schedule.max_tokens_per_micro_batch
         groups: dict[str, list[Sample]] = defaultdict(list)
         for s in samples:
             groups[getattr(s, by)].append(s)
-        return [group[i: i + size] for name in sorted(groups) for group in [groups[name]]
-                for i in range(0, len(group), size)]
+        if cap is None:
+            return [group[i: i + size] for name in sorted(groups) for group in [groups[name]]
+                    for i in range(0, len(group), size)]
+        micros: list[list[Sample]] = []
+        for name in sorted(groups):
+            group = groups[name]
+            if by == "adapter":
+                group = sorted(group, key=lambda s: -(len(s.prompt_ids) + len(s.response_ids)))
+            micro: list[Sample] = []
+            for s in group:
+                if micro and (len(micro) >= size or self._pass_tokens(micro + [s], by) > cap):
+                    micros.append(micro)
+                    micro = []
+                micro.append(s)
+            micros.append(micro)
+        return micros
+
+    def _pass_tokens(self, micro: list[Sample], by: str = "adapter") -> int:
+        """Token positions the forward pass of ``micro`` lays out, padding included: rows x
+        columns, what its activations (and, squared in the columns, its attention scores) scale
+        with, rather than the real tokens.
+
+        Policy passes (``by="adapter"``): ``engine.layout.pack`` left-pads the prompts to the
+        longest and right-pads the responses to the longest, so rows x (longest prompt + longest
+        response). Critic passes: one left-padded row per chain of inputs that extend one another
+        (``policy.value_rows``), as wide as the longest input (the critic's prompt, plus the
+        response under token-level values). A shared prefix is counted in every row: an upper
+        bound, as its activations are computed once (its keys and values are repeated per row)."""
+        if by == "adapter":
+            return len(micro) * (max(len(s.prompt_ids) for s in micro) + max(len(s.response_ids) for s in micro))
+        token = self.value_mode == "token"
+        seqs = [list(s.critic_input[0]) + (list(s.response_ids) if token else []) for s in micro]
+        heads, _ = self.policy.value_rows(seqs)
+        return len(heads) * max(len(seq) for seq in seqs)
 
     # -- per micro-batch terms, reduced by minibatch normalisers -------------------------------
     def _policy_micro(self, micro: list[Sample], norm: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
@@ -383,13 +427,15 @@ class BaseLearner(LogprobTargets):
         weight = torch.ones_like(surrogate) if units.mask is None else units.mask.to(surrogate.dtype)
         if units.weights is not None:
             weight = weight * units.weights.to(surrogate.dtype)
+        loss_weight, behaviour = self._behaviour_correction(micro, mask, surrogate, weight, norm)
         entropy = pm.masked_sum(stats.entropy.float(), mask)  # [] sum over the micro-batch's tokens
-        loss = (surrogate * weight).sum() / norm["units"]
+        loss = (surrogate * loss_weight).sum() / norm["units"]
         if ppo.entropy_coef:  # without the term, the backward skips the entropy's gradient
             loss = loss - ppo.entropy_coef * entropy / norm["tokens"]
         with torch.no_grad():
             out = {
-                "losses/policy_loss": float((surrogate * weight).sum()) / norm["units"],
+                **behaviour,
+                "losses/policy_loss": float((surrogate * loss_weight).sum()) / norm["units"],
                 "losses/entropy": float(entropy) / norm["tokens"],
                 "losses/clipfrac": float((clipped.to(weight.dtype) * weight).sum()) / norm["units"],
                 "losses/approx_kl": float((pm.approx_kl(units.logprobs, units.old_logprobs) * weight).sum())
@@ -402,20 +448,46 @@ class BaseLearner(LogprobTargets):
             out["losses/kl_ref"] = float(pm.masked_sum(pm.kl_k3_estimate(logprobs.detach(), ref), mask)) / norm["tokens"]
         return loss, out
 
+    def _behaviour_correction(self, micro: list[Sample], mask: torch.Tensor, surrogate: torch.Tensor,
+                              weight: torch.Tensor, norm: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The units' loss weights with the truncated importance weight of ``ppo.behaviour_is_cap``
+        (``weight`` unchanged when it is off), and the behaviour statistics' shares of the minibatch.
+
+        Only when the learner rescored the old log-probs (``ppo.recompute_old_logprobs``) can they
+        differ from the sampler's (``Sample.behaviour_logprobs``): then the mean per-token gap is
+        logged and, with a cap, each unit weighted by ``min(exp(old - behaviour), cap)`` (a decision's
+        log-ratio reduced over its tokens as ``ppo.logprob_reduction`` reduces its log-prob)."""
+        ppo = self.ppo
+        if not ppo.recompute_old_logprobs:
+            return weight, {}
+        cap = ppo.behaviour_is_cap
+        old = pad_stack([s.old_logprobs for s in micro], mask.shape[1]).to(mask.device)  # [B, T]
+        is_weight, gap = behaviour_weights(micro, old, mask, per_token=surrogate.dim() == 2,
+                                           cap=math.inf if cap is None else cap,
+                                           mean=ppo.logprob_reduction == "mean")  # [B] or [B, T]; [B, T]
+        out = {"rollout/behaviour_logprob_gap": float(pm.masked_sum(gap, mask)) / norm["tokens"]}
+        if cap is None:
+            return weight, out
+        is_weight = is_weight.to(weight.dtype)
+        out["ppo/behaviour_is_weight"] = float((is_weight * weight).sum()) / norm["units"]
+        out["ppo/behaviour_is_clipfrac"] = float(((is_weight >= cap).to(weight.dtype) * weight).sum()) / norm["units"]
+        return weight * is_weight, out
+
     def _critic_micro(self, micro: list[Sample], norm: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
         """This micro-batch's share of the minibatch's value loss and its stat sums."""
         ids = [s.critic_input[0] for s in micro]
         prefix_lens = [s.critic_input[1] for s in micro]
         agent = micro[0].agent_id  # all samples of a micro-batch share one critic adapter
+        actors = [s.agent_id for s in micro]  # each decision's value-head slot
         if self.value_mode == "token":
             values = self.policy.token_values(ids, [s.response_ids for s in micro], agent,
-                                              prefix_lens=prefix_lens).float()  # [B, T]
+                                              prefix_lens=prefix_lens, actors=actors).float()  # [B, T]
             length = values.shape[1]
             mask = response_mask(micro, length).to(values.device)  # [B, T]
             old = pad_stack([s.old_values for s in micro], length).to(values.device)  # [B, T]
             returns = pad_stack([s.returns for s in micro], length).to(values.device)  # [B, T]
         else:
-            values = self.policy.state_values(ids, agent, prefix_lens=prefix_lens).float()  # [B]
+            values = self.policy.state_values(ids, agent, prefix_lens=prefix_lens, actors=actors).float()  # [B]
             mask = torch.ones_like(values)  # [B]
             old = torch.stack([s.old_values for s in micro]).to(values.device)  # [B]
             returns = torch.stack([s.returns for s in micro]).to(values.device)  # [B]

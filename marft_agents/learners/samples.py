@@ -45,6 +45,16 @@ class Sample:
     episode: int = -1
     """The decision's episode in its rollout (``Decision.episode``; -1 = unknown): the value
     loss's minibatches keep an episode's decisions together (``BaseLearner._critic_minibatches``)."""
+    behaviour_logprobs: torch.Tensor | None = None
+    """``[L]`` log-probs of the response tokens as the sampler computed them (the behaviour
+    policy's); None at construction = ``old_logprobs`` as given, which every learner builds from
+    ``Decision.logprobs``. ``old_logprobs`` may later be rescored by the learner
+    (``ppo.recompute_old_logprobs``); these stay, for the importance weight
+    ``ppo.behaviour_is_cap`` (:func:`behaviour_weights`)."""
+
+    def __post_init__(self) -> None:
+        if self.behaviour_logprobs is None:
+            self.behaviour_logprobs = self.old_logprobs
 
     @property
     def critic_input(self) -> tuple[list[int], int]:
@@ -102,6 +112,30 @@ class PolicyUnits:
     """1 on real units, 0 on padding; None = every entry is a unit."""
     weights: torch.Tensor | None = None
     """Per-unit weight in the minibatch sum (None = 1); see ``BaseLearner.units``."""
+
+
+def behaviour_weights(samples: Sequence[Sample], old: torch.Tensor, mask: torch.Tensor, per_token: bool,
+                      cap: float, mean: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance weights ``min(exp(old - behaviour), cap)`` of a micro-batch's policy
+    units, and the per-token gaps ``|old - behaviour|``.
+
+    ``old [B, T]``: the learner's old log-probs of the response tokens (rescored); ``mask [B, T]``
+    their response mask. ``per_token``: one weight per token (``[B, T]``, units of token-level
+    learners), else one per decision (``[B]``: the utterance's probability ratio, the exp of the
+    summed token log-ratios; with ``mean``, the exp of their mean, the per-token geometric mean
+    that matches ``ppo.logprob_reduction: mean``'s decision ratio: a summed ratio over a long
+    utterance multiplies many small per-token gaps into a weight that is nearly always
+    truncated). No gradient flows through the weights.
+    """
+    behaviour = pad_stack([s.behaviour_logprobs for s in samples], old.shape[1]).to(old.device)  # [B, T]
+    delta = (old.detach().float() - behaviour) * mask  # [B, T] log(pi_old / pi_behaviour) per token
+    if per_token:
+        log_ratio = delta  # [B, T]
+    elif mean:
+        log_ratio = delta.sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # [B]
+    else:
+        log_ratio = delta.sum(dim=1)  # [B]
+    return torch.exp(log_ratio).clamp(max=cap), delta.abs()
 
 
 def pad_stack(rows: Sequence[torch.Tensor], length: int, value: float = 0.0) -> torch.Tensor:

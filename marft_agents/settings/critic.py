@@ -52,6 +52,13 @@ class CriticConfig:
     do not move; :class:`marft_agents.critic.ValueHead`). Without it the head fits the component
     every state shares and its values stay nearly constant (docs/results.md). False: the plain
     head, as before this option existed."""
+    per_agent_head: bool = True
+    """A team critic (``centralised`` / ``local``) values each acting agent's decisions with a
+    value-head row and feature statistics of its own, on the one shared critic adapter
+    (:class:`marft_agents.critic.ValueHead`'s slots): the states at different agents' decision
+    points differ far more than different tasks do, so shared statistics and weights leave each
+    agent's task spread small and the critic learns several times slower (docs/results.md).
+    False: one head for every decision, as before this option existed."""
     ceiling_group_size: int | None = None
     """Episodes per task the collector plays for a value learner, so that each update measures
     the critic's **explained-variance ceiling** (``critic/ev_ceiling``, see

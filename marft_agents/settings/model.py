@@ -1,7 +1,8 @@
 """The ``model:`` section: which base model to load, in which precision, onto which device.
 
 Plain data (no torch): loading is :mod:`marft_agents.models`, which also resolves ``dtype: auto``
-(:func:`marft_agents.models.auto_dtype`, it probes the device).
+(:func:`marft_agents.models.auto_dtype`, it probes the device) and ``device: auto``
+(:func:`marft_agents.models.resolve_device`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ AUTO_DTYPE = "auto"
 DTYPE_NAMES: tuple[str, ...] = (*DTYPES, AUTO_DTYPE)
 """The accepted values of ``ModelConfig.dtype``; "auto" is resolved by
 :func:`marft_agents.models.auto_dtype`."""
+AUTO_DEVICE = "auto"
+"""The ``ModelConfig.device`` value resolved to "cuda" when CUDA is present, else "cpu"."""
+ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("sdpa", "eager", "flash_attention_2")
+"""The accepted values of ``ModelConfig.attn_implementation`` (besides None): transformers'
+attention implementation names, passed to ``from_pretrained``."""
 
 
 @dataclass
@@ -38,9 +44,21 @@ class ModelConfig:
     practice), or "auto": bfloat16 where the device computes it faster than float32 (CUDA with bf16,
     CPUs with AMX or Arm BF16; not AVX512-BF16 alone, which ran slower), else float32. "auto" is
     replaced by the concrete name when the config is validated, so runs record what they used."""
-    device: str = "cpu"
-    """Any torch device string ("cpu", "cuda", "cuda:1", "mps"); "auto" = cuda if available,
-    else cpu."""
+    device: str = AUTO_DEVICE
+    """Any torch device string ("cpu", "cuda", "cuda:1", "mps"), or "auto": "cuda" when CUDA is
+    present, else "cpu". "auto" is replaced by the concrete name when the config is validated, so
+    runs record what they used. It becomes "cuda", not "cuda:0": under ``torchrun`` each rank has
+    made its own GPU the current one (``marft_agents.distributed``), and "cuda" means that one.
+    The weights are loaded straight onto this device (``device_map``), not into CPU memory first."""
+    attn_implementation: str | None = None
+    """transformers' attention implementation, passed to ``from_pretrained``: None = transformers'
+    default for the model (``sdpa`` where the model supports it), or one of ``ATTN_IMPLEMENTATIONS``:
+    "sdpa" (torch's fused scaled-dot-product attention), "eager" (plain matmuls in the model's
+    code), "flash_attention_2" (needs the ``flash-attn`` package and a CUDA GPU, half precision).
+    Interaction with marft's own CPU attention path: only a model that runs ``sdpa`` (None or
+    "sdpa" here) in half precision on a CPU is switched to the grouped-matmul attention for the
+    passes of an update (``engine.attention.use_grouped_matmul_attention``); "eager" or
+    "flash_attention_2" keep the named implementation everywhere, as do GPUs and float32."""
     trust_remote_code: bool = False
     """Passed to transformers for Hub models that ship their own modelling code."""
     cache_dir: str | None = None
@@ -63,3 +81,13 @@ def alias_typo(name: str) -> str | None:
         return None
     close = difflib.get_close_matches(name.lower(), list(PACKAGED_GGUF), n=1, cutoff=0.8)
     return close[0] if close else None
+
+
+def attn_implementation_error(name: str | None) -> str | None:
+    """The one-line complaint about ``model.attn_implementation = name``, or None when it is
+    accepted (None or one of ``ATTN_IMPLEMENTATIONS``)."""
+    if name is None or name in ATTN_IMPLEMENTATIONS:
+        return None
+    close = difflib.get_close_matches(str(name), ATTN_IMPLEMENTATIONS, n=1, cutoff=0.5)
+    return (f"model.attn_implementation must be null (transformers' default) or one of "
+            f"{', '.join(ATTN_IMPLEMENTATIONS)}, got {name!r}" + (f"; did you mean {close[0]!r}?" if close else ""))

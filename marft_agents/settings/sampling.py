@@ -10,8 +10,12 @@ import math
 from dataclasses import dataclass
 
 ENGINES = ("direct", "fast", "legacy")
-"""Decoding loops ``SamplingConfig.engine`` can name (``marft_agents.engine.sampler_for`` returns
-the function)."""
+"""Decoding loops of our own (``marft_agents.engine.sampler_for`` returns each one's function),
+run in-process on the policy's own model by ``engine.rollout_engine.LoopEngine``."""
+ROLLOUT_ENGINES = (*ENGINES, "vllm")
+"""Every rollout engine ``SamplingConfig.engine`` can name: the loops, and ``vllm``
+(``engine.vllm_engine.VLLMEngine``, the optional extra ``marft[vllm]``).
+``engine.rollout_engine.ENGINE_CLASSES`` maps each to its class."""
 
 
 @dataclass(frozen=True)
@@ -53,17 +57,22 @@ class SamplingConfig:
     sampling batch sees most of that noise again; in float32 both are ~1e-5."""
 
     engine: str = "direct"
-    """Decoding loop (one of ``ENGINES``, in ``marft_agents/engine/``): ``direct`` (the ``fast``
+    """Rollout engine (one of ``ROLLOUT_ENGINES``; ``engine/rollout_engine.py`` is the interface). A decoding
+    loop of our own (in ``marft_agents/engine/``): ``direct`` (the ``fast``
     loop whose decode steps run ``engine.direct.DirectDecoder``: Llama-family layers computed
     against the weights with fused products and prepacked bf16 weights; other models fall back
     to ``fast``), ``fast`` (``engine.fast``: the model's own forward per step, one fused
     log-softmax pass and a blocked inverse-CDF draw, a preallocated KV cache) or ``legacy``
     (``engine.legacy``, the reference loop, kept for tests and same-run comparisons). All sample
-    the same distribution and return the same log-probs up to float rounding."""
+    the same distribution and return the same log-probs up to float rounding. Or ``vllm``: one
+    colocated vLLM engine serving every agent's adapter (multi-LoRA), exported after every update,
+    asleep during it (``engine/vllm_engine.py``; GPU only, options in the ``vllm:`` section). Its
+    log-probs come from other kernels than the learner's, so training with it needs
+    ``ppo.recompute_old_logprobs`` (and may correct the gap with ``ppo.behaviour_is_cap``)."""
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"sampling.engine must be one of {list(ENGINES)}, got {self.engine!r}")
+        if self.engine not in ROLLOUT_ENGINES:
+            raise ValueError(f"sampling.engine must be one of {list(ROLLOUT_ENGINES)}, got {self.engine!r}")
         if self.stop_token_ids is not None and not isinstance(self.stop_token_ids, tuple):
             # YAML gives lists; keep the config hashable (frozen dataclass)
             object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))

@@ -1,8 +1,8 @@
-r"""``marft/Arithmetic-v0``: procedurally generated arithmetic, seven difficulty levels.
+r"""``marft/Arithmetic-v0``: procedurally generated arithmetic, eight difficulty levels.
 
 Needs no data files: problems come from :class:`marft_envs.tasks.arithmetic.ArithmeticTasks`
-(level 1 "Compute 7 + 12." up to level 7 short word problems; see that module for every level
-with an example). Train and test splits hold disjoint problems.
+(level 1 "Compute 7 + 12." up to level 7 short word problems, and level 8 mixing easy and hard
+sums; see that module for every level with an example). Train and test splits hold disjoint problems.
 
 Agents
     The profile's roles (default ``dual``: ``reasoner_0`` -> ``actor_0``); turn order and
@@ -22,7 +22,7 @@ Rewards
     round, up to ``horizon`` (default 3). Per-agent format reward and grading details in ``infos``.
 
 Keyword arguments
-    ``level`` (1-7 or a level name; default 1), ``split`` ("train" | "test"; default "train"),
+    ``level`` (1-8 or a level name; default 1), ``split`` ("train" | "test"; default "train"),
     ``task_seed`` (selects the problem generator's sequence; the env's ``reset(seed=...)`` picks
     which items are played), ``grading_timeout_s``, ``grading_mode``, plus every
     :class:`TextTaskEnv` keyword.

@@ -13,6 +13,14 @@ Levels (``level=`` takes the number or the name)::
     7 word_problems  short stories over +, -, *, /  "Mia has 12 shells. She finds 5 more
                                                      and gives away 3. How many shells
                                                      does Mia have now?"                  -> 14
+    8 add_mixed      half level-1 sums, half sums of "Compute 7 + 12." / "Compute 482 + 739."
+                     two addends 100..999
+
+Level 8 exists for the critic: its tasks differ in difficulty by design, so the state value (a
+task's success probability under the policy) varies between tasks and the between-task share of
+the return variance, the ceiling of a critic's explained variance, is large enough to measure a
+critic against (``marft_agents/learners/critic_health.py``). On level 1 nearly every task is
+equally hard for a small model and that ceiling is close to 0.
 
 Answers are exact: integers as ``"19"``/``"-4"``, non-integers (level 6) as reduced ``"p/q"``.
 ``Task.metadata["expression"]`` is the Python-evaluable arithmetic behind the problem.
@@ -47,7 +55,7 @@ from marft_envs.tasks.procedural import INDEX_SPACE, SPLITS, ProceduralTasks, sp
 
 LEVELS: dict[int, str] = {
     1: "add_small", 2: "add_two_digit", 3: "add_sub_three", 4: "mul_add",
-    5: "parentheses", 6: "fractions", 7: "word_problems",
+    5: "parentheses", 6: "fractions", 7: "word_problems", 8: "add_mixed",
 }
 """Level number -> name."""
 
@@ -115,6 +123,14 @@ def _add_small(rng: random.Random) -> Problem:
 
 def _add_two_digit(rng: random.Random) -> Problem:
     a, b = rng.randint(10, 99), rng.randint(10, 99)
+    expr, value, _, prompt = _compute(f"{a} + {b}")
+    return expr, value, f"{min(a, b)} + {max(a, b)}", prompt
+
+
+def _add_mixed(rng: random.Random) -> Problem:
+    if rng.random() < 0.5:
+        return _add_small(rng)
+    a, b = rng.randint(100, 999), rng.randint(100, 999)
     expr, value, _, prompt = _compute(f"{a} + {b}")
     return expr, value, f"{min(a, b)} + {max(a, b)}", prompt
 
@@ -191,6 +207,7 @@ def _word_problems(rng: random.Random) -> Problem:
 _GENERATORS: dict[str, Callable[[random.Random], Problem]] = {
     "add_small": _add_small, "add_two_digit": _add_two_digit, "add_sub_three": _add_sub_three,
     "mul_add": _mul_add, "parentheses": _parentheses, "fractions": _fractions, "word_problems": _word_problems,
+    "add_mixed": _add_mixed,
 }
 
 

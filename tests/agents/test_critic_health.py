@@ -310,3 +310,96 @@ def test_a_linear_head_finds_a_small_spread_only_with_standardised_features(stan
         assert ev > 0.5, ev
     else:
         assert ev < 0.2, ev
+
+
+# -- one value-head slot per acting agent (critic.per_agent_head) --------------------------------------
+def _two_position_states(gen: torch.Generator, tasks: int = 16, dims: int = 256):
+    """States of two decision points per task, as a language model's last hidden states look
+    to the head (docs/results.md): the first agent's states sit on one shared component with a
+    small task spread; the second agent's on another component, far from the first, with a
+    wider spread of their own (its input also holds the first agent's output). Both have a
+    value that is linear in the task's small spread."""
+    task = torch.randn(tasks, dims, generator=gen)  # [T, H] what differs between tasks
+    direction = torch.randn(dims, generator=gen) / 16  # task @ direction ~ N(0, 1)
+    p = torch.sigmoid(task @ direction)  # [T] success probability of each task
+    first = 20.0 + 0.02 * task  # [T, H]
+    second = -10.0 + 0.02 * task + 1.0 * torch.randn(tasks, dims, generator=gen)  # [T, H]
+    return p, first, second
+
+
+@pytest.mark.parametrize("slots", [2, 1])
+def test_a_slot_per_agent_lets_the_head_find_each_agents_task_spread(slots):
+    # Both decisions of an episode carry its return. With one slot, one set of feature statistics
+    # spans both decision points: the gap between them inflates every dimension's spread and
+    # the first agent's task spread shrinks to almost nothing after standardisation. With
+    # ``slots=1`` this documents the failure ``critic.per_agent_head`` exists for.
+    gen = torch.Generator().manual_seed(0)
+    p, first, second = _two_position_states(gen)
+    head = ValueHead(256, slots=slots)
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-4, weight_decay=0.0, eps=1e-8)
+    idx = torch.arange(16).repeat(4)  # 4 episodes per task
+    states = torch.cat([first[idx], second[idx]])  # [2N, H]
+    slot = torch.cat([torch.zeros(len(idx)), torch.full((len(idx),), slots - 1.0)]).long()  # [2N]
+    for _ in range(40):
+        returns = (torch.rand(idx.numel(), generator=gen) < p[idx]).float().repeat(2)  # [2N]
+        head.track_features = True
+        with torch.no_grad():
+            head(states, slot)
+        head.track_features = False
+        head.fold_features(0.9)
+        head.update_normaliser(returns, 0.9)
+        for _ in range(4):
+            opt.zero_grad()
+            loss = (((head(states, slot) - returns) / head.scale) ** 2).mean()
+            loss.backward()
+            opt.step()
+    with torch.no_grad():
+        values = head(first, torch.zeros(16, dtype=torch.long))  # the first agent's values
+    ev = 1 - float(((p - values) ** 2).mean() / p.var(unbiased=False))  # against the true values
+    if slots == 2:
+        assert ev > 0.5, ev
+    else:
+        assert ev < 0.2, ev
+
+
+def test_each_slot_standardises_what_it_read_and_keeps_its_outputs():
+    gen = torch.Generator().manual_seed(1)
+    head = ValueHead(8, init_std=0.3, bias=0.1, generator=gen, slots=2)
+    a = 5.0 + 0.1 * torch.randn(100, 8, generator=gen)  # [100, H] slot 0's states
+    b = -3.0 + 2.0 * torch.randn(50, 8, generator=gen)  # [50, H] slot 1's states
+    states, slot = torch.cat([a, b]), torch.cat([torch.zeros(100), torch.ones(50)]).long()
+    with torch.no_grad():
+        before = head(states, slot)
+    head.track_features = True
+    with torch.no_grad():
+        head(states, slot)
+    head.track_features = False
+    assert head.pending_count.tolist() == [100.0, 50.0]
+    assert head.fold_features(beta=0.9)
+    with torch.no_grad():
+        after = head(states, slot)
+    torch.testing.assert_close(after, before, atol=1e-4, rtol=1e-5)  # folds keep every output
+    torch.testing.assert_close(head.feat_shift[0], a.mean(0), atol=1e-5, rtol=0)
+    torch.testing.assert_close(head.feat_shift[1], b.mean(0), atol=1e-5, rtol=0)
+    torch.testing.assert_close(head.feat_scale[1], b.std(0, unbiased=False), atol=1e-4, rtol=1e-4)
+
+
+def test_a_single_slot_head_from_an_older_checkpoint_serves_every_slot(tiny):
+    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.settings.critic import CriticConfig
+
+    model, tokenizer = tiny
+    old = MultiAgentPolicy(model, tokenizer, ["a", "b"],
+                           critic=CriticConfig(per_agent_head=False, value_head_init_std=0.3))
+    assert old.value_heads["critic"].slots == 1
+    state = old.adapter_state_dict()
+    ids = [[1, 5, 6, 7], [1, 5, 6, 7, 8, 9]]
+    want = old.state_values(ids, "a").detach()
+    # what checkpoints held before slots existed: an unsliced [H] feature shift and scale
+    state = {k: (v[0] if k.split("/")[-1] in ("feat_shift", "feat_scale", "feat_moments", "feat_weight") else v)
+             for k, v in state.items()}
+    new = MultiAgentPolicy(*tiny_on_device(seed=0, hidden_size=32, num_layers=1), ["a", "b"], critic=CriticConfig())
+    assert new.value_heads["critic"].slots == 2
+    new.load_adapter_state_dict(state)
+    for actors in (["a", "a"], ["b", "b"], ["a", "b"]):
+        torch.testing.assert_close(new.state_values(ids, "a", actors=actors).detach(), want, atol=1e-6, rtol=0)

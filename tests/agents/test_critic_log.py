@@ -135,11 +135,13 @@ def _critic_grads(policy, loss):
     return torch.autograd.grad(loss, params)
 
 
-def _plain_value(policy, ids):
-    """The reference: one unpadded row, no shared prefix, the value at its last token."""
+def _plain_value(policy, ids, actor):
+    """The reference: one unpadded row, no shared prefix, the value at its last token, read by
+    the acting agent's value-head slot."""
     row = torch.tensor([ids], device=policy.device)  # [1, L]
     hidden = policy.scoring.critic_hidden("critic", row, torch.ones_like(row), torch.arange(len(ids), device=policy.device)[None])
-    return policy.value_heads["critic"](hidden[:, -1])  # [1]
+    slot = torch.tensor(policy.value_slots([actor], None, 1), device=policy.device)  # [1]
+    return policy.value_heads["critic"](hidden[:, -1], slot)  # [1]
 
 
 def test_merged_state_values_and_gradients_equal_row_by_row(tiny):
@@ -151,20 +153,23 @@ def test_merged_state_values_and_gradients_equal_row_by_row(tiny):
     assert len(prefix_chains(ids)[0]) < len(ids)  # the rows really merge
     policy.set_trainable(set(), critic=True)
     weights = torch.linspace(0.5, 2.0, len(ids))  # distinct per row: a wrong column changes the loss
-    merged = policy.state_values(ids, "reasoner_0", prefix_lens=prefix_lens)  # [B]
-    alone = torch.cat([_plain_value(policy, i) for i in ids])  # [B]
+    actors = [d.agent_id for d in decisions]
+    assert len(set(policy.value_slots(actors, None, len(actors)))) == len(set(actors)) > 1  # a head slot each
+    merged = policy.state_values(ids, "reasoner_0", prefix_lens=prefix_lens, actors=actors)  # [B]
+    alone = torch.cat([_plain_value(policy, i, a) for i, a in zip(ids, actors)])  # [B]
     torch.testing.assert_close(merged, alone, atol=1e-5, rtol=0)
     torch.testing.assert_close(merged.detach().cpu(), torch.tensor([d.value for d in decisions]), atol=1e-5, rtol=0)
     for got, want in zip(_critic_grads(policy, (merged * weights).sum()), _critic_grads(policy, (alone * weights).sum())):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
-def _plain_token_values(policy, ids, response):
+def _plain_token_values(policy, ids, response, actor):
     """The reference: one unpadded row of prompt + response, no shared prefix; the values before
-    each response token and after the last one."""
+    each response token and after the last one, read by the acting agent's value-head slot."""
     row = torch.tensor([ids + response], device=policy.device)  # [1, L]
     hidden = policy.scoring.critic_hidden("critic", row, torch.ones_like(row), torch.arange(row.shape[1], device=policy.device)[None])
-    return policy.value_heads["critic"](hidden[0, len(ids) - 1:])  # [T + 1]
+    slot = torch.tensor(policy.value_slots([actor], None, 1), device=policy.device)  # [1]
+    return policy.value_heads["critic"](hidden[0, len(ids) - 1:], slot)  # [T + 1]
 
 
 def test_merged_token_values_and_gradients_equal_row_by_row(tiny):
@@ -175,9 +180,10 @@ def test_merged_token_values_and_gradients_equal_row_by_row(tiny):
     responses = [d.response_ids for d in decisions]
     assert len(prefix_chains([i + r for i, r in zip(ids, responses)])[0]) < len(ids)  # the rows really merge
     policy.set_trainable(set(), critic=True)
+    actors = [d.agent_id for d in decisions]
     merged = policy.token_values(ids, responses, "reasoner_0", include_final=True,
-                                 prefix_lens=[d.critic_prefix_len for d in decisions])  # [B, T + 1]
-    alone = [_plain_token_values(policy, i, r) for i, r in zip(ids, responses)]  # [T_b + 1] each
+                                 prefix_lens=[d.critic_prefix_len for d in decisions], actors=actors)  # [B, T + 1]
+    alone = [_plain_token_values(policy, i, r, a) for i, r, a in zip(ids, responses, actors)]  # [T_b + 1] each
     weights = torch.linspace(0.5, 2.0, merged.shape[1])  # distinct per column: a shifted column changes the loss
     merged_loss, alone_loss = 0.0, 0.0
     for b, (d, want) in enumerate(zip(decisions, alone)):

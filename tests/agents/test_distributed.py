@@ -226,3 +226,101 @@ def test_an_update_that_does_not_split_into_whole_groups_per_rank_is_refused(tmp
     cfg = small_config(tmp_path, **{"schedule.episodes_per_update": 6})
     with pytest.raises(ConfigError, match="multiple of .* times the number of ranks"):
         Trainer(cfg, ddp_worker.tiny())
+
+
+# -- the process group's timeout and each rank's own GPU (no GPU needed: torch is monkeypatched) --
+def test_the_process_group_timeout_defaults_to_30_minutes_and_reads_the_environment():
+    from datetime import timedelta
+
+    from marft_agents.distributed import DEFAULT_TIMEOUT_S, TIMEOUT_VARIABLE, process_group_timeout
+
+    assert process_group_timeout({}) == timedelta(seconds=DEFAULT_TIMEOUT_S) == timedelta(minutes=30)
+    assert process_group_timeout({TIMEOUT_VARIABLE: " "}) == timedelta(minutes=30)
+    assert process_group_timeout({TIMEOUT_VARIABLE: "90"}) == timedelta(seconds=90)
+    assert process_group_timeout({TIMEOUT_VARIABLE: "0.5"}) == timedelta(milliseconds=500)
+    for bad in ("0", "-5", "soon", "inf", "nan"):
+        with pytest.raises(ValueError, match=TIMEOUT_VARIABLE):
+            process_group_timeout({TIMEOUT_VARIABLE: bad})
+
+
+def _fake_torchrun(monkeypatch, local_rank: int, calls: list) -> None:
+    """The environment of rank ``local_rank`` of a torchrun job on a machine with 8 visible GPUs,
+    with the process group's and the GPUs' functions recording their calls instead."""
+    for name, value in {"RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": "8",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    current = {"device": 0}
+
+    def set_device(index):
+        calls.append(("set_device", index))
+        current["device"] = index
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current["device"])
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda **kwargs: calls.append(("init", kwargs)))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append(("destroy",)))
+
+
+def test_joining_the_job_binds_this_ranks_gpu_and_passes_the_timeout(monkeypatch):
+    from datetime import timedelta
+
+    from marft_agents.distributed import TIMEOUT_VARIABLE, process_group
+
+    calls: list = []
+    _fake_torchrun(monkeypatch, 3, calls)
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "120")
+    with process_group():
+        assert calls == [("set_device", 3), ("init", {"backend": "nccl", "timeout": timedelta(seconds=120)})]
+    assert calls[-1] == ("destroy",)
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "never")
+    calls.clear()
+    with pytest.raises(ValueError, match=TIMEOUT_VARIABLE), process_group():
+        pass
+    assert not any(c[0] == "init" for c in calls)  # refused before joining
+
+
+def test_each_rank_forks_saves_and_restores_the_rng_of_its_own_gpu_only(monkeypatch):
+    import contextlib
+
+    from marft_agents import seeding
+
+    calls: list = []
+    _fake_torchrun(monkeypatch, 5, calls)
+    torch.cuda.set_device(5)  # what process_group does on LOCAL_RANK 5
+    forked: list = []
+
+    @contextlib.contextmanager
+    def fake_fork_rng(devices=None, **kwargs):
+        forked.append(list(devices))
+        yield
+
+    monkeypatch.setattr(torch.random, "fork_rng", fake_fork_rng)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda index: calls.append(("get", index)) or torch.tensor([index]))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, index: calls.append(("set", int(state), index)))
+    calls.clear()
+
+    assert seeding.cuda_rng_devices() == [5]
+    assert seeding.cuda_rng_devices("cuda") == [5] and seeding.cuda_rng_devices("cuda:2") == [2]
+    assert seeding.cuda_rng_devices("cpu") == []
+    with seeding.fork_rng():
+        pass
+    with seeding.fork_rng("cpu"):
+        pass
+    assert forked == [[5], []]
+    state = seeding.cuda_rng_state()
+    seeding.restore_cuda_rng_state(state)
+    # a checkpoint written with every device's state (torch.cuda.get_rng_state_all): this GPU's entry
+    seeding.restore_cuda_rng_state([torch.tensor([10 + i]) for i in range(8)])
+    seeding.restore_cuda_rng_state([torch.tensor([0])])  # no entry for this GPU: left alone
+    assert calls == [("get", 5), ("set", 5, 5), ("set", 15, 5)]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU-only machine: no GPU touched
+    calls.clear()
+    assert seeding.cuda_rng_devices() == [] and seeding.cuda_rng_state() is None
+    seeding.restore_cuda_rng_state([torch.tensor([1])])
+    with seeding.fork_rng():
+        pass
+    assert calls == [] and forked[-1] == []

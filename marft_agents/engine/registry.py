@@ -1,0 +1,34 @@
+"""Which class runs each ``sampling.engine``: the names (``settings.sampling.ROLLOUT_ENGINES``,
+declared once) mapped to :mod:`marft_agents.engine.rollout_engine`'s classes. A module of its own
+so that the interface module does not import its implementations (``vllm_engine`` imports the
+interface); the vLLM engine's module imports vLLM itself only when an engine is built.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from marft_agents.engine.rollout_engine import LoopEngine, RolloutEngine
+from marft_agents.engine.vllm_engine import VLLMEngine
+from marft_agents.settings.sampling import ENGINES, ROLLOUT_ENGINES
+
+__all__ = ["engine_class", "engine_classes"]
+
+
+@functools.cache
+def engine_classes() -> dict[str, type[RolloutEngine]]:
+    """Every engine name of ``ROLLOUT_ENGINES`` and its class."""
+    classes: dict[str, type[RolloutEngine]] = {name: LoopEngine for name in ENGINES}
+    classes["vllm"] = VLLMEngine
+    missing = set(ROLLOUT_ENGINES) ^ set(classes)
+    if missing:
+        raise RuntimeError(f"engines without a class, or classes of unknown engines: {sorted(missing)}")
+    return classes
+
+
+def engine_class(name: str) -> type[RolloutEngine]:
+    """The class of the engine ``sampling.engine`` names."""
+    try:
+        return engine_classes()[name]
+    except KeyError:
+        raise ValueError(f"unknown sampling engine {name!r}; choose one of {list(ROLLOUT_ENGINES)}") from None

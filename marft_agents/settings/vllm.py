@@ -1,0 +1,48 @@
+"""The ``vllm:`` section: options of the vLLM rollout engine (``sampling.engine: vllm``).
+
+Plain data; the engine is ``marft_agents/engine/vllm_engine.py``. Read only when the sampling
+engine is ``vllm``; the other engines ignore it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class VLLMConfig:
+    """How the colocated vLLM engine is built and how it shares the GPU with training."""
+
+    model_path: str | None = None
+    """The folder (or Hub id) vLLM loads the base weights from; None = the folder the trainer
+    loads ``model.name_or_path`` from (an alias's converted folder, a local folder or a Hub id).
+    It must hold the same weights as the policy's base: vLLM samples with them and the learner
+    scores with the policy's."""
+    gpu_memory_utilization: float = 0.4
+    """Share of the GPU's memory vLLM reserves for its weights and KV cache. The learner's
+    passes run in the same process on the same GPU (the base weights then exist twice), so this
+    leaves room for them; while vLLM sleeps (``sleep_level``) the learner gets its share back."""
+    max_model_len: int | None = None
+    """Longest prompt + response vLLM accepts (tokens); None = the model's context length."""
+    enforce_eager: bool = False
+    """True: no CUDA graphs (faster start, slower decoding; graphs also take memory)."""
+    sleep_level: int = 1
+    """What vLLM frees during a learner update (``LLM.sleep``): 1 = its KV cache, with its base
+    weights moved to CPU memory and copied back on wake-up; 0 = never sleep (vLLM keeps its
+    memory during updates). vLLM's level 2 (weights discarded) is not offered: the base never
+    changes, so reloading it from disk after every update would only cost time."""
+    adapter_dir: str | None = None
+    """Where each update's adapters are exported for vLLM (``<adapter_dir>/v<version>/<adapter>``,
+    the previous version's folder deleted); None = ``<output_dir>/vllm_adapters``."""
+    seed: int = 0
+    """vLLM's own engine seed. Each request also gets a seed drawn from the run's RNG, so
+    rollouts are reproducible either way."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"vllm.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.sleep_level not in (0, 1):
+            raise ValueError(f"vllm.sleep_level must be 0 (never sleep) or 1 (free the KV cache, weights to "
+                             f"CPU memory during updates), got {self.sleep_level}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"vllm.max_model_len must be >= 1 or null, got {self.max_model_len}")

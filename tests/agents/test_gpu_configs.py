@@ -1,0 +1,97 @@
+"""The GPU configs (``baselines/configs/*qwen2.5*.yaml``) load and validate on the CPU for every
+Qwen2.5 size they document, say what a GPU run needs (bf16, vLLM, rescored old log-probs), and
+their memory-relevant settings fit an 80 GB GPU by ``benchmarks/memory_estimate.py``'s estimate,
+calibrated here by its own CPU measurement at each model's width."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from marft_agents.config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((REPO / "baselines" / "configs").glob("*qwen2.5*.yaml"))
+GPU_DOC = REPO / "docs" / "gpu.md"
+_spec = importlib.util.spec_from_file_location("memory_estimate", REPO / "benchmarks" / "memory_estimate.py")
+memory_estimate = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("memory_estimate", memory_estimate)  # dataclasses look their module up there
+_spec.loader.exec_module(memory_estimate)
+SIZES = list(memory_estimate.QWEN25)
+FAST_SMALL = {"schedule.gradient_checkpointing": False}
+"""The documented override of the smallest size (docs/gpu.md): no checkpointing, faster."""
+PROMPT_TOKENS = 1024
+"""Budget for a row's task text, system turn and feedback, next to its utterances."""
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    """The per-token saved bytes of each size, measured on this CPU (64 tokens: the figures are
+    per token, the same at 256)."""
+    return {model: memory_estimate.measure(memory_estimate.QWEN25[model], tokens=64) for model in SIZES}
+
+
+def _variants():
+    for path in CONFIGS:
+        for model in SIZES:
+            yield path, model, {}
+        yield path, SIZES[0], FAST_SMALL
+
+
+def test_there_is_a_math_duo_and_a_coding_team():
+    envs = {yaml.safe_load(p.read_text())["env"]["id"] for p in CONFIGS}
+    assert {"marft/MATH-v0", "marft/MBPP-v0"} <= envs, CONFIGS
+
+
+@pytest.mark.parametrize("path, model, extra", list(_variants()),
+                         ids=lambda v: v.stem if isinstance(v, Path) else (v.split("-")[1] if isinstance(v, str) else
+                                                                            ("fast" if v else "")))
+def test_gpu_config_validates_and_fits_80gb(path, model, extra, calibration):
+    raw = yaml.safe_load(path.read_text())
+    assert raw["model"]["device"] == "auto" and raw["model"]["dtype"] == "bfloat16"
+    cfg = load_config(path, {"model.name_or_path": model, **extra})
+    assert cfg.model.name_or_path == model and cfg.model.dtype == "bfloat16"
+    assert cfg.sampling.engine == "vllm" and cfg.ppo.recompute_old_logprobs
+    s = cfg.schedule
+    assert s.max_tokens_per_micro_batch is not None and s.micro_batch_size is not None
+    if model != SIZES[0]:
+        assert s.gradient_checkpointing, f"{model} needs gradient checkpointing on 80 GB"
+    agents = 2  # both configs are two-agent teams
+    horizon = cfg.env.kwargs.get("horizon", 1)
+    longest_row = horizon * agents * cfg.sampling.max_new_tokens + PROMPT_TOKENS
+    assert cfg.vllm.max_model_len is not None and cfg.vllm.max_model_len >= min(longest_row, 4096)
+    # a row longer than the cap goes alone: the pass is then as long as the longest row
+    tokens = max(s.max_tokens_per_micro_batch, cfg.vllm.max_model_len)
+    est = memory_estimate.estimate(model, calibration[model], tokens, s.gradient_checkpointing,
+                                   adapters=agents + 1, r=cfg.lora.r,
+                                   gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
+                                   vllm_sleeps=cfg.vllm.sleep_level >= 1)
+    assert memory_estimate.fits(est), est
+    # vLLM's share holds its own copy of the weights plus a KV cache
+    assert cfg.vllm.gpu_memory_utilization * memory_estimate.GPU_GIB > 1.5 * est.weights
+
+
+def test_the_estimate_tells_a_fitting_setting_from_one_that_does_not(calibration):
+    big = SIZES[-1]
+    assert not memory_estimate.fits(memory_estimate.estimate(big, calibration[big], 18432, False))
+    assert memory_estimate.fits(memory_estimate.estimate(big, calibration[big], 18432, True))
+    assert not memory_estimate.fits(memory_estimate.estimate(big, calibration[big], 400_000, True))
+
+
+def test_parameter_counts_match_the_model_cards():
+    for shape in memory_estimate.QWEN25.values():
+        assert shape.params() == pytest.approx(shape.card_params, rel=0.01)
+
+
+def test_the_gpu_recipe_documents_every_size_override():
+    text = GPU_DOC.read_text()
+    for path in CONFIGS:
+        assert str(path.relative_to(REPO)) in text
+    for model in SIZES:
+        assert f"model.name_or_path={model}" in text
+    for key, value in FAST_SMALL.items():
+        assert f"{key}={str(value).lower()}" in text

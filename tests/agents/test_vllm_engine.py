@@ -1,0 +1,328 @@
+"""``sampling.engine: vllm`` against a stand-in module with vLLM's API backed by the HF model
+(``vllm_standin.py``): routing of requests to adapters, version bookkeeping, sleep during the
+update and sync before the next rollout, resume, behaviour log-probs and the importance weight,
+and whole training runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import vllm_standin
+from agent_helpers import small_config, tiny_on_device
+
+from marft_agents.engine.rollout_engine import LoopEngine
+from marft_agents.engine.vllm_engine import VLLMEngine, lora_rank_slot
+from marft_agents.learners.base import BaseLearner
+from marft_agents.learners.samples import Sample, behaviour_weights
+from marft_agents.policy import GenRequest
+from marft_agents.settings.sampling import SamplingConfig
+from marft_agents.trainer import Trainer, build_policy, prepare_trainer, train
+from test_policy import perturb
+
+AGENTS = ["reasoner_0", "actor_0"]
+GREEDY = SamplingConfig(max_new_tokens=6, do_sample=False, temperature=1.0, engine="vllm")
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    module = vllm_standin.install(monkeypatch)
+    monkeypatch.setattr(VLLMEngine, "devices", ("cpu", "cuda"))  # the stand-in runs on the CPU
+    return module
+
+
+def _config(tmp_path, **overrides):
+    """A vLLM training config whose base model is saved to ``tmp_path/base`` (the stand-in loads
+    it from there), and that model: the run's policy is built on it."""
+    model, tok = tiny_on_device(seed=0, hidden_size=32, num_layers=1)
+    folder = tmp_path / "base"
+    model.save_pretrained(folder)
+    cfg = small_config(tmp_path, **{"sampling.engine": "vllm", "ppo.recompute_old_logprobs": True,
+                                    "vllm.model_path": str(folder), **overrides})
+    return cfg, (model, tok)
+
+
+def _policy(tmp_path, seed=1):
+    cfg, (model, tok) = _config(tmp_path)
+    policy = build_policy(cfg, model, tok, AGENTS)
+    perturb(policy, seed, scale=0.3)
+    return policy
+
+
+def _requests(policy):
+    prompts = [policy.chat_prompt_ids("Think.", f"Say {i}" + "!" * i) for i in range(3)]
+    prefix = policy.shared_prefix_len("Think.", prompts[0])
+    return [GenRequest(agent, p, prefix) for p in prompts for agent in AGENTS]
+
+
+def _loop(policy, requests, sampling=GREEDY):
+    """The same requests decoded by the in-process loop on the policy's current weights."""
+    return LoopEngine(policy).generate(requests, dataclasses.replace(sampling, engine="legacy"))
+
+
+def _llm(policy):
+    return policy.engine.llm
+
+
+def _close(a, b, tol=1e-4) -> bool:
+    """Whether two generations lists have the same tokens and log-probs within ``tol``."""
+    return all(x.response_ids == y.response_ids and len(x.logprobs) == len(y.logprobs)
+               and all(abs(p - q) <= tol for p, q in zip(x.logprobs, y.logprobs)) for x, y in zip(a, b))
+
+
+def test_a_missing_vllm_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    monkeypatch.setattr(VLLMEngine, "devices", ("cpu", "cuda"))
+    policy = _policy(tmp_path)
+    with pytest.raises(ImportError, match=r"pip install 'marft\[vllm\]'"):
+        policy.generate(_requests(policy), GREEDY)
+
+
+def test_the_engine_is_built_once_with_neutral_settings(tmp_path, standin):
+    policy = _policy(tmp_path)
+    policy.generate(_requests(policy), GREEDY)
+    policy.generate(_requests(policy), GREEDY)
+    (llm,) = standin.LLM.instances  # one engine per process, reused
+    kwargs = llm.kwargs
+    assert llm.model_path == str(tmp_path / "base")
+    assert kwargs["enable_lora"] and kwargs["max_loras"] == len(policy.policy_adapters) == 2
+    assert kwargs["max_lora_rank"] == lora_rank_slot(8) == 8 and lora_rank_slot(9) == 16
+    assert kwargs["enable_sleep_mode"] and kwargs["dtype"] == "float32"
+    assert kwargs["generation_config"] == "vllm" and kwargs["logprobs_mode"] == "processed_logprobs"
+    params = policy.engine._params(dataclasses.replace(GREEDY, do_sample=True, temperature=0.7), [3], seed=5)
+    assert (params.temperature, params.top_p, params.top_k, params.min_p) == (0.7, 1.0, 0, 0.0)
+    assert (params.repetition_penalty, params.presence_penalty, params.frequency_penalty) == (1.0, 0.0, 0.0)
+    assert params.stop_token_ids == [3] and params.ignore_eos and params.logprobs == 0 and params.seed == 5
+
+
+def test_each_request_is_generated_with_its_own_agents_adapter(tmp_path, standin):
+    policy = _policy(tmp_path)
+    requests = _requests(policy)
+    ours, loop = policy.generate(requests, GREEDY), _loop(policy, requests)
+    assert [g.response_ids for g in ours] == [g.response_ids for g in loop]
+    assert [g.agent_id for g in ours] == [r.agent_id for r in requests]
+    # the agents differ (perturbed adapters), so a request routed to the wrong adapter would show
+    assert any(ours[k].response_ids != ours[k + 1].response_ids for k in range(0, len(ours), 2))
+    for ours_g, loop_g in zip(ours, loop):
+        assert ours_g.logprobs == pytest.approx(loop_g.logprobs, abs=1e-4)
+        assert ours_g.prefix_len == loop_g.prefix_len > 0 and ours_g.text == loop_g.text
+    engine = policy.engine
+    served = _llm(policy).events[-1]
+    assert served == ("generate", [engine.loras[policy.adapter_for(r.agent_id)].lora_int_id for r in requests])
+
+
+def test_behaviour_logprobs_agree_with_the_learners_pass(tmp_path, standin):
+    policy = _policy(tmp_path)
+    requests = _requests(policy)
+    sampling = dataclasses.replace(GREEDY, do_sample=True, temperature=0.7)
+    gens = policy.generate(requests, sampling, torch.Generator().manual_seed(0))
+    again = policy.generate(requests, sampling, torch.Generator().manual_seed(0))
+    assert [g.response_ids for g in gens] == [g.response_ids for g in again]  # seeded: reproducible
+    for agent in AGENTS:
+        mine = [g for g in gens if g.agent_id == agent]
+        stats = policy.token_logprobs(policy.adapter_for(agent), [g.prompt_ids for g in mine],
+                                      [g.response_ids for g in mine], 0.7, prefix_lens=[g.prefix_len for g in mine])
+        for row, g in enumerate(mine):
+            assert g.logprobs == pytest.approx(stats.logprobs[row, :len(g.response_ids)].tolist(), abs=1e-4)
+
+
+def test_sync_exports_a_new_version_and_removes_the_old_one(tmp_path, standin):
+    policy = _policy(tmp_path)
+    requests = _requests(policy)
+    policy.generate(requests, GREEDY)
+    engine, llm = policy.engine, _llm(policy)
+    root = Path(policy.engine_settings.output_dir) / "vllm_adapters"
+    assert engine.version == 0 and sorted(p.name for p in (root / "v0").iterdir() if p.is_dir()) == sorted(policy.policy_adapters)
+    old = {a: r.lora_int_id for a, r in engine.loras.items()}
+    assert llm.llm_engine.list_loras() == set(old.values())
+    llm.events.clear()
+    policy.sync_engine(1)
+    new = {a: r.lora_int_id for a, r in engine.loras.items()}
+    assert engine.version == 1 and min(new.values()) > max(old.values())
+    assert llm.llm_engine.list_loras() == set(new.values())
+    assert not (root / "v0").exists() and (root / "v1").is_dir()
+    # old ids removed before the new ones are added, then the prefix cache reset
+    assert llm.events == ([("remove_lora", i) for i in old.values()] + [("add_lora", i) for i in new.values()]
+                          + [("reset_prefix_cache",)])
+    stale = vllm_standin.LoRARequest("stale", old[policy.policy_adapters[0]], "")
+    with pytest.raises(RuntimeError, match="stale"):
+        llm.generate([{"prompt_token_ids": requests[0].prompt_ids}], engine._params(GREEDY, [], 0),
+                     lora_request=[stale])
+    policy.sync_engine(1)  # a version at or below the served one (a restore) takes the next number
+    assert engine.version == 2
+    policy.close_engine()
+    assert not root.exists() or not any(root.iterdir())
+
+
+def test_outputs_follow_the_weights_after_sync_and_a_skipped_sync_is_stale(tmp_path, standin):
+    policy = _policy(tmp_path)
+    requests = _requests(policy)
+    before = policy.generate(requests, GREEDY)
+    perturb(policy, 7, scale=0.5)  # "an update"
+    stale = policy.generate(requests, GREEDY)
+    fresh = _loop(policy, requests)
+    assert [g.logprobs for g in stale] == [g.logprobs for g in before]  # no sync: the old adapters
+    assert not _close(stale, fresh)
+    policy.sync_engine(1)
+    assert _close(policy.generate(requests, GREEDY), fresh)
+
+
+def test_the_engine_sleeps_during_updates_and_is_synced_before_the_next_rollout(tmp_path, standin):
+    cfg, model_and_tokenizer = _config(tmp_path, **{"schedule.num_updates": 3, "eval.interval": 1})
+    trainer = Trainer(cfg, model_and_tokenizer)
+    asleep_during_update = []
+    update = trainer.learner.update
+
+    def spied(rollout, index):
+        asleep_during_update.append(trainer.policy.engine.asleep)
+        return update(rollout, index)
+
+    trainer.learner.update = spied
+    for done, _metrics in enumerate(trainer.run(), start=1):
+        engine = trainer.policy.engine
+        assert engine.version == done and not engine.asleep
+        # the engine serves the policy's new weights: greedy answers and log-probs of the loop
+        requests = _requests(trainer.policy)
+        assert _close(trainer.policy.generate(requests, GREEDY), _loop(trainer.policy, requests))
+    assert asleep_during_update == [True] * 3
+    kinds = [event[0] for event in _llm(trainer.policy).events]
+    # every sleep is followed by a wake-up, then the export (add_lora ... reset), before any generation
+    for k, kind in enumerate(kinds):
+        if kind == "sleep":
+            after = kinds[k + 1:]
+            assert after[0] == "wake_up" and "add_lora" in after
+            assert after.index("reset_prefix_cache") < after.index("generate") if "generate" in after else True
+            assert "generate" not in after[:after.index("reset_prefix_cache")]
+    assert kinds.count("sleep") == kinds.count("wake_up") == 3
+    trainer.close()
+    assert trainer.policy._engine is None
+
+
+def test_a_restore_syncs_the_restored_weights(tmp_path, standin):
+    cfg, model_and_tokenizer = _config(tmp_path, **{"schedule.num_updates": 1})
+    train(cfg, model_and_tokenizer=model_and_tokenizer, eval_before=False, tensorboard=False, plot=False)
+
+    cfg2, fresh_model = _config(tmp_path / "again")
+    cfg2 = dataclasses.replace(cfg2, output_dir=cfg.output_dir,
+                               schedule=dataclasses.replace(cfg2.schedule, num_updates=2))
+    trainer = Trainer(cfg2, fresh_model)  # the base weights: untrained adapters
+    requests = _requests(trainer.policy)
+    untrained = trainer.policy.generate(requests, GREEDY)  # engine built, version 0 exported
+    assert trainer.restore()
+    engine = trainer.policy.engine
+    assert engine.version == 1 and trainer.policy.weights_version == 1
+    restored = trainer.policy.generate(requests, GREEDY)
+    assert _close(restored, _loop(trainer.policy, requests)) and not _close(restored, untrained)
+    trainer.close()
+    # an engine built after the restore exports the restored version first
+    resumed = prepare_trainer(cfg2, resume=True, model_and_tokenizer=_config(tmp_path / "third")[1])
+    assert resumed.policy._engine is None and resumed.policy.weights_version == 1
+    resumed.policy.generate(requests, GREEDY)
+    assert resumed.policy.engine.version == 1
+    resumed.close()
+
+
+@pytest.mark.parametrize("algorithm, extra", [
+    ("mappo_action", {}),
+    ("grpo", {"learner": {"group_size": 2}}),
+])
+def test_training_with_the_vllm_engine_completes(tmp_path, standin, algorithm, extra):
+    cfg, model_and_tokenizer = _config(tmp_path, algorithm=algorithm, **extra,
+                                       **{"ppo.behaviour_is_cap": 2.0, "eval.at_end": True})
+    result = train(cfg, model_and_tokenizer=model_and_tokenizer, tensorboard=False, plot=False)
+    assert len(result.history) == 2 and result.final_eval is not None
+    assert len(standin.LLM.instances) == 1  # rollouts and evaluations share the engine
+    for metrics in result.history:
+        # vLLM's (here: the stand-in's merged-adapter) log-probs and the learner's are the same
+        # distribution up to float rounding
+        assert 0 <= metrics["rollout/behaviour_logprob_gap"] < 1e-3
+        assert metrics["ppo/behaviour_is_weight"] == pytest.approx(1.0, abs=1e-3)
+        assert metrics["ppo/behaviour_is_clipfrac"] == 0.0
+    assert result.policy._engine is None  # closed at the end of the run
+
+
+@pytest.mark.parametrize("engine, calls", [("vllm", 1), ("legacy", 2)])
+def test_a_tick_of_several_adapters_is_one_call_when_the_engine_mixes_adapters(tmp_path, standin, engine, calls):
+    import marft_envs
+    from agent_helpers import LETTERS_ID
+    from marft_agents.episodes import Rollout
+    from marft_agents.rollout import RolloutCollector
+
+    policy = _policy(tmp_path)
+    envs = [marft_envs.make(LETTERS_ID) for _ in range(2)]
+    collector = RolloutCollector(envs, policy, dataclasses.replace(GREEDY, engine=engine), values=None)
+    rollout = Rollout()
+    queue = [((1, {"task_index": 1}), 1), ((0, {"task_index": 0}), 0)]
+    for slot in collector.slots:
+        collector._start_next(slot, queue, rollout)
+    envs[1].step("abc")  # env 1 moves on to its second agent: the tick has both agents
+    turns = [(slot, *collector._advance(slot)) for slot in collector.slots]
+    assert [turn[1] for turn in turns] == AGENTS
+    seen, original = [], policy.generate
+    policy.generate = lambda requests, sampling: seen.append([r.agent_id for r in requests]) or original(
+        requests, sampling)
+    collector._play_tick(turns, rollout)
+    assert len(seen) == calls and sorted(a for call in seen for a in call) == sorted(AGENTS)
+    assert [d.agent_id for d in rollout.decisions] == AGENTS
+
+
+# -- the importance weight ---------------------------------------------------------------------
+def _samples(old, behaviour):
+    return [Sample(agent_id="a", adapter="policy_a", critic="", prompt_ids=[1], response_ids=[5] * len(o),
+                   old_logprobs=torch.tensor(o), old_values=torch.zeros(()), advantages=torch.zeros(()),
+                   returns=torch.zeros(()), behaviour_logprobs=torch.tensor(b)) for o, b in zip(old, behaviour)]
+
+
+def test_a_sample_keeps_its_sampling_time_logprobs_as_behaviour():
+    (s,) = _samples([[-1.0, -2.0]], [[-1.0, -2.0]])
+    s = Sample(**{**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)}, "behaviour_logprobs": None})
+    sampled = s.old_logprobs
+    s.old_logprobs = torch.tensor([-0.5, -0.5])  # the learner rescored them
+    assert s.behaviour_logprobs is sampled
+
+
+def test_the_importance_weight_is_one_on_policy_and_truncates_at_the_cap():
+    old = torch.tensor([[-1.0, -2.0, 0.0], [-1.0, 0.0, 0.0]])  # [B, T]
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    same = _samples([[-1.0, -2.0], [-1.0]], [[-1.0, -2.0], [-1.0]])
+    w, gap = behaviour_weights(same, old, mask, per_token=True, cap=2.0)
+    assert torch.equal(w, torch.ones(2, 3)) and torch.equal(gap, torch.zeros(2, 3))
+    w, _ = behaviour_weights(same, old, mask, per_token=False, cap=2.0)
+    assert torch.equal(w, torch.ones(2))
+    # behaviour 1 nat below the learner on every token: ratio e per token, e^2 per 2-token decision
+    low = _samples([[-1.0, -2.0], [-1.0]], [[-2.0, -3.0], [-1.5]])
+    w, gap = behaviour_weights(low, old, mask, per_token=True, cap=2.0)
+    assert w[0, :2].tolist() == [2.0, 2.0] and w[1, 0] == pytest.approx(torch.exp(torch.tensor(0.5)))
+    assert gap[0].tolist() == [1.0, 1.0, 0.0] and gap[1].tolist() == [0.5, 0.0, 0.0]
+    w, _ = behaviour_weights(low, old, mask, per_token=False, cap=100.0)
+    assert w.tolist() == pytest.approx([float(torch.exp(torch.tensor(2.0))), float(torch.exp(torch.tensor(0.5)))])
+    # under logprob_reduction mean, a decision's log-ratio is the mean over its tokens: e^1, e^0.5
+    w, _ = behaviour_weights(low, old, mask, per_token=False, cap=100.0, mean=True)
+    assert w.tolist() == pytest.approx([float(torch.exp(torch.tensor(1.0))), float(torch.exp(torch.tensor(0.5)))])
+    # behaviour above the learner: weights below 1 are kept (only the top is truncated)
+    high = _samples([[-1.0, -2.0], [-1.0]], [[-0.5, -2.0], [-1.0]])
+    w, _ = behaviour_weights(high, old, mask, per_token=True, cap=2.0)
+    assert w[0, 0] == pytest.approx(float(torch.exp(torch.tensor(-0.5))))
+
+
+def test_the_learner_weighs_its_policy_units_by_the_truncated_ratio():
+    learner = types.SimpleNamespace(ppo=types.SimpleNamespace(recompute_old_logprobs=True, behaviour_is_cap=2.0,
+                                                              logprob_reduction="sum"))
+    samples = _samples([[-1.0, -2.0], [-1.0]], [[-2.0, -3.0], [-1.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    surrogate = torch.zeros(2, 2)  # token units
+    norm = {"units": 3.0, "tokens": 3.0}
+    weight, stats = BaseLearner._behaviour_correction(learner, samples, mask, surrogate, mask, norm)
+    assert weight.tolist() == [[2.0, 2.0], [1.0, 0.0]]
+    assert stats["ppo/behaviour_is_weight"] == pytest.approx(5.0 / 3.0)
+    assert stats["ppo/behaviour_is_clipfrac"] == pytest.approx(2.0 / 3.0)
+    assert stats["rollout/behaviour_logprob_gap"] == pytest.approx(2.0 / 3.0)
+    learner.ppo.behaviour_is_cap = None  # off: the gap is reported, the weights are unchanged
+    weight, stats = BaseLearner._behaviour_correction(learner, samples, mask, surrogate, mask, norm)
+    assert weight is mask and set(stats) == {"rollout/behaviour_logprob_gap"}
+    learner.ppo.recompute_old_logprobs = False  # old = behaviour by construction: nothing to do
+    assert BaseLearner._behaviour_correction(learner, samples, mask, surrogate, mask, norm) == (mask, {})
