@@ -4,14 +4,15 @@ Checks (``--only`` picks some, by name):
 
 1. ``cuda_tests``: ``pytest tests/agents/test_cuda.py`` in a subprocess (the CUDA path on a tiny
    random model: engines, draws, log-probs, train/checkpoint/resume, bfloat16);
-2. ``update``: the model (``--model``, a folder or Hub id; default a tiny random Qwen2 saved to a
-   temporary folder, offline) loads through the trainer and runs one MARFT-A update (dual agents
+2. ``update``: the model (``--model``, a folder or Hub id; ``--random-init`` a Qwen2.5 size with
+   random weights; default a tiny random Qwen2; the last two saved to a temporary folder, offline) loads through the trainer and runs one MARFT-A update (dual agents
    on ``marft/Arithmetic-v0``) with each rollout engine that runs on this device: losses finite,
    every adapter moved;
 3. ``throughput``: decode tokens/s of each engine of marft's, and of bare vLLM (``vllm.LLM`` with
    the policy's 2 LoRA adapters, in a child process so that its memory is its own) on the same
    prompts with the same number of new tokens; PASS when marft's vLLM engine is within
-   :data:`THROUGHPUT_TARGET` of bare vLLM;
+   :data:`THROUGHPUT_TARGET` of bare vLLM. Without vLLM, marft's other engines are still timed
+   and the check says SKIP (there is nothing to hold them against);
 4. ``logprobs``: vLLM's sampled-token log-probs against the learner's pass over the same tokens
    (max and mean |diff|); against the test suite's vLLM stand-in (the transformers model itself)
    this would compare a model with itself, so without vLLM and a GPU it is SKIP;
@@ -20,6 +21,11 @@ Checks (``--only`` picks some, by name):
    both agents' policy passes and the critic's), without and with gradient checkpointing, per
    token, next to ``benchmarks/memory_estimate.py``'s estimate when the model is a Qwen2.5 size;
 6. ``nccl``: a 2-process data-parallel update through ``torchrun`` (NCCL) when 2 GPUs are present.
+
+``--random-init qwen2.5-3b`` (or ``-1.5b``, ``-7b``) builds a model of that size's exact shape
+(:data:`memory_estimate.QWEN25`) with random weights and the tiny byte-level tokenizer, on a
+machine that cannot download the real one: memory and speed are the real size's, while
+rewards, log-prob agreement and text are meaningless.
 
 A check that cannot run here (no CUDA, one GPU, vLLM not installed) says SKIP and why; nothing
 is downloaded unless ``--model`` names a Hub id. ``--quick`` shortens every check (fewer and
@@ -31,6 +37,7 @@ Usage::
     python benchmarks/gpu_check.py --quick                                   # any machine
     python benchmarks/gpu_check.py --model Qwen/Qwen2.5-1.5B-Instruct --out gpu_check.json
     python benchmarks/gpu_check.py --only update,memory --model /models/Qwen2.5-7B-Instruct
+    python benchmarks/gpu_check.py --only memory,throughput --random-init qwen2.5-3b   # offline
 """
 
 from __future__ import annotations
@@ -105,6 +112,59 @@ def _tiny_folder(scratch: Path) -> str:
         model, tokenizer = tiny_model_and_tokenizer(seed=0, hidden_size=64, num_layers=2, arch="qwen2")
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def random_init_names() -> dict[str, str]:
+    """``--random-init`` choices: ``qwen2.5-3b`` -> ``Qwen/Qwen2.5-3B-Instruct`` (memory_estimate's keys)."""
+    import memory_estimate
+
+    return {key.split("/")[-1].lower().removesuffix("-instruct"): key for key in memory_estimate.QWEN25}
+
+
+def random_config(name: str) -> Any:
+    """The ``Qwen2Config`` of the Qwen2.5 size ``name`` (a :func:`random_init_names` key), with the
+    tiny tokenizer's special ids and bfloat16 weights."""
+    from transformers import Qwen2Config
+
+    import memory_estimate
+    from marft_agents.tiny_models import tiny_tokenizer
+
+    shape = memory_estimate.QWEN25[random_init_names()[name]]
+    tokenizer = tiny_tokenizer()
+    return Qwen2Config(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                       num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                       num_key_value_heads=shape.kv_heads, tie_word_embeddings=shape.tied,
+                       max_position_embeddings=32768, rms_norm_eps=1e-6, use_sliding_window=False,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, dtype="bfloat16")
+
+
+def _random_folder(scratch: Path, name: str, device: str) -> str:
+    """:func:`random_config`'s model with random bfloat16 weights and the tiny tokenizer, saved as
+    a Hugging Face folder (no download).
+
+    The weights are drawn on ``device`` (seconds on a GPU, minutes for 7B on a CPU). The tiny
+    tokenizer has 259 tokens against the model's ~152k: ids it lacks decode to nothing, so text
+    is short and meaningless, but every tensor has the real size's shape."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from marft_agents.tiny_models import tiny_tokenizer
+
+    folder = scratch / f"random-{name}"
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # draw in bfloat16: a 7B in float32 would need 30 GB
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device(device):
+            torch.manual_seed(0)
+            model = Qwen2ForCausalLM(random_config(name))
+    finally:
+        torch.set_default_dtype(previous)
+    model.save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    del model
     return str(folder)
 
 
@@ -252,10 +312,28 @@ def _tokens_per_second(policy: Any, requests: list[Any], engine: str, new_tokens
 
 
 def check_throughput(ctx: Context) -> Result:
-    """Decode tokens/s of each marft engine and of bare vLLM with the same 2 adapters."""
-    if ctx.device != "cuda" or ctx.vllm_error:
-        return Result("throughput", "SKIP", ctx.vllm_error or "no CUDA GPU: vLLM and its comparison need one")
+    """Decode tokens/s of each marft engine and of bare vLLM with the same 2 adapters.
+
+    Without vLLM (or a GPU) the other engines are still timed on a GPU, and the check says SKIP:
+    the target is a ratio to bare vLLM."""
+    if ctx.device != "cuda":
+        return Result("throughput", "SKIP", "no CUDA GPU: vLLM and its comparison need one")
     n, new_tokens = (16, 64) if ctx.args.quick else (64, 256)
+    runs, _ = _engines_here(ctx)
+    if ctx.vllm_error:
+        from marft_agents.trainer import prepare_trainer
+
+        trainer = prepare_trainer(_config(ctx, "fast", "throughput"))
+        try:
+            requests = _requests(trainer.policy, n, 20)
+            speeds = {engine: _tokens_per_second(trainer.policy, requests, engine, new_tokens) for engine in runs}
+        finally:
+            trainer.policy.close_engine()
+            del trainer
+            _release()
+        details = {"marft_tok_s": speeds, "prompts": n, "new_tokens": new_tokens, "bare_vllm_tok_s": None}
+        return Result("throughput", "SKIP", f"{ctx.vllm_error}; no bare-vLLM comparison. marft engines: "
+                      + ", ".join(f"{e} {s:.0f}" for e, s in speeds.items()) + " tok/s", details)
     policy = _vllm_policy(ctx)
     requests = _requests(policy, n, 20)
     adapters = ctx.scratch / "bare-adapters"
@@ -273,7 +351,6 @@ def check_throughput(ctx: Context) -> Result:
     if done.returncode != 0:
         return Result("throughput", "FAIL", "bare vLLM child failed", {"output_tail": done.stderr[-3000:]})
     bare = json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"]
-    runs, _ = _engines_here(ctx)
     speeds = {engine: _tokens_per_second(policy, requests, engine, new_tokens) for engine in runs}
     ratio = bare / speeds["vllm"]
     details = {"bare_vllm_tok_s": bare, "marft_tok_s": speeds, "bare_over_marft_vllm": ratio, "prompts": n,
@@ -459,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None,
                         help="a Hugging Face folder or Hub id (default: a tiny random Qwen2, saved to a temp folder)")
+    parser.add_argument("--random-init", default=None, choices=sorted(random_init_names()),
+                        help="a Qwen2.5 size's shape with random weights and a tiny tokenizer (offline): "
+                             "memory and speed of that size, no meaningful rewards")
     parser.add_argument("--only", default=None, help=f"comma-separated checks to run, of: {', '.join(CHECKS)}")
     parser.add_argument("--quick", action="store_true", help="shorter rows and fewer tokens in every check")
     parser.add_argument("--out", default=None, help="also write the JSON summary to this file")
@@ -482,7 +562,10 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     start = time.monotonic()
     try:
-        ctx.model = args.model or _tiny_folder(scratch)
+        if args.model and args.random_init:
+            parser.error("--model and --random-init: give one")
+        ctx.model = (args.model or (_random_folder(scratch, args.random_init, device) if args.random_init
+                                    else _tiny_folder(scratch)))
         for name in names:
             began = time.monotonic()
             try:
@@ -499,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     counts = {s: sum(r.status == s for r in results) for s in STATUSES}
     summary = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "gpus": ctx.gpus,
-               "model": args.model or "tiny random qwen2", "quick": args.quick, "torch": torch.__version__,
+               "model": args.model or (f"random-init {args.random_init}" if args.random_init else "tiny random qwen2"), "quick": args.quick, "torch": torch.__version__,
                "seconds": round(time.monotonic() - start, 1), "counts": counts,
                "checks": [asdict(r) for r in results]}
     text = json.dumps(summary)

@@ -152,3 +152,28 @@ def test_critic_known_value_smoke_prints_each_update_and_the_pooled_ratio():
     assert all(0.0 < line["true_ceiling"] < 1.0 for line in lines[:-1])  # level 8: easy and hard tasks
     summary = lines[-1]
     assert summary["decisions_per_episode"] == 2 and "ratio" in summary and "ceiling_last_half" in summary
+
+
+def test_gpu_check_random_init_builds_each_qwen25_size_with_its_card_parameter_count():
+    """``--random-init`` stands in for a real Qwen2.5 on a machine that cannot download one: its
+    config must be that size's (parameters within 1% of the model card; counted on the meta
+    device, so nothing is allocated), and it cannot be combined with ``--model``."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_check
+    import memory_estimate
+
+    names = gpu_check.random_init_names()
+    assert sorted(names) == ["qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b"]
+    for name, key in names.items():
+        config = gpu_check.random_config(name)
+        with torch.device("meta"):
+            model = Qwen2ForCausalLM(config)
+        params = sum(p.numel() for p in model.parameters())
+        card = memory_estimate.QWEN25[key].card_params
+        assert abs(params / card - 1) < 0.01, (name, params, card)
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--random-init", "qwen2.5-3b",
+                           "--model", "x", "--only", "update"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "give one" in done.stderr, done.stderr[-2000:]
