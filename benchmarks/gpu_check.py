@@ -16,8 +16,8 @@ Checks (``--only`` picks some, by name):
 4. ``logprobs``: vLLM's sampled-token log-probs against the learner's pass over the same tokens
    (max and mean |diff|); against the test suite's vLLM stand-in (the transformers model itself)
    this would compare a model with itself, so without vLLM and a GPU it is SKIP;
-5. ``memory``: peak GPU memory (``torch.cuda.max_memory_allocated``) of the training passes of
-   one MARFT-A update at MATH lengths (:data:`MATH_ROW_TOKENS`-token rows, 8 rows per adapter:
+5. ``memory``: peak GPU memory (``torch.cuda.max_memory_allocated``) and time (the passes run
+   again, warm) of the training passes of one MARFT-A update at MATH lengths (:data:`MATH_ROW_TOKENS`-token rows, 8 rows per adapter:
    both agents' policy passes and the critic's), without and with gradient checkpointing, per
    token, next to ``benchmarks/memory_estimate.py``'s estimate when the model is a Qwen2.5 size;
 6. ``nccl``: a 2-process data-parallel update through ``torchrun`` (NCCL) when 2 GPUs are present.
@@ -459,7 +459,14 @@ def check_memory(ctx: Context) -> Result:
             base = torch.cuda.memory_allocated()
             n = _update_passes(policy, rows, tokens, response)
             peak = torch.cuda.max_memory_allocated() - base
-            out[key] = {"peak_gib": peak / 2**30, "bytes_per_token": peak / n, "resident_gib": base / 2**30}
+            # timed a second time, warm (the first pass pays for kernel selection and allocation)
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            _update_passes(policy, rows, tokens, response)
+            torch.cuda.synchronize()
+            seconds = time.perf_counter() - began
+            out[key] = {"peak_gib": peak / 2**30, "bytes_per_token": peak / n, "resident_gib": base / 2**30,
+                        "passes_s": seconds, "train_tokens_per_s": 3 * n / seconds}
         except torch.cuda.OutOfMemoryError as err:
             out[key] = {"error": f"out of memory: {str(err).splitlines()[0]}"}
         finally:
@@ -470,7 +477,8 @@ def check_memory(ctx: Context) -> Result:
         out["estimate_gib"] = estimate
     measured = [k for k in ("no_checkpointing", "checkpointing") if "peak_gib" in out[k]]
     text = "; ".join(f"{k.replace('_', ' ')}: peak {out[k]['peak_gib']:.2f} GiB over the resident weights, "
-                     f"{out[k]['bytes_per_token'] / 1024:.1f} KiB/token" for k in measured)
+                     f"{out[k]['bytes_per_token'] / 1024:.1f} KiB/token, {out[k]['passes_s']:.2f} s for the 3 passes"
+                     for k in measured)
     if "error" in out["checkpointing"]:
         return Result("memory", "FAIL", f"checkpointed update did not fit: {out['checkpointing']['error']}", out)
     if "error" in out["no_checkpointing"]:
