@@ -566,6 +566,13 @@ class BaseLearner(LogprobTargets):
             if name not in self.optimizers:
                 raise KeyError(f"checkpoint has an optimizer for {name!r}, but this run's adapters are "
                                f"{sorted(self.optimizers)}; was it written with a different profile?")
-            self.optimizers[name].load_state_dict(opt_state)
+            optimizer = self.optimizers[name]
+            configured = [group["lr"] for group in optimizer.param_groups]
+            optimizer.load_state_dict(opt_state)
+            # The moments resume; the learning rates are this run's config (torch would restore the
+            # saved ones, so a resume with a new lr would silently keep the old). Unchanged config:
+            # the same values, so an exact resume stays exact.
+            for group, lr in zip(optimizer.param_groups, configured):
+                group["lr"] = lr
         self.rng.bit_generator.state = state["rng"]
         self.skipped_steps = int(state.get("skipped_steps", 0))

@@ -256,3 +256,26 @@ def test_the_api_test_leaves_no_registration_rng_or_thread_change_behind():
     assert list_learners() == before and torch.get_num_threads() == threads
     assert torch.equal(torch.get_rng_state(), rng)
     assert CHECKS == ("protocol", "options", "update direction", "state round trip", "exact resume")
+
+
+def test_a_resume_uses_the_configured_learning_rates_and_keeps_the_moments(tmp_path):
+    """torch's ``Optimizer.load_state_dict`` restores the saved learning rates: a resume asked to
+    continue with a new ``actor_lr`` / ``value_head_lr`` would silently keep the old ones. The
+    learner re-applies its config's rates after loading; the AdamW moments are the saved ones."""
+    from agent_helpers import small_config, tiny_on_device
+    from marft_agents.trainer import iter_train, prepare_trainer
+
+    def model():
+        return tiny_on_device(seed=0, hidden_size=32, num_layers=1)
+
+    first = iter_train(small_config(tmp_path, **{"schedule.value_head_lr": 1e-3}), model_and_tokenizer=model())
+    next(first)  # one update, checkpointed
+    first.close()
+    cfg = small_config(tmp_path, **{"schedule.actor_lr": 3e-3, "schedule.critic_lr": 4e-3,
+                                    "schedule.value_head_lr": 5e-3})
+    trainer = prepare_trainer(cfg, resume=True, model_and_tokenizer=model())
+    rates = {name: [g["lr"] for g in opt.param_groups] for name, opt in trainer.learner.optimizers.items()}
+    assert rates.pop("critic") == [4e-3, 5e-3]  # the adapter's group, then the value head's
+    assert rates and all(r == [3e-3] for r in rates.values()), rates
+    moments = [s for opt in trainer.learner.optimizers.values() for s in opt.state.values()]
+    assert moments and all(float(s["exp_avg"].abs().sum()) > 0 for s in moments)  # loaded (a fresh one has none)
