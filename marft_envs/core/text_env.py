@@ -42,6 +42,8 @@ Reset options
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 import numpy as np
@@ -134,15 +136,25 @@ class TextTaskEnv(AECEnv):
         return task
 
     def compose_observation(self, agent: str) -> str:
-        """The text ``agent`` observes now (default: :class:`ObservationTemplate`)."""
+        """The text ``agent`` observes now (default: :class:`ObservationTemplate`); teammates'
+        utterances, this round's and earlier rounds', pass through :meth:`heard`."""
+        def hear(speaker: str, text: str) -> str:
+            return text if speaker == agent else self.heard(agent, speaker, text)
+
         return self.template.render(
             task=self.agent_view(self.task, agent),
-            history=self.history,
+            history=[dataclasses.replace(record, outputs={a: hear(a, t) for a, t in record.outputs.items()})
+                     for record in self.history],
             # Parents that have not acted yet (observing out of turn) are simply not shown.
-            parents=[(p, self.profile.role_of(p).name, self.round_outputs[p])
+            parents=[(p, self.profile.role_of(p).name, hear(p, self.round_outputs[p]))
                      for p in self.graph.parents(agent) if p in self.round_outputs],
             graded_agent=self.quoted_output_agent,
         )
+
+    def heard(self, listener: str, speaker: str, utterance: str) -> str:
+        """What ``listener`` reads of a teammate's ``utterance`` (default: all of it; the template
+        may still cut it). Override for a narrower channel, e.g. Relay's one-number channel."""
+        return utterance
 
     def quoted_output_agent(self, outputs: dict[str, str]) -> str | None:
         """Whose utterance an earlier round's history quotes as the team's attempt.

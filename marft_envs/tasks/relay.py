@@ -3,13 +3,21 @@
 A problem is a short expression over variables (``A + B``) and the value of each variable
 (``A = 7``, ``B = 12``). The env (:mod:`marft_envs.envs.relay`) deals the values out to the agents
 so that no agent holds all of them; only the agent that must answer sees the expression. This
-module makes the problems and decides who holds what (:func:`deal`).
+module makes the problems and decides who holds what (:func:`deal`, by the level's rule in
+:data:`LEVEL_DEALS`).
 
 Levels (``level=`` takes the number or the name)::
 
     1 sum_small     A + B, values 2..20                      A = 7, B = 12         -> 19
     2 two_digit     A + B or A - B, values 10..99, A > B     A = 85, B = 38        -> 47 (A - B)
     3 three_terms   A + B - C or A - B + C, values 2..50     A = 40, B = 9, C = 3  -> 34 (A - B + C)
+    4 two_stage     A + B + C, values 2..20, in two stages   A = 7, B = 12, C = 5  -> 24 (A + B = 19 first)
+
+Levels 1-3 deal the values round-robin. Level 4 is *staged* (:attr:`RelayTasks.staged`): the
+answerer holds the last value (C) and its teammate the others (A, B), so the teammate computes the
+first stage, A + B (a level-1 sum), and passes that one number; the answerer computes the second,
+(A + B) + C. Its env default is a channel that lets only one number through
+(:mod:`marft_envs.envs.relay`), so passing A and B separately does not work.
 
 Answers are integers as strings. ``Task.prompt`` is the *whole* problem (every value and the
 expression): what a single agent that sees everything is shown, and the key by which evaluation
@@ -43,8 +51,15 @@ from dataclasses import dataclass
 from marft_envs.core.task import Task
 from marft_envs.tasks.procedural import ProceduralTasks
 
-LEVELS: dict[int, str] = {1: "sum_small", 2: "two_digit", 3: "three_terms"}
+LEVELS: dict[int, str] = {1: "sum_small", 2: "two_digit", 3: "three_terms", 4: "two_stage"}
 """Level number -> name."""
+
+DEALS = ("round_robin", "last_to_answerer")
+"""How a level's values are dealt over a team (:func:`deal`)."""
+LEVEL_DEALS: dict[str, str] = {"sum_small": "round_robin", "two_digit": "round_robin", "three_terms": "round_robin",
+                               "two_stage": "last_to_answerer"}
+"""Level name -> its deal (one of :data:`DEALS`). A level dealt ``"last_to_answerer"`` is staged: the
+answerer's teammates hold the expression without its last term and pass its value."""
 
 # (expression over variable names, {variable: value})
 Problem = tuple[str, dict[str, int]]
@@ -65,8 +80,12 @@ def _three_terms(rng: random.Random) -> Problem:
     return rng.choice(["A + B - C", "A - B + C"]), values
 
 
+def _two_stage(rng: random.Random) -> Problem:
+    return "A + B + C", {name: rng.randint(2, 20) for name in "ABC"}  # each stage a level-1 sum
+
+
 _GENERATORS: dict[str, Callable[[random.Random], Problem]] = {
-    "sum_small": _sum_small, "two_digit": _two_digit, "three_terms": _three_terms,
+    "sum_small": _sum_small, "two_digit": _two_digit, "three_terms": _three_terms, "two_stage": _two_stage,
 }
 
 
@@ -130,17 +149,38 @@ def full_prompt(expression: str, values: dict[str, int]) -> str:
     return f"The values are {format_values(values)}. Compute {expression}."
 
 
-def deal(variables: Sequence[str], num_agents: int) -> list[list[str]]:
-    """Which variables each of ``num_agents`` agents holds: dealt round-robin from the first agent.
+def stage_expression(expression: str) -> str:
+    """The first stage of a staged problem: ``expression`` without its last term (``"A + B"`` of
+    ``"A + B + C"``)."""
+    return " ".join(expression.split()[:-2])
+
+
+def deal(variables: Sequence[str], num_agents: int, rule: str = "round_robin", answerer: int = -1) -> list[list[str]]:
+    """Which variables each of ``num_agents`` agents holds, by ``rule`` (one of :data:`DEALS`):
+
+    * ``"round_robin"``: dealt round-robin from the first agent;
+    * ``"last_to_answerer"``: agent ``answerer`` (an index; default the last agent) holds the last
+      variable, the other agents share the rest round-robin (one agent holds everything).
 
     With two or more agents and two or more variables, every agent misses at least one value,
     so no agent can answer alone.
     """
     if num_agents < 1:
         raise ValueError(f"num_agents must be >= 1, got {num_agents}")
+    if rule not in DEALS:
+        raise ValueError(f"rule must be one of {list(DEALS)}, got {rule!r}")
+    if not -num_agents <= answerer < num_agents:
+        raise ValueError(f"answerer must index one of the {num_agents} agents, got {answerer}")
     hands: list[list[str]] = [[] for _ in range(num_agents)]
-    for k, name in enumerate(variables):
-        hands[k % num_agents].append(name)
+    if rule == "round_robin":
+        for k, name in enumerate(variables):
+            hands[k % num_agents].append(name)
+        return hands
+    answerer = range(num_agents)[answerer]
+    others = [k for k in range(num_agents) if k != answerer] or [answerer]
+    for k, name in enumerate(variables[:-1]):
+        hands[others[k % len(others)]].append(name)
+    hands[answerer] += list(variables[-1:])
     return hands
 
 
@@ -148,7 +188,7 @@ class RelayTasks(ProceduralTasks):
     """A :class:`~marft_envs.core.task.TaskSource` of relay problems.
 
     Args:
-        level: difficulty, 1..3 or its name (see the module docstring).
+        level: difficulty, 1..4 or its name (see the module docstring).
         split: ``"train"`` or ``"test"`` (disjoint sets of problems).
         seed: selects the sequence of problems; item ``i`` depends only on (seed, split, level, i).
         task_revision: how the split is keyed (:data:`TASK_REVISIONS`); the default is the
@@ -164,6 +204,11 @@ class RelayTasks(ProceduralTasks):
         if task_revision not in TASK_REVISIONS:
             raise ValueError(f"task_revision must be one of {sorted(TASK_REVISIONS)}, got {task_revision!r}")
         self.task_revision = task_revision
+        self.deal_rule = LEVEL_DEALS[self.level]
+        """How the env deals this level's values (:func:`deal`)."""
+        self.staged = self.deal_rule == "last_to_answerer"
+        """Whether the answerer's teammates compute a first stage (:func:`stage_expression`) and
+        pass its value: the answerer holds only the last term."""
 
     def draw(self, rng: random.Random):
         expression, values = _GENERATORS[self.level](rng)

@@ -11,9 +11,12 @@ Teams (``TEAMS[env_id][name]``, each a policy for any agent of the env's default
 
 ``marft/Relay-v0``
     ``oracle``: holders state their values ("A = 7"); the answerer reads every "X = n" it sees
-    and computes the expression. ``mute``: holders say nothing useful; the answerer computes
-    with the values it sees and guesses each missing one (uniform 2..99): what an answerer
-    alone can do. ``random``: every agent answers a random integer in 0..100.
+    and computes the expression. On level 4 (``two_stage``, e.g. with the profile
+    ``relay_reduce``) the reducer boxes the first stage (``\boxed{19}`` for A + B) and the
+    answerer puts the number it reads from its teammate in place of ``(A + B)`` and adds its C.
+    ``mute``: holders (and the reducer) say nothing useful; the answerer computes with the values
+    it sees and guesses each missing one (uniform 2..99): what an answerer alone can do.
+    ``random``: every agent answers a random integer in 0..100.
 
 ``marft/SolveCheck-v0``
     ``oracle``: the solver computes the answer, the checker recomputes it and says CORRECT, or
@@ -29,6 +32,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from marft_envs.envs.relay import NO_NUMBER, heard_number
 from marft_envs.tasks.arithmetic import _eval_fraction, format_answer
 from marft_envs.tasks.math_grading import extract_boxed
 
@@ -37,6 +41,12 @@ Policy = Callable[[str, str, random.Random], str]
 
 _ASSIGNMENT = re.compile(r"\b([A-Z]) = (-?\d+)\b")
 _COMPUTE = re.compile(r"(?:Compute|What is) ([-+*/() \dA-Z]+?)[.?]")
+_STAGE = re.compile(r"[Cc]ompute ([-+ A-Z]+?) and put it in \\boxed")
+"""A Relay reducer's task (level 4): the first stage it must compute."""
+_HEARD = re.compile(r" wrote:\n(.*)")
+"""A teammate's message as the observer reads it (its first line)."""
+_STAGE_IN_QUESTION = re.compile(r"\([-+ A-Z]+\)")
+"""The first stage in a Relay answerer's level-4 question ("What is (A + B) + 5?")."""
 GUESS_RANGE = (2, 99)
 """Where the ``mute`` answerer guesses a value it does not see."""
 
@@ -50,6 +60,12 @@ def _expression(observation: str) -> str | None:
 def _relay_answer(observation: str, rng: random.Random, guess_missing: bool) -> str:
     expression = _expression(observation)
     seen = {name: int(value) for name, value in _ASSIGNMENT.findall(observation)}
+    stage = _STAGE_IN_QUESTION.search(expression or "")
+    heard = [heard_number(message) for message in _HEARD.findall(observation)]
+    unseen = stage and any(n not in seen for n in re.findall(r"\b[A-Z]\b", stage.group()))
+    if unseen and heard and heard[-1] != NO_NUMBER:
+        # Level 4 without the first stage's values: the teammate's number stands for "(A + B)".
+        expression = expression.replace(stage.group(), heard[-1], 1)
     names = re.findall(r"\b[A-Z]\b", expression or "")
     if expression is None or (not guess_missing and any(n not in seen for n in names)):
         return "I do not know all the values."
@@ -59,6 +75,11 @@ def _relay_answer(observation: str, rng: random.Random, guess_missing: bool) -> 
 
 
 def relay_oracle(agent: str, observation: str, rng: random.Random) -> str:
+    stage = _STAGE.search(observation)
+    if stage is not None:  # a reducer (level 4): pass the first stage's value
+        seen = {name: int(value) for name, value in _ASSIGNMENT.findall(observation)}
+        value = _eval_fraction(re.sub(r"\b[A-Z]\b", lambda m: str(seen[m.group()]), stage.group(1)))
+        return f"\\boxed{{{format_answer(value)}}}"
     if _expression(observation) is None:  # a holder: pass every value on
         return ", ".join(f"{n} = {v}" for n, v in _ASSIGNMENT.findall(observation))
     return _relay_answer(observation, rng, guess_missing=False)

@@ -121,7 +121,7 @@ def test_deal_leaves_every_agent_of_a_team_missing_a_value():
 
 @pytest.mark.parametrize("level", sorted(LEVELS))
 def test_relay_observations_are_partial(level):
-    env = marft_envs.make("marft/Relay-v0", level=level)
+    env = marft_envs.make("marft/Relay-v0", level=level, channel="text")  # the raw message, on every level
     env.reset(seed=level)
     task = env.unwrapped.task
     values, expression = task.metadata["values"], task.metadata["expression"]
