@@ -278,6 +278,13 @@ class TrainConfig:
     for learners that use values (``value_mode``); ``null`` is accepted only by those that do not."""
     shared_adapter: bool = False
     """One policy adapter for all agents instead of one per agent."""
+    init_adapters: str | None = None
+    """Start from another run's adapters and value heads instead of fresh ones: a checkpoint folder
+    (with ``adapters.pt``), an ``adapters.pt`` file, or a run folder (its latest checkpoint).
+    Optimizer states, counters and the task stream start fresh, so a run can continue training
+    on another task or level (a curriculum). The adapters must match this config's (same agents,
+    ``shared_adapter``, LoRA rank and targets, critic); ``--resume`` loads the run's own checkpoint
+    over them."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Generation settings for rollouts (their temperature is also used in the loss)."""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)

@@ -198,6 +198,8 @@ class Trainer:
                         "latter", horizon)
         model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model)
         self.policy = build_policy(cfg, model, tokenizer, self.agent_ids)
+        if cfg.init_adapters is not None:
+            self._init_adapters(cfg.init_adapters)
         self.learner = make_learner(cfg.algorithm, self.policy, cfg, self.agent_ids)
         group_size = self.learner.group_size
         if group_size < 1 or cfg.schedule.episodes_per_update % group_size:
@@ -272,6 +274,22 @@ class Trainer:
         """
         on_disk = load_best_meta(self.output_dir)
         return None if on_disk is None else {key: on_disk[key] for key in ("update", "accuracy", "stderr")}
+
+    def _init_adapters(self, source: str) -> None:
+        """Load ``init_adapters`` (:attr:`TrainConfig.init_adapters`) into the fresh policy."""
+        from marft_agents.checkpoint import load_adapters
+
+        try:
+            state = load_adapters(source)
+        except FileNotFoundError as err:
+            raise ConfigError(f"init_adapters: {err}; expected a checkpoint folder (with adapters.pt), an "
+                              "adapters.pt file or a run folder with checkpoints") from None
+        try:
+            self.policy.load_adapter_state_dict(state)
+        except (KeyError, ValueError, RuntimeError) as err:
+            raise ConfigError(f"init_adapters: {source} does not fit this config's adapters "
+                              f"({', '.join(self.policy.adapter_names)}): {str(err).splitlines()[0]}") from None
+        log.info("started from the adapters of %s", source)
 
     def _warn_config_changes(self, saved: dict[str, Any] | None) -> None:
         if not saved:

@@ -279,3 +279,35 @@ def test_a_resume_uses_the_configured_learning_rates_and_keeps_the_moments(tmp_p
     assert rates and all(r == [3e-3] for r in rates.values()), rates
     moments = [s for opt in trainer.learner.optimizers.values() for s in opt.state.values()]
     assert moments and all(float(s["exp_avg"].abs().sum()) > 0 for s in moments)  # loaded (a fresh one has none)
+
+
+def test_init_adapters_starts_a_fresh_run_from_another_runs_adapters(tmp_path):
+    """``init_adapters``: the new run's policy (and value head) starts as the source run's last
+    checkpoint, with a fresh optimizer and counters; a missing source or one that does not fit
+    this config is one ConfigError line before training."""
+    from agent_helpers import small_config, tiny_on_device
+    from marft_agents.checkpoint import load_adapters
+    from marft_agents.config import ConfigError
+    from marft_agents.trainer import iter_train, prepare_trainer
+
+    def model():
+        return tiny_on_device(seed=0, hidden_size=32, num_layers=1)
+
+    source = iter_train(small_config(tmp_path / "a"), model_and_tokenizer=model())
+    next(source)  # one update, checkpointed
+    source.close()
+    saved = load_adapters(tmp_path / "a" / "run")
+    fresh = prepare_trainer(small_config(tmp_path / "b"), model_and_tokenizer=model()).policy.adapter_state_dict()
+    assert any(not torch.equal(saved[k], fresh[k]) for k in saved)  # the update moved something
+    trainer = prepare_trainer(small_config(tmp_path / "c", init_adapters=str(tmp_path / "a" / "run")),
+                              model_and_tokenizer=model())
+    started = trainer.policy.adapter_state_dict()
+    assert saved.keys() == started.keys() and all(torch.equal(saved[k], started[k].cpu()) for k in saved)
+    assert all(not opt.state for opt in trainer.learner.optimizers.values())
+    assert trainer.counters["update"] == 0
+    with pytest.raises(ConfigError, match="init_adapters: .*expected a checkpoint folder"):
+        prepare_trainer(small_config(tmp_path / "d", init_adapters=str(tmp_path / "nowhere")),
+                        model_and_tokenizer=model())
+    with pytest.raises(ConfigError, match="does not fit this config's adapters"):
+        prepare_trainer(small_config(tmp_path / "e", init_adapters=str(tmp_path / "a" / "run"), **{"lora.r": 4}),
+                        model_and_tokenizer=model())
