@@ -23,8 +23,10 @@ evaluates it; its drop from the source's accuracy measures what was taken away. 
 ``combined``
     Did *joint* training matter? ``adapters`` maps agents to other training cells: those agents
     take the adapter trained in that cell (same seed), the rest the source's. With cells that
-    each trained one role alone against a frozen partner (``ppo.train_agents: [<agent>]``), the
-    team of separately trained roles is compared with the jointly trained one.
+    each trained one role alone against a frozen partner (``ppo.train_agents: [<agent>]``) or a
+    scripted one (``scripted_seats``), the team of separately trained roles is compared with the
+    jointly trained one. The team plays without the source's scripted seats: every seat is a
+    model.
 
 ``swapped``, ``base_seat`` and ``combined`` need one adapter per agent (a shared one cannot change for one seat).
 :func:`swap_agent_adapters`, :func:`zero_seat_adapter` and :func:`combine_adapters` rewrite an
@@ -182,6 +184,10 @@ class Ablation:
     source's (the original ``swapped`` layout)."""
     per_agent_adapters: ClassVar[bool] = False
     """Whether the kind changes one agent's adapter, so its source needs one adapter per agent."""
+    plays_every_seat: ClassVar[bool] = False
+    """Whether the changed team is played without the source's ``scripted_seats``: the kind
+    assembles a whole team from roles trained apart (a role trained against a scripted partner
+    then plays with its real teammate)."""
     source_accuracy_key: ClassVar[str] = "source_accuracy"
     """Key of the record's ``grid`` section that holds the source run's final accuracy (the
     unchanged team's), for reading off the drop."""
@@ -264,6 +270,7 @@ class FixedMessage(Ablation):
 class Combined(Ablation):
     name = "combined"
     per_agent_adapters = True
+    plays_every_seat = True
     options_class = CombinedOptions
 
     def other_cells(self) -> list[str]:

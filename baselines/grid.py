@@ -59,6 +59,7 @@ shard (it needs that run's adapters; a ``combined`` run waits for its other sour
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -471,11 +472,13 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     import marft_agents.models as models
     from marft_agents.checkpoint import latest_checkpoint, load_adapters
     from marft_agents.evaluation import evaluate
-    from marft_agents.trainer import build_policy
+    from marft_agents.trainer import build_policy, scripted_seats
 
     commit = git_commit()
     started = time.perf_counter()
     cfg = run_config(spec, run)
+    if run.kind in ABLATIONS and ABLATIONS[run.kind].plays_every_seat:
+        cfg = dataclasses.replace(cfg, scripted_seats={})
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
     agent_ids = env_agents(cfg)
     model, tokenizer = models.load_model_and_tokenizer(cfg.model)
@@ -504,7 +507,8 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
             meta["checkpoints"] = checkpoints
     e = cfg.eval
     result = evaluate(policy, cfg.env.id, env_kwargs, n_problems=e.n_problems, greedy=e.greedy, seed=e.seed,
-                      sampling=cfg.sampling, num_envs=e.num_envs, samples_per_problem=e.samples_per_problem)
+                      sampling=cfg.sampling, num_envs=e.num_envs, samples_per_problem=e.samples_per_problem,
+                      scripted=scripted_seats(cfg, agent_ids))
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     transcripts = out / f"{run.kind}_transcripts.jsonl"  # who said what, for explaining effects

@@ -25,48 +25,27 @@ table.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import re
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 # Heavy imports (torch via marft_agents.evaluation, the env registry) happen inside the functions:
 # ``marft_agents.cli`` imports this module to build its parser, and ``marft --help`` stays fast.
 
-SCRIPTED_PREFIX = "scripted:"
+from marft_agents.scripted import SCRIPTED_PREFIX, ScriptedPolicy, ScriptedPolicyError, load_scripted, load_seats
 
 
 class BenchError(ValueError):
     """Bad ``marft bench`` input (policy spec, env id, env keywords); the message says how to fix it."""
-
-ScriptedPolicy = Callable[[str, dict[str, Any], dict[str, Any]], str]
-"""``fn(agent_id, observation, info) -> utterance``."""
 
 
 def _envs() -> Any:
     import marft_envs
 
     return marft_envs
-
-
-def load_scripted(spec: str) -> ScriptedPolicy:
-    """Import the function named by ``scripted:module:function``."""
-    target = spec[len(SCRIPTED_PREFIX):] if spec.startswith(SCRIPTED_PREFIX) else spec
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise BenchError(f"scripted policy {spec!r} must look like 'scripted:module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise BenchError(f"scripted policy {spec!r}: cannot import {module_name!r} ({err})") from err
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise BenchError(f"scripted policy {spec!r}: {module_name!r} has no function {attr!r}")
-    return fn
 
 
 def bench_env_kwargs(env_id: str, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -154,7 +133,8 @@ def evaluate_config(cfg: Any, env_id: str, env_kwargs: dict[str, Any], n_problem
     if checkpoint is not None:
         policy.load_adapter_state_dict(load_adapters(checkpoint))
     return evaluate(policy, env_id, env_kwargs, n_problems=n_problems, greedy=cfg.eval.greedy, seed=seed,
-                    sampling=cfg.sampling, num_envs=cfg.eval.num_envs)
+                    sampling=cfg.sampling, num_envs=cfg.eval.num_envs,
+                    scripted=load_seats(cfg.scripted_seats, agent_ids))  # ScriptedPolicyError: one line
 
 
 def _updates_of(checkpoint: Path | None) -> int | None:
@@ -257,7 +237,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise BenchError(f"--env-kwargs must be a YAML mapping such as '{{split: test}}', got {args.env_kwargs!r}")
         path = run_bench(args.policy, args.env, env_kwargs, args.n, args.seed, args.name, args.records,
                          args.checkpoint, overrides)
-    except BenchError as err:
+    except (BenchError, ScriptedPolicyError) as err:
         print(f"marft bench: error: {err}", file=sys.stderr)
         return 2
     after = json.loads(path.read_text())["eval_after"]

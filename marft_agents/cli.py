@@ -127,7 +127,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from marft_agents.evaluation import evaluate
     from marft_agents.models import load_model_and_tokenizer
     from marft_agents.protocol import describe, eval_dict
-    from marft_agents.trainer import build_policy
+    from marft_agents.trainer import build_policy, scripted_seats
 
     cfg, agent_ids = _load(args)
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
@@ -147,7 +147,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                           greedy=greedy, seed=cfg.eval.seed if args.seed is None else args.seed,
                           samples_per_problem=1 if greedy else cfg.eval.samples_per_problem,
                           sampling=cfg.sampling, num_envs=cfg.eval.num_envs,
-                          progress=None if args.quiet else f"{name} eval")
+                          progress=None if args.quiet else f"{name} eval",
+                          scripted=scripted_seats(cfg, agent_ids))
         report[name] = eval_dict(result)
         if args.transcripts:
             path = Path(args.transcripts)

@@ -285,6 +285,13 @@ class TrainConfig:
     on another task or level (a curriculum). The adapters must match this config's (same agents,
     ``shared_adapter``, LoRA rank and targets, critic); ``--resume`` loads the run's own checkpoint
     over them."""
+    scripted_seats: dict[str, str] = field(default_factory=dict)
+    """Agents played by a scripted policy instead of the model: agent id -> ``"module:function"``
+    (``function(agent, observation, info) -> str``, as ``marft bench --policy scripted:...``).
+    A scripted seat's utterances are not sampled and never trained on (``ppo.train_agents``
+    defaults to the other agents), in training and in every evaluation of the run: a role
+    trained alone against a scripted partner (e.g. the Relay oracle,
+    ``marft_envs.tasks.scripted_teams:relay_oracle_seat``)."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Generation settings for rollouts (their temperature is also used in the loss)."""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
@@ -299,6 +306,18 @@ class TrainConfig:
     """Seeds python, numpy, torch and the task order."""
     output_dir: str = "runs/default"
     """Where checkpoints (and the lead's logs) go."""
+
+    def _check_scripted_seats(self) -> None:
+        seats, chosen = self.scripted_seats, self.ppo.train_agents
+        if not isinstance(seats, dict) or not all(isinstance(k, str) and isinstance(v, str) and ":" in v
+                                                  for k, v in seats.items()):
+            raise ConfigError(f"scripted_seats must map agent ids to 'module:function' strings, got {seats!r}")
+        if seats and self.shared_adapter:
+            raise ConfigError("scripted_seats needs one adapter per agent (the seats not scripted train); set "
+                              "shared_adapter: false")
+        if chosen is not None and set(chosen) & set(seats):
+            raise ConfigError(f"ppo.train_agents names scripted seats {sorted(set(chosen) & set(seats))}: a "
+                              "scripted seat's utterances are not sampled and cannot be trained on")
 
     def validate(self) -> TrainConfig:
         """Cross-field checks; returns self."""
@@ -343,6 +362,7 @@ class TrainConfig:
         if p.train_agents is not None and self.shared_adapter:
             raise ConfigError("ppo.train_agents needs one adapter per agent (with one shared adapter the others "
                               "would change too); set shared_adapter: false or train_agents: null")
+        self._check_scripted_seats()
         if self.eval.samples_per_problem < 1 or (self.eval.samples_per_problem > 1 and self.eval.greedy):
             raise ConfigError(f"eval.samples_per_problem must be >= 1, and > 1 only with eval.greedy: false "
                               f"(greedy decoding plays the same answer each time), got "

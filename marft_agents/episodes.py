@@ -69,6 +69,10 @@ class Decision:
     learner's value loss scores exactly these ids (with the response appended at token level)."""
     critic_prefix_len: int = 0
     """Shared-prefix length of ``critic_prompt_ids`` (the critic's system turn, or 0)."""
+    scripted: bool = False
+    """Played by a scripted policy (``scripted_seats``): ``text`` was not sampled, ``logprobs``
+    are 0, it counts in no token budget and no learner trains on it (the critic still values
+    it: it is part of the team's episode)."""
 
 
 @dataclass
@@ -110,7 +114,8 @@ class Rollout:
 
     @property
     def num_tokens(self) -> int:
-        return sum(len(d.response_ids) for d in self.decisions)
+        """Sampled response tokens (scripted seats' utterances are not sampled)."""
+        return sum(len(d.response_ids) for d in self.decisions if not d.scripted)
 
 
 def rollout_metrics(rollout: Rollout, agent_ids: Sequence[str]) -> dict[str, float]:

@@ -185,6 +185,7 @@ def evaluate(
     progress: str | None = None,
     world: Any = None,
     samples_per_problem: int = 1,
+    scripted: dict[str, Any] | None = None,
 ) -> EvalResult:
     """Play ``n_problems`` fixed problems of ``env_id`` with ``policy`` and score them.
 
@@ -201,6 +202,8 @@ def evaluate(
             decoding they equal one process's; sampled decoding draws per-rank samples.
         samples_per_problem: plays of each problem (k); k > 1 needs sampling (``greedy`` False)
             and adds avg@k and pass@k to the result (see the module docstring).
+        scripted: seats played by scripted policies (agent id -> ``fn(agent, observation, info)``;
+            the run's ``scripted_seats``, see ``marft_agents.rollout``).
     """
     import torch
 
@@ -237,7 +240,8 @@ def evaluate(
             for j in range(k if mine else 0):
                 torch.manual_seed(sample_seed(seed, j))
                 plans = [(_reset_seed(seed, i, j), {"task_index": i}) for i in mine]
-                collector = RolloutCollector(envs[: len(plans)], policy, sampling, values=None, seed=seed)
+                collector = RolloutCollector(envs[: len(plans)], policy, sampling, values=None, seed=seed,
+                                             scripted=scripted)
                 rollout = collector.collect(len(plans), plans)
                 if j == 0:
                     per_task = [

@@ -9,6 +9,10 @@ adapters together: ``RolloutEngine.mixes_adapters``). Dead agents (terminated/tr
 stepped with ``None`` until the env has no agents left; then the env starts its next planned
 episode, if any.
 
+A scripted seat (``scripted``: agent id -> ``fn(agent, observation, info) -> str``, the run's
+``scripted_seats``) is answered by its function instead of the model; its decision is recorded
+like any other (the critic values it, its rewards count) and marked ``scripted``.
+
 Every agent decision becomes a :class:`Decision`: who acted, on what prompt (token ids of the
 tokenizer's chat template applied to the role's system prompt and the observation text), what it
 said (response ids, text, sampling-time log-probs), what the critic read (``critic_prompt_ids``:
@@ -38,7 +42,7 @@ episode is its own group and the task order is exactly the ungrouped one.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,10 +78,12 @@ class RolloutCollector:
         seed: seeds the task order.
         group_size: episodes per task group (see the module docstring); ``collect`` then needs a
             multiple of it.
+        scripted: agent id -> scripted policy ``fn(agent, observation, info) -> str`` for the
+            seats the model does not play (see the module docstring).
     """
 
     def __init__(self, envs: Sequence[Any], policy: Any, sampling: Any, values: str | None = "state", seed: int = 0,
-                 group_size: int = 1):
+                 group_size: int = 1, scripted: Mapping[str, Callable[..., str]] | None = None):
         if not envs:
             raise ValueError("RolloutCollector needs at least one env instance")
         if not isinstance(group_size, int) or group_size < 1:
@@ -88,6 +94,10 @@ class RolloutCollector:
         self.slots = [_Slot(env, i) for i, env in enumerate(envs)]
         self.policy, self.sampling, self.values, self.seed = policy, sampling, values, seed
         self.agent_ids = list(envs[0].possible_agents)
+        self.scripted = dict(scripted or {})
+        if set(self.scripted) - set(self.agent_ids):
+            raise ValueError(f"scripted seats {sorted(set(self.scripted) - set(self.agent_ids))} are not agents of "
+                             f"the env; its agents: {', '.join(self.agent_ids)}")
         tasks = getattr(getattr(envs[0], "unwrapped", envs[0]), "tasks", None)
         self.num_tasks = len(tasks) if tasks is not None else None
         self.episodes_started = 0
@@ -207,9 +217,12 @@ class RolloutCollector:
         # call for the whole tick when the engine batches several adapters together (vLLM).
         by_adapter: dict[str, list[int]] = defaultdict(list)
         mixed = engine_class(self.sampling.engine).mixes_adapters
-        for k, (_slot, agent, _obs, _info) in enumerate(turns):
-            by_adapter["" if mixed else self.policy.adapter_for(agent)].append(k)
         generations: list[Any] = [None] * len(turns)
+        for k, (_slot, agent, obs, info) in enumerate(turns):
+            if agent in self.scripted:
+                generations[k] = self._scripted_turn(agent, obs, info, prompts[k], prefix_lens[k])
+            else:
+                by_adapter["" if mixed else self.policy.adapter_for(agent)].append(k)
         for adapter in sorted(by_adapter):
             idx = by_adapter[adapter]
             outs = self.policy.generate([GenRequest(turns[k][1], prompts[k], prefix_lens[k]) for k in idx],
@@ -225,11 +238,22 @@ class RolloutCollector:
                 observation=obs["text"], prompt_ids=prompts[k], response_ids=list(gen.response_ids), text=gen.text,
                 logprobs=[float(x) for x in gen.logprobs],
                 adjacency=(info.get("dependency") or {}).get("adjacency"), task_id=str(info.get("task_id", "")),
-                prefix_len=gen.prefix_len, group=rollout.episodes[slot.episode].group,
+                prefix_len=gen.prefix_len, group=rollout.episodes[slot.episode].group, scripted=agent in self.scripted,
             )
             if critic_inputs is not None:
                 decision.critic_prompt_ids, decision.critic_prefix_len = critic_inputs[k]
             self._step(slot, decision, rollout)
+
+    def _scripted_turn(self, agent: str, obs: dict, info: dict, prompt_ids: list[int], prefix_len: int) -> Any:
+        """A scripted seat's utterance as a :class:`Generation` (its tokens, log-probs 0: nothing
+        was sampled)."""
+        from marft_agents.engine import Generation
+
+        text = self.scripted[agent](agent, obs, info)
+        if not isinstance(text, str):
+            raise TypeError(f"the scripted policy of seat {agent!r} returned {type(text).__name__}, expected str")
+        ids = list(self.policy.encode_text(text))
+        return Generation(agent, list(prompt_ids), ids, text, [0.0] * len(ids), finished=True, prefix_len=prefix_len)
 
     def _critic_inputs(self, turns: list, prompts: list[list[int]], generations: list[Any]
                        ) -> list[tuple[list[int], int]] | None:

@@ -94,6 +94,16 @@ class TrainResult:
     """``"SIGINT"`` / ``"SIGTERM"`` when a signal stopped the run early (after a checkpoint)."""
 
 
+def scripted_seats(cfg: TrainConfig, agent_ids: Sequence[str]) -> dict[str, Any]:
+    """The config's ``scripted_seats`` as functions (``ConfigError`` naming the bad entry)."""
+    from marft_agents.scripted import ScriptedPolicyError, load_seats
+
+    try:
+        return load_seats(dict(cfg.scripted_seats), list(agent_ids))
+    except ScriptedPolicyError as err:
+        raise ConfigError(str(err)) from None
+
+
 def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequence[str]) -> Any:
     """The run's ``MultiAgentPolicy``: with a critic only if the learner uses values (training
     and ``marft eval`` build the same adapters, so checkpoints load strictly)."""
@@ -198,6 +208,7 @@ class Trainer:
                         "latter", horizon)
         model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model)
         self.policy = build_policy(cfg, model, tokenizer, self.agent_ids)
+        self.scripted = scripted_seats(cfg, self.agent_ids)
         if cfg.init_adapters is not None:
             self._init_adapters(cfg.init_adapters)
         self.learner = make_learner(cfg.algorithm, self.policy, cfg, self.agent_ids)
@@ -208,7 +219,7 @@ class Trainer:
                 f"the learner's group_size ({group_size}, algorithm {cfg.algorithm!r}): each update "
                 "collects whole groups of episodes of one task")
         self.collector = RolloutCollector(self.envs, self.policy, cfg.sampling, values=self.learner.value_mode,
-                                          seed=cfg.seed, group_size=group_size)
+                                          seed=cfg.seed, group_size=group_size, scripted=self.scripted)
         # train_seconds: rollout + update time so far (evaluation excluded), for time budgets.
         self.counters = {"update": 0, "episodes": 0, "decisions": 0, "tokens": 0, "train_seconds": 0.0}
         self.output_dir = Path(cfg.output_dir)
@@ -312,7 +323,7 @@ class Trainer:
                         samples_per_problem=e.samples_per_problem,
                         sampling=self.cfg.sampling, num_envs=e.num_envs,
                         progress=progress if self.world.is_main else None,
-                        world=self.world if self.world.world_size > 1 else None)
+                        world=self.world if self.world.world_size > 1 else None, scripted=self.scripted)
         self.keep_outcomes(result)
         return result
 

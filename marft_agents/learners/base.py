@@ -199,14 +199,16 @@ class BaseLearner(LogprobTargets):
 
     # -- schedule ------------------------------------------------------------------------------
     def trainable_agents(self, update: int) -> list[str]:
-        """Agents whose adapters train at ``update`` (0-based): ``ppo.train_agents`` (all when
-        unset), in profile order; with ``agent_iteration_interval = k > 0`` one of them at a time,
-        each for ``k`` updates, rotating."""
+        """Agents whose adapters train at ``update`` (0-based): ``ppo.train_agents`` (when unset,
+        all but the ``scripted_seats``, whose utterances were not sampled), in profile order; with
+        ``agent_iteration_interval = k > 0`` one of them at a time, each for ``k`` updates,
+        rotating."""
         chosen = self.ppo.train_agents
         if chosen is not None and set(chosen) - set(self.agent_ids):
             raise ValueError(f"ppo.train_agents names {sorted(set(chosen) - set(self.agent_ids))}, not agents of "
                              f"this env; its agents: {', '.join(self.agent_ids)}")
-        pool = [a for a in self.agent_ids if chosen is None or a in chosen]
+        scripted = getattr(self.cfg, "scripted_seats", None) or {}
+        pool = [a for a in self.agent_ids if (chosen is None or a in chosen) and a not in scripted]
         k = self.ppo.agent_iteration_interval
         if k <= 0:
             return pool

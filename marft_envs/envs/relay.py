@@ -52,7 +52,9 @@ Rewards
     ["holds"]`` lists the variables the agent holds. On level 4 a team's reducer also has
     ``infos[reducer]["stage_correct"]``: whether the number its last utterance passes
     (:func:`heard_number`, whatever the channel) equals the first stage's value (A + B); ``None``
-    before it has spoken. Averaged over episodes it is the first stage's accuracy.
+    before it has spoken. Averaged over episodes it is the first stage's accuracy. Its per-agent
+    reward (``infos[reducer]["agent_reward"]``, once the round is graded) is that stage: 1.0
+    when right, else 0.0 (the answerer's stays the format reward).
 
 Keyword arguments
     ``level`` (1-4 or a level name; default 1), ``split`` ("train" | "test"; default "train"),
@@ -84,7 +86,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from marft_envs.core.task import Task
+from marft_envs.core.task import RoundOutcome, Task
 from marft_envs.core.template import ObservationTemplate
 from marft_envs.envs._answer_env import FinalAnswerEnv
 from marft_envs.tasks.math_grading import extract_boxed
@@ -248,6 +250,18 @@ class RelayEnv(FinalAnswerEnv):
             return self.round_outputs[agent]
         said = [record.outputs[agent] for record in self.history if agent in record.outputs]
         return said[-1] if said else None
+
+    def grade_round(self, task: Task, outputs: dict[str, str], round_index: int) -> RoundOutcome:
+        """The answerer's final answer, graded as Arithmetic; on level 4 the reducer's per-agent
+        reward is its own stage: 1.0 when the number it passed is A + B (what per-agent credit
+        and GRPO's ``agent`` grouping with ``agent_rewards`` read; the team reward is unchanged)."""
+        outcome = super().grade_round(task, outputs, round_index)
+        if self.staged and not self.sees_everything():
+            stage = str(self.stage_value(task))
+            for agent, said in outputs.items():
+                if agent != self.answerer:
+                    outcome.agent_rewards[agent] = 1.0 if heard_number(said) == stage else 0.0
+        return outcome
 
     def extra_info(self, agent: str) -> dict[str, Any]:
         info: dict[str, Any] = {"holds": list(self.hands(self.task)[agent])}

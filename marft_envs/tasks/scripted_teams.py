@@ -23,6 +23,10 @@ Teams (``TEAMS[env_id][name]``, each a policy for any agent of the env's default
     WRONG with the right answer. ``noisy+oracle_checker``: a solver that is off by 1-3 half the
     time, with the oracle checker. ``noisy+rubber_stamp``: the same solver, a checker that
     always says CORRECT. ``random``: random integers and random verdicts.
+
+The oracles also exist as scripted seats (:func:`relay_oracle_seat`,
+:func:`solve_check_oracle_seat`): one agent of a training run played by the oracle
+(``scripted_seats``), so the other role trains alone against a partner that never errs.
 """
 
 from __future__ import annotations
@@ -140,6 +144,28 @@ def solve_check_random(agent: str, observation: str, rng: random.Random) -> str:
     if _is_checker(observation):
         return rng.choice(["CORRECT", "WRONG"])
     return random_number(agent, observation, rng)
+
+
+# -- as scripted seats ------------------------------------------------------------------------------
+def _seat(policy: Policy, observation: dict, info: dict, agent: str) -> str:
+    """``policy`` with the seat signature of ``scripted_seats`` and ``marft bench``
+    (``fn(agent, observation, info)``), its rng seeded by the task and the round so a seat plays
+    the same on the same input."""
+    rng = random.Random(f"seat/{agent}/{info.get('task_id', '')}/{info.get('round', 0)}")
+    return policy(agent, observation["text"], rng)
+
+
+def relay_oracle_seat(agent: str, observation: dict, info: dict) -> str:
+    """The Relay oracle as a scripted seat (``scripted_seats: {answerer_0: "marft_envs.tasks.
+    scripted_teams:relay_oracle_seat"}``): a partner that never errs, so a role trained against it
+    is measured alone (level 4: a reducer's team reward is then its first stage's accuracy, an
+    answerer's its second stage's)."""
+    return _seat(relay_oracle, observation, info, agent)
+
+
+def solve_check_oracle_seat(agent: str, observation: dict, info: dict) -> str:
+    """The SolveCheck oracle (solver or checker) as a scripted seat."""
+    return _seat(solve_check_oracle, observation, info, agent)
 
 
 TEAMS: dict[str, dict[str, Policy]] = {

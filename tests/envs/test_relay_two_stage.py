@@ -402,3 +402,18 @@ def test_levels_1_to_3_observations_are_unchanged(level, index):
     solo = marft_envs.make(RELAY, level=level, split="test", profile="solo")
     solo.reset(seed=0, options={"task_index": index})
     assert solo.observe("actor_0")["text"] == solo_text
+
+
+@pytest.mark.parametrize(("reducer_says", "answer", "stage_reward", "team_reward"), [
+    (r"A + B = \boxed{19}", r"\boxed{24}", 1.0, 1.0),
+    (r"A + B = \boxed{19}", r"\boxed{23}", 1.0, 0.0),   # right stage, wrong second stage
+    (r"\boxed{18}", r"\boxed{24}", 0.0, 1.0),           # the answerer fixed it: the team is paid, not the stage
+    ("A = 7, B = 12", r"\boxed{24}", 0.0, 1.0),
+])
+def test_reducer_is_paid_its_own_stage(reducer_says, answer, stage_reward, team_reward):
+    env = _env(horizon=1)
+    env.step(reducer_says)
+    env.step(answer)
+    assert env.rewards["reducer_0"] == env.rewards["answerer_0"] == team_reward
+    assert env.infos["reducer_0"]["agent_reward"] == stage_reward
+    assert env.infos["answerer_0"]["agent_reward"] == 1.0  # the answerer's format reward (boxed)
