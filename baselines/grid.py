@@ -349,7 +349,13 @@ def plan(spec: GridSpec) -> list[GridRun]:
                 overrides.update(budget_overrides(spec, run_config(spec, run), cell.name))
             cfg = run_config(spec, run)  # fail before any training when a cell's overrides are invalid
             if cell.evaluate in ABLATIONS and seed == seeds[0]:  # e.g. a seat that is no agent of the env
-                cell_ablation(cell).check_team(env_agents(cfg), cfg.shared_adapter, f"cell {cell.name!r}: ablation")
+                ablation = cell_ablation(cell)
+                ablation.check_team(env_agents(cfg), cfg.shared_adapter, f"cell {cell.name!r}: ablation")
+                uncovered = sorted(set(cfg.scripted_seats) - set(getattr(ablation.options, "adapters", {})))
+                if ablation.plays_every_seat and uncovered:
+                    raise ConfigError(f"cell {cell.name!r}: its source {cell.source!r} plays {uncovered} with a script, "
+                                      "which this team plays with a model: name the cell that trained that seat in "
+                                      f"ablation.adapters (e.g. {{{uncovered[0]}: <cell>}})")
             same = identities.setdefault(run_identity(run, cfg), run)
             if same is not run:
                 raise ConfigError(f"cells {same.cell.name!r} and {cell.name!r} would make the same run for seed {seed} "

@@ -70,8 +70,15 @@ def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None):
     from marft_agents.config import load_config
     from marft_agents.env_check import check_env_config
 
+    from marft_agents.scripted import ScriptedPolicyError, load_seats
+
     cfg = load_config(args.config, {**parse_overrides(args.set), **(extra or {})})
-    return cfg, check_env_config(cfg)
+    agent_ids = check_env_config(cfg)
+    try:  # a bad seat or function path: one line, before the model loads
+        load_seats(dict(cfg.scripted_seats), agent_ids)
+    except ScriptedPolicyError as err:
+        raise ConfigError(str(err)) from None
+    return cfg, agent_ids
 
 
 def cmd_train(args: argparse.Namespace) -> int:

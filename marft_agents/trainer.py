@@ -133,12 +133,15 @@ def eval_setting_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> l
     """``"key: old -> new"`` for every setting of the evaluation that differs between the config
     a run was saved with (``saved``, plain data) and ``now``; empty when none (or nothing saved).
 
-    Compared: the :data:`EVAL_SET_FIELDS` of ``eval``, the env id and the keywords the evaluation
+    Compared: the :data:`EVAL_SET_FIELDS` of ``eval``, the env id, the keywords the evaluation
     env gets (``env.kwargs`` overlaid with ``eval.env_kwargs``; each change is named by the
-    section it comes from). A field the saved config lacks (an older version) is not compared.
+    section it comes from) and ``scripted_seats`` (who plays a seat; a config without it had
+    none). Another field the saved config lacks (an older version) is not compared.
     """
     if not saved:
         return []
+    seats_before, seats_now = saved.get("scripted_seats") or {}, now.get("scripted_seats") or {}
+    seat_changes = [f"scripted_seats: {seats_before!r} -> {seats_now!r}"] if seats_before != seats_now else []
     old_eval, new_eval = saved.get("eval") or {}, now.get("eval") or {}
     old_env, new_env = saved.get("env") or {}, now.get("env") or {}
     changes = [f"eval.{key}: {old_eval[key]!r} -> {new_eval.get(key)!r}" for key in EVAL_SET_FIELDS
@@ -156,7 +159,7 @@ def eval_setting_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> l
                 section = "eval.env_kwargs" if in_eval else "env.kwargs"
                 changes.append(f"{section}.{key}: {before if before is missing else repr(before)} -> "
                                f"{after if after is missing else repr(after)}")
-    return changes
+    return changes + seat_changes
 
 
 def check_eval_setting_unchanged(saved: dict[str, Any] | None, cfg: TrainConfig, where: str | Path) -> None:
@@ -209,9 +212,17 @@ class Trainer:
         model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model)
         self.policy = build_policy(cfg, model, tokenizer, self.agent_ids)
         self.scripted = scripted_seats(cfg, self.agent_ids)
+        if trains and set(self.agent_ids) <= set(self.scripted):
+            raise ConfigError(f"scripted_seats plays every agent ({', '.join(self.agent_ids)}): nothing is left to "
+                              "train; leave at least one seat to the model")
         if cfg.init_adapters is not None:
             self._init_adapters(cfg.init_adapters)
         self.learner = make_learner(cfg.algorithm, self.policy, cfg, self.agent_ids)
+        trained_scripts = sorted(set(self.learner.trainable_agents(0)) & set(self.scripted))
+        if trained_scripts:
+            raise ConfigError(f"learner {cfg.algorithm!r} would train the scripted seats {trained_scripts}, whose "
+                              "utterances were not sampled; its trainable_agents must leave out cfg.scripted_seats "
+                              "(marft_agents/ADDING_A_LEARNER.md)")
         group_size = self.learner.group_size
         if group_size < 1 or cfg.schedule.episodes_per_update % group_size:
             raise ConfigError(

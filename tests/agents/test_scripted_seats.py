@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import marft_envs
 from agent_helpers import small_config, tiny  # noqa: F401 (fixture)
 from marft_agents.config import ConfigError
 
+REPO = Path(__file__).resolve().parents[2]
 REPLY = "abc def"
 SEAT = {"reasoner_0": "test_scripted_seats:fixed_reply"}
 
@@ -100,3 +102,45 @@ def test_relay_oracle_answerer_makes_the_team_reward_the_first_stage():
         outcomes.append((said == stage, env.unwrapped.history[-1].outcome.solved))
     assert all(right == solved for right, solved in outcomes)
     assert 0 < sum(right for right, _ in outcomes) < len(outcomes)
+
+
+def test_every_seat_scripted_is_refused(tmp_path, tiny):
+    from marft_agents.trainer import Trainer
+
+    both = {**SEAT, "actor_0": "test_scripted_seats:fixed_reply"}
+    with pytest.raises(ConfigError, match="plays every agent"):
+        Trainer(small_config(tmp_path, scripted_seats=both), tiny)
+
+
+def test_a_learner_that_would_train_a_scripted_seat_is_refused(tmp_path, tiny, monkeypatch):
+    from marft_agents.learners.base import BaseLearner
+    from marft_agents.trainer import Trainer
+
+    monkeypatch.setattr(BaseLearner, "trainable_agents", lambda self, update: list(self.agent_ids))
+    with pytest.raises(ConfigError, match=r"would train the scripted seats \['reasoner_0'\]"):
+        Trainer(small_config(tmp_path, scripted_seats=SEAT), tiny)
+
+
+def test_resume_refuses_other_scripted_seats():
+    from marft_agents.trainer import eval_setting_changes
+
+    saved = {"eval": {}, "env": {}, "scripted_seats": {}}
+    assert eval_setting_changes(saved, {**saved}) == []
+    assert eval_setting_changes({"eval": {}, "env": {}}, {**saved}) == []  # a config from before the key
+    changed = eval_setting_changes(saved, {**saved, "scripted_seats": SEAT})
+    assert changed == [f"scripted_seats: {{}} -> {SEAT!r}"]
+
+
+def test_a_combined_team_must_replace_every_scripted_seat(tmp_path, monkeypatch):
+    import yaml
+
+    from baselines import grid as grid_mod
+
+    monkeypatch.chdir(REPO)
+    stages = yaml.safe_load((REPO / "baselines/grids/relay_stages.yaml").read_text())
+    separate = next(c for c in stages["cells"] if c["name"] == "separate")
+    separate["ablation"] = {"adapters": {"reducer_0": "answerer_alone"}}  # leaves the scripted answerer_0 out
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(stages))
+    with pytest.raises(ConfigError, match=r"plays \['answerer_0'\] with a script"):
+        grid_mod.plan(grid_mod.load_grid(path))

@@ -33,7 +33,10 @@ class RLOO:
     options_class = RLOOOptions
 
     def __init__(self, policy, cfg, agent_ids):
-        self.policy, self.agent_ids, self.opts = policy, list(agent_ids), cfg.learner
+        # Seats played by a script (cfg.scripted_seats) were not sampled: never train them.
+        scripted = getattr(cfg, "scripted_seats", None) or {}
+        self.policy, self.opts = policy, cfg.learner
+        self.agent_ids = [a for a in agent_ids if a not in scripted]
         self.group_size = self.opts.group_size  # the collector plays each task this many times
         self.temperature = cfg.sampling.temperature
         adapters = sorted({policy.adapter_for(a) for a in self.agent_ids})
@@ -58,8 +61,8 @@ class RLOO:
         self.policy.set_trainable(set(self.agent_ids), critic=False)
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for adapter in sorted({d.adapter for d in rollout.decisions}):
-            rows = [i for i, d in enumerate(rollout.decisions) if d.adapter == adapter]
+        for adapter in sorted({d.adapter for d in rollout.decisions if not d.scripted}):
+            rows = [i for i, d in enumerate(rollout.decisions) if d.adapter == adapter and not d.scripted]
             ds = [rollout.decisions[i] for i in rows]
             stats = self.policy.token_logprobs(adapter, [d.prompt_ids for d in ds], [d.response_ids for d in ds],
                                                self.temperature, prefix_lens=[d.prefix_len for d in ds])
