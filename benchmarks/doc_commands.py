@@ -71,6 +71,8 @@ SKIP_RULES: list[tuple[str, str, bool]] = [
     (r"code/_launcher\.py", "internal: the sandbox host starts it with its config on a pipe", False),
     (r"benchmarks/bench_ddp\.py(?!.*--smoke)", "2 processes x SmolLM2 x several updates of 32 episodes (minutes)",
      True),
+    (r"-m baselines\.grid (?!.*--(dry-run|report-only))", "a whole comparison grid (hours of machine time); "
+     "--dry-run prints its plan", True),
 ]
 
 # Overrides of a training / evaluation run: one short update and a tiny evaluation.
