@@ -12,8 +12,9 @@ profile (``solo``) that agent holds everything: the full-information single-agen
 does every call of a solo profile (``solo_two_calls``: one solver prompted twice, draft then answer).
 
 Agents
-    The profile's roles (default ``relay``: ``holder_0`` -> ``answerer_0``); the team needs a
-    D_t in which the answerer sees the holders (the default chain does).
+    The profile's roles (default ``relay``: ``holder_0`` -> ``answerer_0``; on level 4
+    ``relay_reduce``: ``reducer_0`` -> ``answerer_0``); the team needs a D_t in which the
+    answerer sees the holders (the default chain does).
 
 Observations
     ``{"text": str}``, built from the agent's own view of the task (not ``task.prompt``):
@@ -139,6 +140,8 @@ class RelayEnv(FinalAnswerEnv):
 
     metadata = {"name": "marft_relay_v0", "render_modes": ["ansi", "human"], "is_parallelizable": True}
     default_profile = "relay"
+    staged_profile = "relay_reduce"
+    """The default profile of a staged level (4): reducer -> answerer, prompted for the stages."""
     task_revisions: dict[int, str] = {revision: r.note for revision, r in TASK_REVISIONS.items()}
     """Task revision -> how its train/test split was made (the highest is current); a record made
     with an older one is flagged by ``leaderboards.records.record_caveats``."""
@@ -154,6 +157,8 @@ class RelayEnv(FinalAnswerEnv):
                              f"message), got {channel!r}")
         kwargs.setdefault("template", ObservationTemplate(max_quoted_chars=message_chars))
         tasks = RelayTasks(level=level, split=split, seed=task_seed, task_revision=task_revision)
+        if tasks.staged and kwargs.get("profile") is None:
+            kwargs["profile"] = self.staged_profile
         super().__init__(tasks, **kwargs)
         self.task_revision = task_revision  # the revision these problems were drawn with (records keep it)
         graded = [a for a in self.possible_agents if self.profile.role_of(a).graded]

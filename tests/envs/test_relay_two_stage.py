@@ -417,3 +417,10 @@ def test_reducer_is_paid_its_own_stage(reducer_says, answer, stage_reward, team_
     assert env.rewards["reducer_0"] == env.rewards["answerer_0"] == team_reward
     assert env.infos["reducer_0"]["agent_reward"] == stage_reward
     assert env.infos["answerer_0"]["agent_reward"] == 1.0  # the answerer's format reward (boxed)
+
+
+def test_level_4_defaults_to_the_reducer_profile_and_other_levels_do_not():
+    assert marft_envs.make(RELAY, level=4).possible_agents == ["reducer_0", "answerer_0"]
+    assert marft_envs.make(RELAY, level="two_stage", profile="relay").possible_agents == ["holder_0", "answerer_0"]
+    for level in (1, 2, 3):
+        assert marft_envs.make(RELAY, level=level).possible_agents == ["holder_0", "answerer_0"]
