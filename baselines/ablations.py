@@ -17,9 +17,10 @@ evaluates it; its drop from the source's accuracy measures what was taken away. 
     ``B A`` is 0, so that agent is exactly the base model); the other agents keep their trained
     adapters bit for bit. One cell per seat.
 ``fixed_message``
-    What does the downstream agent get from one agent's message? ``seat``'s output is replaced by
-    ``message`` (default ``"I don't know."``), so what its successors read carries no
-    information from it; the others play their trained adapters.
+    What does the downstream agent get from one agent's message? ``seat`` is played by a scripted
+    policy (:class:`FixedReply`, as a run's ``scripted_seats``) that always says ``message``
+    (default ``"I don't know."``), so what its successors read carries no information from it;
+    the others play their trained adapters.
 ``combined``
     Did *joint* training matter? ``adapters`` maps agents to other training cells: those agents
     take the adapter trained in that cell (same seed), the rest the source's. With cells that
@@ -31,7 +32,7 @@ evaluates it; its drop from the source's accuracy measures what was taken away. 
 ``swapped``, ``base_seat`` and ``combined`` need one adapter per agent (a shared one cannot change for one seat).
 :func:`swap_agent_adapters`, :func:`zero_seat_adapter` and :func:`combine_adapters` rewrite an
 ``adapter_state_dict``, touching only the policy adapters (a critic, unused at evaluation, stays as
-it was); :class:`FixedMessagePolicy` wraps a policy. Nothing here imports torch at import time.
+it was). Nothing here imports torch at import time.
 """
 
 from __future__ import annotations
@@ -118,30 +119,15 @@ def zero_seat_adapter(state: Mapping[str, Any], policy: Any, seat: str) -> dict[
     return {k: v.new_zeros(v.shape) if k.startswith(prefix[seat]) else v for k, v in state.items()}
 
 
-class FixedMessagePolicy:
-    """``policy`` with ``seat``'s every output replaced by ``message``: what the collector calls
-    (``generate``, ``chat_prompt_ids``, ``adapter_for``, ...) is forwarded, except that
-    ``generate`` answers ``seat``'s requests with ``message`` itself (its tokens, log-probs 0:
-    nothing was sampled) without running the model for them."""
+@dataclass(frozen=True)
+class FixedReply:
+    """A scripted policy (``fn(agent, observation, info) -> str``, :mod:`marft_agents.scripted`)
+    that says ``message`` whatever it is asked."""
 
-    def __init__(self, policy: Any, seat: str, message: str):
-        if seat not in policy.agent_ids:
-            raise ValueError(f"seat {seat!r} is not an agent of the policy {list(policy.agent_ids)}")
-        self.policy, self.seat, self.message = policy, seat, message
+    message: str
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.policy, name)
-
-    def generate(self, requests: Sequence[Any], sampling: Any = None) -> list[Any]:
-        from marft_agents.engine import Generation
-
-        played = [k for k, r in enumerate(requests) if r.agent_id != self.seat]
-        generated = iter(self.policy.generate([requests[k] for k in played], sampling) if played else [])
-        ids = list(self.policy.encode_text(self.message))
-        return [next(generated) if r.agent_id != self.seat else
-                Generation(r.agent_id, list(r.prompt_ids), list(ids), self.message, [0.0] * len(ids),
-                           finished=True, prefix_len=r.prefix_len)
-                for r in requests]
+    def __call__(self, agent: str, observation: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+        return self.message
 
 
 # -- the kinds, as grid cells ------------------------------------------------------------------------
@@ -220,11 +206,16 @@ class Ablation:
                               "shared by all agents (shared_adapter: true); use a source with one adapter per agent")
 
     def prepare(self, policy: Any, state: Mapping[str, Any],
-                load_cell: Callable[[str], Mapping[str, Any]]) -> tuple[Any, dict[str, Any]]:
+                load_cell: Callable[[str], Mapping[str, Any]]) -> dict[str, Any]:
         """Load the changed team into ``policy`` from the source's adapters ``state`` (and
-        ``load_cell(cell)``: another training cell's); returns the policy to evaluate and what the
-        record's ``grid`` section notes about the change."""
+        ``load_cell(cell)``: another training cell's); returns what the record's ``grid`` section
+        notes about the change."""
         raise NotImplementedError
+
+    def scripted_seats(self) -> dict[str, Callable[[str, Mapping[str, Any], Mapping[str, Any]], str]]:
+        """Seats the changed team plays with a scripted policy (agent id -> ``fn``), beside the
+        source config's ``scripted_seats``."""
+        return {}
 
 
 class Final(Ablation):
@@ -232,7 +223,7 @@ class Final(Ablation):
 
     def prepare(self, policy, state, load_cell):
         policy.load_adapter_state_dict(dict(state))
-        return policy, {}
+        return {}
 
 
 class Swapped(Ablation):
@@ -244,7 +235,7 @@ class Swapped(Ablation):
     def prepare(self, policy, state, load_cell):
         assignment = rotation(policy.agent_ids)
         policy.load_adapter_state_dict(swap_agent_adapters(state, policy, assignment))
-        return policy, {"assignment": assignment}
+        return {"assignment": assignment}
 
 
 class BaseSeat(Ablation):
@@ -254,7 +245,7 @@ class BaseSeat(Ablation):
 
     def prepare(self, policy, state, load_cell):
         policy.load_adapter_state_dict(zero_seat_adapter(state, policy, self.options.seat))
-        return policy, {"seat": self.options.seat}
+        return {"seat": self.options.seat}
 
 
 class FixedMessage(Ablation):
@@ -263,8 +254,10 @@ class FixedMessage(Ablation):
 
     def prepare(self, policy, state, load_cell):
         policy.load_adapter_state_dict(dict(state))
-        return (FixedMessagePolicy(policy, self.options.seat, self.options.message),
-                {"seat": self.options.seat, "message": self.options.message})
+        return {"seat": self.options.seat, "message": self.options.message}
+
+    def scripted_seats(self):
+        return {self.options.seat: FixedReply(self.options.message)}
 
 
 class Combined(Ablation):
@@ -288,7 +281,7 @@ class Combined(Ablation):
         states = {cell: load_cell(cell) for cell in self.other_cells()}
         sources = {agent: (states[cell], agent) for agent, cell in self.options.adapters.items()}
         policy.load_adapter_state_dict(combine_adapters(state, policy, sources))
-        return policy, {"adapters": dict(self.options.adapters)}
+        return {"adapters": dict(self.options.adapters)}
 
 
 ABLATIONS: dict[str, type[Ablation]] = {cls.name: cls for cls in (Final, Swapped, BaseSeat, FixedMessage, Combined)}

@@ -491,6 +491,7 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     policy = build_policy(cfg, model, tokenizer, agent_ids)
     meta: dict[str, Any] = {}
     source_record: dict[str, Any] = {}
+    scripted = scripted_seats(cfg, agent_ids)
     if run.kind in ABLATIONS:
         checkpoints: dict[str, str] = {}
 
@@ -504,8 +505,8 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
 
         ablation = cell_ablation(run.cell)
         others = {r.cell.name: r for r in run.others}
-        policy, changes = ablation.prepare(policy, final_adapters(run.source),
-                                           lambda cell: final_adapters(others[cell]))
+        changes = ablation.prepare(policy, final_adapters(run.source), lambda cell: final_adapters(others[cell]))
+        scripted.update(ablation.scripted_seats())
         source_record = json.loads((records_dir(spec) / f"{run.source.name}.json").read_text())
         meta = {"source": run.source.cell.name, **changes, "checkpoint": checkpoints[run.source.cell.name],
                 ablation.source_accuracy_key: source_record["eval_after"]["accuracy"]}
@@ -514,7 +515,7 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     e = cfg.eval
     result = evaluate(policy, cfg.env.id, env_kwargs, n_problems=e.n_problems, greedy=e.greedy, seed=e.seed,
                       sampling=cfg.sampling, num_envs=e.num_envs, samples_per_problem=e.samples_per_problem,
-                      scripted=scripted_seats(cfg, agent_ids))
+                      scripted=scripted)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     transcripts = out / f"{run.kind}_transcripts.jsonl"  # who said what, for explaining effects

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
+import pkgutil
 import re
 import sys
 from collections.abc import Callable
@@ -50,11 +50,6 @@ def _first_line(doc: str | None) -> str:
     return re.sub(r"\s*\(see [^)]*\)", "", _rst(line)).strip()
 
 
-def _load(entry_point: str) -> object:
-    module, _, attr = entry_point.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def _agents(profile: object) -> str:
     return ", ".join(f"`{agent}`" for agent in profile.agent_ids)  # type: ignore[attr-defined]
 
@@ -66,7 +61,7 @@ def env_table() -> list[str]:
 
     rows = ["| id | what | default profile: agents | documented in (module docstring) |", "|---|---|---|---|"]
     for env_id, entry_point, _kwargs in BUILTIN_ENVS:
-        cls = _load(entry_point)
+        cls = pkgutil.resolve_name(entry_point)
         summary = _first_line(sys.modules[cls.__module__].__doc__)  # type: ignore[attr-defined]
         summary = summary.removeprefix(f"`{env_id}`:").strip()
         summary = summary[0].upper() + summary[1:] if summary else "-"
@@ -84,7 +79,7 @@ def profile_table() -> list[str]:
 
     defaults: dict[str, list[str]] = {}
     for env_id, entry_point, _kwargs in BUILTIN_ENVS:
-        default = load_profile(_load(entry_point).default_profile).name  # type: ignore[attr-defined]
+        default = load_profile(pkgutil.resolve_name(entry_point).default_profile).name  # type: ignore[attr-defined]
         defaults.setdefault(default, []).append(env_id.split("/")[-1].removesuffix("-v0"))
     rows = ["| profile | agents | default D_t | description | default profile of |", "|---|---|---|---|---|"]
     for path in sorted(PROFILE_DIR.glob("*.yaml")):

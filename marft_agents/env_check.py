@@ -67,14 +67,13 @@ def _make_env(env_id: str, kwargs: dict[str, Any], where: str) -> Any:
 
 def _env_parameters(env_id: str) -> list[str]:
     """Keyword arguments the env's class accepts, following ``**kwargs`` up its base classes."""
-    import importlib
+    import pkgutil
 
     import pettingzoo
 
     entry = pettingzoo.spec("aec", env_id).entry_point
     if isinstance(entry, str):
-        module, _, name = entry.partition(":")
-        entry = getattr(importlib.import_module(module), name)
+        entry = pkgutil.resolve_name(entry)
     names: list[str] = []
     for klass in (entry.__mro__ if isinstance(entry, type) else [entry]):
         init = klass.__init__ if isinstance(klass, type) else klass

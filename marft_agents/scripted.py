@@ -10,7 +10,7 @@ this form in :mod:`marft_envs.tasks.scripted_teams`.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import Any
 
@@ -31,10 +31,11 @@ def load_scripted(spec: str) -> ScriptedPolicy:
     if not module_name or not attr:
         raise ScriptedPolicyError(f"scripted policy {spec!r} must look like 'scripted:module:function'")
     try:
-        module = importlib.import_module(module_name)
+        fn = pkgutil.resolve_name(target)
+    except AttributeError:
+        fn = None
     except ImportError as err:
         raise ScriptedPolicyError(f"scripted policy {spec!r}: cannot import {module_name!r} ({err})") from err
-    fn = getattr(module, attr, None)
     if not callable(fn):
         raise ScriptedPolicyError(f"scripted policy {spec!r}: {module_name!r} has no function {attr!r}")
     return fn

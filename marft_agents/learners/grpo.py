@@ -58,7 +58,10 @@ class GRPO(BaseLearner):
     def build_samples(self, rollout: Rollout) -> list[Sample]:
         o = self.options
         advantages = gm.decision_advantages(rollout, o.grouping, o.normalisation, o.agent_rewards)  # [N]
-        self._last_zero_share = float((advantages == 0).float().mean()) if advantages.numel() else float("nan")
+        # share of the sampled decisions whose group gave no signal (scripted seats' are not sampled)
+        sampled = torch.tensor([bool(d.response_ids) and not d.scripted for d in rollout.decisions])  # [N]
+        zero = advantages[sampled] == 0  # [n sampled]
+        self._last_zero_share = float(zero.float().mean()) if zero.numel() else float("nan")
         zero = torch.zeros(())
         return [Sample(agent_id=d.agent_id, adapter=d.adapter, critic="", prompt_ids=d.prompt_ids,
                        response_ids=d.response_ids, prefix_len=d.prefix_len,

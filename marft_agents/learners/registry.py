@@ -18,7 +18,7 @@ no import flag. A name registered at run time wins over an entry point of the sa
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 import warnings
 from importlib.metadata import entry_points
 from typing import Any
@@ -101,13 +101,11 @@ def _import(name: str, spec: str) -> type:
     if not module_name or not attr:
         raise ValueError(f"learner {name!r}: entry point {spec!r} must look like 'package.module:Class'")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ImportError(f"learner {name!r} ({_describe(name)}) could not be imported: {err}") from err
-    try:
-        return getattr(module, attr)
+        return pkgutil.resolve_name(spec)
     except AttributeError:
         raise ImportError(f"learner {name!r}: module {module_name!r} has no attribute {attr!r}") from None
+    except ImportError as err:
+        raise ImportError(f"learner {name!r} ({_describe(name)}) could not be imported: {err}") from err
 
 
 def _describe(name: str) -> str:

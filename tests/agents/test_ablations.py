@@ -15,7 +15,6 @@ from baselines import grid as grid_mod
 from baselines.ablations import (
     ABLATIONS,
     DEFAULT_MESSAGE,
-    FixedMessagePolicy,
     combine_adapters,
     zero_seat_adapter,
 )
@@ -124,7 +123,7 @@ def test_combined_takes_each_agent_from_its_run(tiny):
     # the kind loads the source's state and asks for the other cell's by name
     ablation = ABLATIONS["combined"].from_cell({"adapters": {"actor_0": "actor_alone"}}, "here")
     asked = []
-    _, meta = ablation.prepare(policy, x, lambda cell: asked.append(cell) or y)
+    meta = ablation.prepare(policy, x, lambda cell: asked.append(cell) or y)
     assert asked == ["actor_alone"] and meta == {"adapters": {"actor_0": "actor_alone"}}
     loaded = policy.adapter_state_dict()
     assert all(torch.equal(loaded[k], combined[k]) for k in combined)
@@ -145,9 +144,11 @@ def test_fixed_message_replaces_the_seats_output_in_what_its_successor_reads(tin
         return generate(requests, sampling)
 
     policy.generate = counting
-    muted = FixedMessagePolicy(policy, "reasoner_0", DEFAULT_MESSAGE)
-    result = evaluate(muted, LETTERS_ID, {"horizon": 1}, n_problems=3, sampling=SamplingConfig(max_new_tokens=4),
-                      num_envs=2)
+    ablation = ABLATIONS["fixed_message"].from_cell({"seat": "reasoner_0"}, "here")
+    state = policy.adapter_state_dict()
+    assert ablation.prepare(policy, state, lambda cell: {}) == {"seat": "reasoner_0", "message": DEFAULT_MESSAGE}
+    result = evaluate(policy, LETTERS_ID, {"horizon": 1}, n_problems=3, sampling=SamplingConfig(max_new_tokens=4),
+                      num_envs=2, scripted=ablation.scripted_seats())
     assert asked and set(asked) == {"actor_0"}  # the model never ran for the muted seat
     for task in result.per_task:
         reasoner, actor = task["transcript"]

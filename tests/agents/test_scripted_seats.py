@@ -144,3 +144,20 @@ def test_a_combined_team_must_replace_every_scripted_seat(tmp_path, monkeypatch)
     path.write_text(yaml.safe_dump(stages))
     with pytest.raises(ConfigError, match=r"plays \['answerer_0'\] with a script"):
         grid_mod.plan(grid_mod.load_grid(path))
+
+
+def test_grpo_zero_advantage_share_counts_only_sampled_decisions(tmp_path, tiny, monkeypatch):
+    from marft_agents.learners import GRPO
+    from marft_agents.learners import grpo as grpo_module
+    from marft_agents.trainer import prepare_trainer
+
+    cfg = small_config(tmp_path, scripted_seats=SEAT, algorithm="grpo", learner={"group_size": 2},
+                       **{"schedule.episodes_per_update": 2})
+    trainer = prepare_trainer(cfg, model_and_tokenizer=tiny)
+    rollout = trainer.collector.collect(2)
+    scripted = torch.tensor([d.scripted for d in rollout.decisions])  # [N]
+    assert scripted.any() and not scripted.all()
+    # Scripted decisions get advantage 0, sampled ones 1: no sampled decision lacks a signal.
+    monkeypatch.setattr(grpo_module.gm, "decision_advantages", lambda *a: (~scripted).float())
+    GRPO.build_samples(trainer.learner, rollout)
+    assert trainer.learner._last_zero_share == 0.0
