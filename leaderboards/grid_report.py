@@ -500,6 +500,42 @@ def table(summaries: list[CellSummary]) -> list[str]:
     return lines
 
 
+def critic_table(records: list[dict[str, Any]], order: list[str] | None = None) -> list[str]:
+    """Markdown rows, one per training run whose learner logged a critic: its first decisions'
+    explained variance against the ceiling, pooled over the later half of its updates
+    (:func:`marft_agents.learners.critic_health.last_half`, from the record's per-update
+    diagnostics); no rows when no run has a critic."""
+    from marft_agents.learners.critic_health import MIN_CEILING, last_half  # torch: only for reports with critics
+
+    def fmt(x: float | None, digits: int = 3) -> str:
+        return f"{x:.{digits}f}" if x is not None and math.isfinite(x) else "-"
+
+    rows = []
+    for record in _ordered(_training_records(records), order):
+        diagnostics = record.get("diagnostics") or {}
+        columns = {k: v for k, v in diagnostics.items() if k.startswith("critic/")}
+        per_update = [{"update": u, **{k: v[i] for k, v in columns.items()}} for i, u in
+                      enumerate(diagnostics.get("update", []))]
+        summary = last_half(per_update, step_key="update") if columns else None
+        if summary is None:
+            continue
+        corr = (f"{fmt(summary.corr_min, 2)} to {fmt(summary.corr_max, 2)}" if math.isfinite(summary.corr_min)
+                else "-")
+        rows.append(f"| {record['grid']['cell']} | {record['grid']['seed']} | {summary.first_update}-{summary.last_update}"
+                    f" ({summary.updates}) | {fmt(summary.ceiling)} | {fmt(summary.ev_first)} | {fmt(summary.ratio, 2)} "
+                    f"| {corr} |")
+    if not rows:
+        return []
+    return ["| cell | seed | updates pooled (count) | ceiling | EV, first decisions | share of the ceiling "
+            "| value-return corr, per update |", "|---|---|---|---|---|---|---|", *rows, "",
+            "Over the later half of each run's updates (those its record kept): the explained variance of the "
+            "first decisions' values, pooled as 1 - mean(residual variance) / mean(return variance), against the "
+            "ceiling, the between-task share of the return variance pooled the same way (what a critic that knew "
+            "each task's success probability under the current policy would explain; `critic_health` in "
+            "`marft_agents/learners`). \"share of the ceiling\" is their ratio; \"-\" where the ceiling is "
+            f"below {MIN_CEILING:g}, too small to judge a critic against, or not measured (no grouped sampling)."]
+
+
 def _pm(value: float, se: float | None) -> str:
     """``value +- se`` in %, or ``value (one seed)`` without a spread."""
     return f"{_pct(value)} +- {_pct(se)}" if se is not None else f"{_pct(value)} (one seed)"
@@ -749,6 +785,9 @@ def report(grid_dir: Path, title: str, order: list[str] | None = None, descripti
                   "that difference over the problems, paired (both teams played the same problems); \"(unpaired)\" "
                   "where a record lacks per-problem outcomes: sqrt(s.e.^2 + s.e.^2) of the two evaluations, wider. "
                   "Whether a drop is resolved is for a declared comparison (paired) to say.", ""]
+    critic = critic_table(counted, order)
+    if critic:
+        lines += ["## The critic against its ceiling", "", *critic, ""]
     if comparisons:
         lines += ["## Comparisons", ""] + comparison_table(summaries, comparisons) + [""]
         lines += [

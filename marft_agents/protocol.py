@@ -12,8 +12,11 @@ So that a run started from Python and one started from the command line leave th
 3. **signals**: SIGINT (Ctrl-C) and SIGTERM (what schedulers and ``timeout`` send) ask the trainer
    to stop at the end of the update in progress; it writes a checkpoint and the protocol ends
    without the final evaluation (``--resume`` continues exactly). A second signal stops at once;
-4. **end**: the final evaluation (``eval_after``), ``eval_best``, counters and wall-clock time go
-   to ``summary.json``, and ``learning_curve.png`` is drawn from ``metrics.jsonl``.
+4. **end**: the final evaluation (``eval_after``), ``eval_best``, counters, wall-clock time and,
+   for a learner with a critic, the critic against its ceiling over the later half of the run
+   (``critic_last_half``, :func:`~marft_agents.learners.critic_health.last_half`, read from the
+   whole ``metrics.jsonl``, so a resumed run counts its earlier updates) go to ``summary.json``,
+   and ``learning_curve.png`` is drawn from ``metrics.jsonl``.
 """
 
 from __future__ import annotations
@@ -196,6 +199,13 @@ def run_protocol(
     summary.update({"counters": trainer.counters, "config": config_source,
                     "wall_clock_s_this_call": round(time.perf_counter() - started, 1),
                     "last_checkpoint": str(trainer.last_checkpoint) if trainer.last_checkpoint else None})
+    from marft_agents.learners.critic_health import last_half  # torch: not at import time
+
+    metrics_file = out / "metrics.jsonl"
+    critic = last_half(read_metrics(metrics_file)) if main and metrics_file.exists() else None
+    if critic is not None:
+        summary["critic_last_half"] = critic.as_dict()
+        say(critic.line())
     summary.pop("stopped_by", None)
     if stopped_by is not None:
         summary["stopped_by"] = stopped_by

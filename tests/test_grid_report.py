@@ -8,7 +8,7 @@ import pytest
 from leaderboards import stats
 from leaderboards.build import build
 from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table,
-                                      counted_records, curve_series, grid_records, plotted_series, report,
+                                      counted_records, critic_table, curve_series, grid_records, plotted_series, report,
                                       sampled_table, summarise, write_report)
 from leaderboards.records import Record, write_record
 
@@ -264,6 +264,26 @@ def test_per_agent_contribution_is_the_drop_from_the_same_seeds_trained_team(tmp
                        f"s1: +75.0 +- {100 * math.hypot(0.04, 0.04):.1f} (unpaired) |")
     assert len(rows) == 4
     assert "## Per-agent contribution" in write_report(tmp_path / "g", "Grid g", order).read_text()
+
+
+def test_the_critic_table_pools_each_runs_later_half_against_its_ceiling(tmp_path):
+    import json
+
+    records = tmp_path / "g" / "records"
+    _record(records, "marft_a", 0, 0.5)
+    _record(records, "grpo", 0, 0.4, algorithm="grpo")  # no critic: no row
+    path = records / "marft_a_seed0.json"
+    data = json.loads(path.read_text())
+    data["diagnostics"] = {"update": [1, 2, 3, 4], "critic/return_var": [0.2, 0.2, 0.25, 0.25],
+                           "critic/residual_var_first": [0.2, 0.2, 0.2, 0.15],
+                           "critic/between_task_var": [0.0, 0.0, 0.1, 0.1], "critic/within_task_var": [0.2, 0.2, 0.15, 0.15],
+                           "critic/value_return_corr": [0.0, 0.1, 0.3, None]}
+    path.write_text(json.dumps(data))
+    rows = critic_table(grid_records(records), ["marft_a", "grpo"])
+    # updates 3-4: EV = 1 - 0.175 / 0.25 = 0.3, ceiling 0.1 / 0.25 = 0.4, ratio 0.75
+    assert rows[2] == "| marft_a | 0 | 3-4 (2) | 0.400 | 0.300 | 0.75 | 0.30 to 0.30 |"
+    assert len([r for r in rows if r.startswith("| ")]) == 2  # the header and one run
+    assert "## The critic against its ceiling" in write_report(tmp_path / "g", "Grid g", ["marft_a", "grpo"]).read_text()
 
 
 def test_the_budget_axis_is_episodes_when_the_records_count_them(tmp_path):

@@ -32,14 +32,20 @@ needs to judge that, measured on the update's own rollout and the values recorde
    ``critic/value_std``: the spread of the first decisions' values (0: a constant critic).
 4. The warning (:class:`CriticWatch`): ``losses/explained_variance`` below ``health_min_ev`` for
    ``health_window`` updates in a row logs one line, once until the critic recovers.
+5. The run's figure (:func:`last_half`): over the later half of a run's updates, the first
+   decisions' explained variance pooled as ``1 - mean(residual var) / mean(return var)`` against
+   the pooled ceiling, and their ratio: how much of what any critic could explain this one did.
+   ``summary.json`` (``critic_last_half``) and the grid reports carry it; below
+   :data:`MIN_CEILING` the ceiling is too small for the ratio to mean anything.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
@@ -55,6 +61,9 @@ HEALTH_KEYS: tuple[str, ...] = (
     "critic/return_std", "critic/value_std", "critic/adv_abs_mean",
 )
 """The per-update critic-health metrics, declared once (records and docs read this list)."""
+
+MIN_CEILING = 0.05
+"""A pooled ceiling below this is too small to judge a critic against (a ratio of two noises)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,68 @@ def pooled_share(betweens: Sequence[float], withins: Sequence[float]) -> float:
     if not pairs:
         return float("nan")
     return VarianceSplit(sum(b for b, _ in pairs) / len(pairs), sum(w for _, w in pairs) / len(pairs)).share
+
+
+@dataclass(frozen=True)
+class CriticSummary:
+    """The critic against its ceiling, pooled over a run's later updates (module docstring, step 5)."""
+
+    first_update: int
+    last_update: int
+    updates: int
+    """Updates pooled (those that logged the critic's parts)."""
+    ceiling: float
+    """Pooled between-task share of the first decisions' return variance."""
+    ev_first: float
+    """Pooled explained variance of the first decisions' values."""
+    corr_min: float
+    corr_max: float
+    """Range of the per-update value-return correlation."""
+
+    @property
+    def ratio(self) -> float:
+        """``ev_first / ceiling``; NaN below :data:`MIN_CEILING`."""
+        return self.ev_first / self.ceiling if math.isfinite(self.ceiling) and self.ceiling >= MIN_CEILING \
+            else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for JSON: NaN (not measurable) as None."""
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in {**asdict(self), "ratio": self.ratio}.items()}
+
+    def line(self) -> str:
+        """One line for a run's end."""
+        head = (f"critic over updates {self.first_update}-{self.last_update}: first-decision explained variance "
+                f"{self.ev_first:.3f} against a ceiling of {self.ceiling:.3f}")
+        if not math.isfinite(self.ratio):
+            return head + f" (below {MIN_CEILING}: too small to judge the critic against)"
+        return head + f", {self.ratio:.2f} of it"
+
+
+def _number(row: Mapping[str, Any], key: str) -> float:
+    value = row.get(key)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else float("nan")
+
+
+def last_half(rows: Sequence[Mapping[str, Any]], step_key: str = "step") -> CriticSummary | None:
+    """:class:`CriticSummary` of the later half of ``rows`` (per-update metrics with the update
+    number under ``step_key``, e.g. ``metrics.jsonl``'s rows) that logged the critic's variance
+    parts; for an odd count the middle update counts in the later half. None without such rows."""
+    logged = {int(r[step_key]): r for r in rows
+              if math.isfinite(_number(r, "critic/return_var")) and math.isfinite(_number(r, "critic/residual_var_first"))}
+    ordered = [logged[k] for k in sorted(logged)]
+    late = ordered[len(ordered) // 2:]
+    if not late:
+        return None
+    return_var = sum(_number(r, "critic/return_var") for r in late) / len(late)
+    residual = sum(_number(r, "critic/residual_var_first") for r in late) / len(late)
+    corr = [c for c in (_number(r, "critic/value_return_corr") for r in late) if math.isfinite(c)]
+    return CriticSummary(
+        first_update=int(late[0][step_key]), last_update=int(late[-1][step_key]), updates=len(late),
+        ceiling=pooled_share([_number(r, "critic/between_task_var") for r in late],
+                             [_number(r, "critic/within_task_var") for r in late]),
+        ev_first=1.0 - residual / return_var if return_var > 0 else float("nan"),
+        corr_min=min(corr, default=float("nan")), corr_max=max(corr, default=float("nan")))
 
 
 def monte_carlo_returns(rewards: Sequence[float], gammas: Sequence[float]) -> list[float]:

@@ -23,6 +23,7 @@ from marft_agents.learners.critic_health import (
     CriticWatch,
     between_task_split,
     critic_health,
+    last_half,
     monte_carlo_returns,
     pooled_share,
 )
@@ -52,6 +53,29 @@ def test_the_finite_k_correction_recovers_a_known_between_task_share():
     groups = (rng.random((p.size, 4)) < p[:, None]).astype(float).tolist()
     assert between_task_split(groups).share == pytest.approx(0.4, abs=0.04)
     assert pooled_share([0.1, 0.1, float("nan")], [0.15, 0.15, 0.2]) == pytest.approx(0.4)
+
+
+def test_last_half_pools_the_later_updates_by_hand():
+    def row(step, ret, res, between, within, corr):
+        return {"step": step, "critic/return_var": ret, "critic/residual_var_first": res,
+                "critic/between_task_var": between, "critic/within_task_var": within,
+                "critic/value_return_corr": corr}
+
+    rows = [{"step": 0, "eval/accuracy": 0.1},  # the baseline row: no critic parts
+            row(1, 0.2, 0.2, 0.0, 0.2, 0.0), row(2, 0.2, 0.2, 0.0, 0.2, 0.1),  # the earlier half
+            row(3, 0.25, 0.2, 0.1, 0.15, 0.3), row(4, 0.25, 0.15, 0.1, 0.15, 0.6), row(5, 0.2, 0.13, 0.1, 0.1, None)]
+    summary = last_half(rows)
+    # updates 3-5: EV = 1 - mean(0.2, 0.15, 0.13) / mean(0.25, 0.25, 0.2) = 1 - 0.16 / 0.2333 = 0.3143;
+    # ceiling = 0.1 / (0.1 + 0.1333) = 0.4286; ratio 0.7333
+    assert (summary.first_update, summary.last_update, summary.updates) == (3, 5, 3)
+    assert summary.ev_first == pytest.approx(1 - 0.16 / (0.7 / 3))
+    assert summary.ceiling == pytest.approx(0.1 / (0.1 + 0.4 / 3))
+    assert summary.ratio == pytest.approx(summary.ev_first / summary.ceiling)
+    assert (summary.corr_min, summary.corr_max) == (0.3, 0.6)
+    assert "0.73 of it" in summary.line()
+    flat = last_half([row(k, 0.2, 0.2, 0.001, 0.2, 0.0) for k in (1, 2)])
+    assert flat.ratio != flat.ratio and "too small to judge" in flat.line()  # NaN below MIN_CEILING
+    assert last_half([{"step": 1, "losses/value_loss": 0.1}]) is None
 
 
 def test_monte_carlo_returns():

@@ -37,6 +37,8 @@ def test_train_from_python_follows_the_cli_protocol(tmp_path):
     assert summary["eval_before"]["n"] == 2 and summary["counters"]["update"] == 2
     assert result.summary == summary and result.stopped_by is None
     assert _steps(out) == ([0, 1, 2], [0, 1, 2])  # step 0 = the untrained baseline
+    critic = summary["critic_last_half"]  # MAPPO's critic over the later half: update 2
+    assert (critic["first_update"], critic["last_update"], critic["updates"]) == (2, 2, 1)
     assert (out / "learning_curve.png").is_file()
 
 
