@@ -139,7 +139,11 @@ def grid_summary(report: Path, link: str) -> list[str]:
     title = text[0].removeprefix("# ").strip() if text else report.parent.name
     count = len(list((report.parent / "records").glob("*.json")))
     machine = next((line for line in text if line.startswith("Machine time of the recorded runs")), "")
-    lines = [f"### [{title}]({link})", "", f"{count} records. {machine}".strip(), ""]
+    superseded = next((line.split(" records were made under an older protocol")[0] for line in text
+                       if " records were made under an older protocol" in line), None)
+    counted = f"{count} records ({superseded} of them awaiting their rerun under the current protocol, not counted)." \
+        if superseded else f"{count} records."
+    lines = [f"### [{title}]({link})", "", f"{counted} {machine}".strip(), ""]
     if "## Comparisons" in text:
         start = text.index("## Comparisons") + 2
         end = next((k for k in range(start, len(text)) if not text[k].startswith("|")), len(text))

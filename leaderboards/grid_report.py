@@ -394,14 +394,28 @@ def undeclared_records(records: list[dict[str, Any]], order: list[str] | None) -
     return [r for r in _ordered(records, order) if order and r["grid"]["cell"] not in order]
 
 
+def superseded_records(records: list[dict[str, Any]], order: list[str] | None = None) -> list[dict[str, Any]]:
+    """The records made under an older protocol (``caveats``) once the grid has any record made
+    under the current one: a grid being rerun under a new protocol is reported on that protocol
+    alone, so that no cell mixes the two and no comparison sets one against the other. They are
+    named in the report until their reruns replace them. While no trained record is current
+    (an untrained evaluation has no budget, so it is current under any), none is superseded: the
+    older records are reported with their caveats."""
+    ordered = [r for r in _ordered(records, order) if not order or r["grid"]["cell"] in order]  # declared cells
+    if all(r.get("caveats") or r["grid"]["kind"] == "untrained" for r in ordered):
+        return []
+    return [r for r in ordered if r.get("caveats")]
+
+
 def reported_records(records: list[dict[str, Any]], order: list[str] | None = None
                      ) -> tuple[list[dict[str, Any]], list[stats.Duplicate]]:
     """What the tables, plot and comparisons read: :func:`counted_records` (duplicates found over
     every record, so a removed cell that repeats a run is still named) without the records of
-    undeclared cells (:func:`undeclared_records`); and the duplicates."""
+    undeclared cells (:func:`undeclared_records`) and the superseded ones
+    (:func:`superseded_records`); and the duplicates."""
     counted, duplicates = counted_records(records, order)
-    undeclared = {r["name"] for r in undeclared_records(records, order)}
-    return [r for r in counted if r["name"] not in undeclared], duplicates
+    left_out = {r["name"] for r in [*undeclared_records(records, order), *superseded_records(records, order)]}
+    return [r for r in counted if r["name"] not in left_out], duplicates
 
 
 def _training_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -742,6 +756,21 @@ def _undeclared_lines(records: list[dict[str, Any]], order: list[str] | None,
     return lines + [""]
 
 
+def _superseded_lines(records: list[dict[str, Any]], order: list[str] | None) -> list[str]:
+    superseded = superseded_records(records, order)
+    if not superseded:
+        return []
+    cells: dict[str, list[str]] = {}
+    for record in superseded:
+        cells.setdefault(record["grid"]["cell"], []).append(f"s{record['grid']['seed']}")
+    caveats = sorted({c for r in superseded for c in r["caveats"]})
+    return ["## Records awaiting their rerun", "",
+            f"{len(superseded)} records were made under an older protocol and are being replaced by reruns under this "
+            "grid's: they are not counted in the tables, the plot or the comparisons (a cell would otherwise mix the "
+            "two protocols). Their caveats: " + "; ".join(caveats) + ".", "",
+            *[f"- `{cell}`: {', '.join(seeds)}" for cell, seeds in cells.items()], ""]
+
+
 def report(grid_dir: Path, title: str, order: list[str] | None = None, description: str = "",
            comparisons: list[Comparison] | None = None, write_plot: bool = True) -> str:
     """The markdown of ``<grid_dir>/README.md``; writes the plot too unless ``write_plot`` is False."""
@@ -769,6 +798,7 @@ def report(grid_dir: Path, title: str, order: list[str] | None = None, descripti
     lines += _axis_lines(counted) + [""] + _caveat_lines(counted) + table(summaries) + [""]
     lines += _duplicate_lines(duplicates, records, counted)
     lines += _undeclared_lines(records, order, duplicates)
+    lines += _superseded_lines(records, order)
     sampled = sampled_table(summaries)
     if sampled:
         lines += ["## Sampled evaluations", "", *sampled, "",

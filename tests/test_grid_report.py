@@ -8,13 +8,13 @@ import pytest
 from leaderboards import stats
 from leaderboards.build import build
 from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table,
-                                      counted_records, critic_table, curve_series, grid_records, plotted_series, report,
+                                      counted_records, critic_table, reported_records, curve_series, grid_records, plotted_series, report,
                                       sampled_table, summarise, write_report)
 from leaderboards.records import Record, write_record
 
 
 def _record(records, cell, seed, accuracy, kind="train", algorithm="mappo_action", profile="relay", start=0.1,
-            episodes=None, config=None, solved=None, after=None, **grid):
+            episodes=None, config=None, solved=None, after=None, task_revision=None, **grid):
     curve = [] if kind != "train" else [
         {"update": 0, "accuracy": start, "stderr": 0.03, "train_seconds": 0.0},
         {"update": 2, "accuracy": (start + accuracy) / 2, "stderr": 0.04, "train_seconds": 180.0},
@@ -29,7 +29,7 @@ def _record(records, cell, seed, accuracy, kind="train", algorithm="mappo_action
                         eval_after={"accuracy": accuracy, "stderr": 0.04, "n": 100, "greedy": True, **(after or {})},
                         eval_curve=curve, budget={"updates": 4, "episodes": 128, "wall_clock_s": 360.0 + seed,
                                                   "tokens": 1000 + 17 * seed + len(cell)},
-                        config=config or {}, commit="abc1234",
+                        config=config or {}, commit="abc1234", task_revision=task_revision,
                         eval_outcomes={"update": 4, "task_index": list(range(10, 10 + len(solved))), "solved": solved,
                                        "reward": solved} if solved else None,
                         grid={"grid": "g", "cell": cell, "seed": seed, "kind": kind, "wall_s": 600.0, **grid}), records)
@@ -308,6 +308,27 @@ def test_records_run_at_equal_wall_clock_say_so(tmp_path):
     assert "Budget axis: training minutes (wall-clock)" in text
     assert "Caveats the records carry:" in text and "(every cell)" in text  # leaderboards.records' own lines
     assert "**equal training wall-clock** (600 s of rollouts and updates per run), **not at equal samples**" in text
+
+
+def test_a_grid_rerun_under_a_new_protocol_is_reported_on_that_protocol_alone(tmp_path):
+    records = tmp_path / "g" / "records"
+    wall_clock = {"seed": 0, "schedule": {"time_budget_s": 600}}
+    order = ["untrained", "solo_ppo", "marft_a"]
+    for seed in (0, 1):
+        _record(records, "marft_a", seed, 0.3, config=wall_clock)
+        _record(records, "solo_ppo", seed, 0.8, algorithm="ppo", profile="solo", config=wall_clock)
+    # an untrained evaluation has no budget: current under any protocol, it supersedes nothing
+    _record(records, "untrained", 0, 0.1, kind="untrained", task_revision=1)
+    old = summarise(reported_records(grid_records(records), order)[0], order)
+    assert [(s.cell, s.seeds) for s in old] == [("untrained", [0]), ("solo_ppo", [0, 1]), ("marft_a", [0, 1])]
+    _record(records, "marft_a", 1, 0.6, episodes=128, budget={"axis": "episodes", "episodes": 128},
+            task_revision=1)  # its rerun, under the current protocol
+    counted, _ = reported_records(grid_records(records), order)
+    assert [(r["grid"]["cell"], r["grid"]["seed"]) for r in counted] == [("untrained", 0), ("marft_a", 1)]
+    text = write_report(tmp_path / "g", "Grid g", order).read_text()
+    assert "## Records awaiting their rerun" in text and "- `solo_ppo`: s0, s1" in text and "- `marft_a`: s0" in text
+    assert "3 records were made under an older protocol" in text and "equal wall-clock" in text
+    assert "Budget axis: training episodes" in text  # the current records' axis
 
 
 def test_the_plot_carries_the_numbers_it_draws(tmp_path):
