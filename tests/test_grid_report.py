@@ -370,4 +370,7 @@ def test_the_committed_relay_report_counts_grpo_agent_once_and_names_its_budget(
     text = (REPO / "leaderboards" / "grids" / "relay" / "README.md").read_text(encoding="utf-8")
     assert "`grpo_agent_seed0` is the same run as `grpo_seed0`" in text and "| grpo_agent |" not in text
     assert "- `grpo_agent` (`grpo_agent_seed0`): not in the grid file: not tested" in text  # removed from the grid
-    assert "**equal training wall-clock** (600 s" in text and "**not at equal samples**" in text
+    # the grid is being rerun at equal episodes: the report reads the reruns alone and names the
+    # wall-clock records they replace
+    assert "Budget axis: training episodes" in text and "**equal training wall-clock**" not in text
+    assert "## Records awaiting their rerun" in text and "equal wall-clock (600 s of training per run)" in text
