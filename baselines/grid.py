@@ -449,6 +449,15 @@ def budget_changes(run: GridRun, checkpoint: Path) -> list[str]:
 
 
 # -- running ----------------------------------------------------------------------------------------
+class GridStopped(Exception):
+    """A training run was stopped by SIGINT/SIGTERM after its checkpoint: not a failure; the grid ends
+    with the run's exit status and the same command resumes it."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
 def _grid_meta(spec: GridSpec, run: GridRun, wall_s: float) -> dict[str, Any]:
     meta = {"grid": spec.name, "cell": run.cell.name, "seed": run.seed, "kind": run.kind, "wall_s": round(wall_s, 1)}
     if run.kind != "untrained":  # a training run, or an ablation of one: the budget it trained on
@@ -459,6 +468,7 @@ def _grid_meta(spec: GridSpec, run: GridRun, wall_s: float) -> dict[str, Any]:
 def train_run(spec: GridSpec, run: GridRun) -> Record:
     """Train (resuming from the run folder's latest checkpoint, if any), then build its record."""
     from marft_agents.cli import main as marft_main
+    from marft_agents.protocol import STOP_SIGNALS
 
     commit = git_commit()
     started = time.perf_counter()
@@ -466,6 +476,10 @@ def train_run(spec: GridSpec, run: GridRun) -> Record:
     # --resume: continue from a checkpoint, or start fresh when there is none (then a killed
     # attempt's step-0 evaluation is reused and its re-logged updates are de-duplicated).
     code = marft_main(["train", "--config", spec.base, "--quiet", "--no-tensorboard", "--resume", *sets])
+    stopped_by = {128 + int(sig): sig.name for sig in STOP_SIGNALS}  # ``marft train``'s status when a signal stopped it
+    if code in stopped_by:  # the trainer saved a checkpoint and stopped on request: not a failure
+        raise GridStopped(f"{run.name} stopped by {stopped_by[code]} after saving a checkpoint in "
+                          f"{run.overrides['output_dir']}; the same command resumes it", code)
     if code:
         raise RuntimeError(f"training run {run.name} failed with exit status {code}")
     record = build_record(run_config(spec, run), run.name, commit)
@@ -658,7 +672,11 @@ def main(argv: list[str] | None = None) -> int:
               "its records stay readable (--report-only), but new runs are budgeted in samples: replace it with "
               "budget: {episodes: N} and eval_every: {episodes: M}", file=sys.stderr)
         return 2
-    counts = run_grid(spec, runs)
+    try:
+        counts = run_grid(spec, runs)
+    except GridStopped as stop:
+        print(f"grid: {stop}", file=sys.stderr)
+        return stop.code
     print(f"grid {spec.name}: ran {counts['ran']}, skipped {counts['skipped']} (records exist), "
           f"waiting {counts['blocked']} (ablation runs whose sources are not done, or run folders holding a "
           "checkpoint of another budget)")

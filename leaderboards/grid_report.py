@@ -771,6 +771,21 @@ def _superseded_lines(records: list[dict[str, Any]], order: list[str] | None) ->
             *[f"- `{cell}`: {', '.join(seeds)}" for cell, seeds in cells.items()], ""]
 
 
+def _machine_time_line(records: list[dict[str, Any]], counted: list[dict[str, Any]]) -> str:
+    """The machine time of the counted records, and apart from it that of the records left out
+    (awaiting their rerun, undeclared cells, duplicates): a grid's cost is what its counted runs took."""
+    def hours(rs: list[dict[str, Any]]) -> float:
+        return sum(r["grid"].get("wall_s", 0.0) for r in rs) / 3600
+
+    names = {r["name"] for r in counted}
+    left_out = [r for r in records if r["name"] not in names]
+    line = (f"Machine time of the recorded runs (training, evaluations, loading): {hours(counted):.2f} h "
+            f"over the {len(counted)} runs counted here")
+    if left_out:
+        line += f"; the {len(left_out)} records not counted took another {hours(left_out):.2f} h"
+    return line + "."
+
+
 def report(grid_dir: Path, title: str, order: list[str] | None = None, description: str = "",
            comparisons: list[Comparison] | None = None, write_plot: bool = True) -> str:
     """The markdown of ``<grid_dir>/README.md``; writes the plot too unless ``write_plot`` is False."""
@@ -834,9 +849,7 @@ def report(grid_dir: Path, title: str, order: list[str] | None = None, descripti
             f"estimate: the seeds per cell at which the observed difference, with the observed spread over "
             f"seeds, would give a t statistic at the family's Bonferroni level {ALPHA:g} / {len(comparisons)}; "
             "at that n it resolves about half the time.", ""]
-    total = sum(r["grid"].get("wall_s", 0.0) for r in records)
-    lines += [f"Machine time of the recorded runs (training, evaluations, loading): {total / 3600:.2f} h "
-              f"over {len(records)} runs.", ""]
+    lines += [_machine_time_line(records, counted), ""]
     drawn = plot(records, grid_dir / PLOT, title, order) is not None if write_plot else bool(curve_series(records, order))
     if drawn:
         lines += [f"![accuracy against {budget_axis(counted)[1]}]({PLOT})", ""]

@@ -62,7 +62,7 @@ def test_table_has_mean_se_over_seeds_take_off_and_auc(tmp_path):
     assert "| marft_a_swapped | swapped (marft_a) | mappo_action | relay | 3 | 20.0 +- 5.8 |" in text
     assert text.index("| solo_ppo |") < text.index("| marft_a |") < text.index("| marft_a_swapped |")
     assert "not_in_a_grid" not in text and "What g shows." in text
-    assert "1.17 h over 7 runs" in text  # 7 x 600 s
+    assert "1.17 h over the 7 runs counted here." in text  # 7 x 600 s
     assert (tmp_path / "grids" / "g" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # regenerating from the same records gives the same report
     assert write_report(tmp_path / "grids" / "g", "Grid g", ["solo_ppo", "marft_a", "marft_a_swapped"],
@@ -329,6 +329,9 @@ def test_a_grid_rerun_under_a_new_protocol_is_reported_on_that_protocol_alone(tm
     assert "## Records awaiting their rerun" in text and "- `solo_ppo`: s0, s1" in text and "- `marft_a`: s0" in text
     assert "3 records were made under an older protocol" in text and "equal wall-clock" in text
     assert "Budget axis: training episodes" in text  # the current records' axis
+    # the grid's cost is its counted runs' (600 s each); the superseded ones' is named apart
+    assert ("Machine time of the recorded runs (training, evaluations, loading): 0.33 h over the 2 runs counted "
+            "here; the 3 records not counted took another 0.50 h.") in text
 
 
 def test_the_plot_carries_the_numbers_it_draws(tmp_path):

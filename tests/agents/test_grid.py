@@ -132,6 +132,35 @@ def test_interrupted_cell_resumes_from_its_checkpoint(tmp_path, tiny_models, mon
     assert [p["update"] for p in record["eval_curve"]] == [0, 4]
 
 
+def test_a_signal_stops_the_grid_with_a_checkpoint_and_a_resume_hint(tmp_path, tiny_models, monkeypatch, capsys):
+    """SIGTERM (a scheduler, ``timeout``) during a run: the trainer checkpoints after its update and
+    the grid ends with 143 and one line saying how to resume, not a traceback calling it a failure."""
+    import os
+    import signal
+
+    from marft_agents.trainer import Trainer
+
+    path = _grid(tmp_path, [{"name": "team", "overrides": {}}], seeds=[0], budget={"budget": {"episodes": 8}})
+    original_run = Trainer.run
+
+    def terminated_during_update_2(self):
+        for metrics in original_run(self):
+            if self.counters["update"] == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield metrics
+
+    monkeypatch.setattr(Trainer, "run", terminated_during_update_2)
+    assert grid_mod.main([str(path)]) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert re.search(r"grid: team_seed0 stopped by SIGTERM after saving a checkpoint in \S+; the same command resumes it",
+                     err), err
+    assert "Traceback" not in err and _records(tmp_path) == {}
+    monkeypatch.setattr(Trainer, "run", original_run)
+    assert grid_mod.main([str(path)]) == 0
+    assert "resume team_seed0" in capsys.readouterr().out
+    assert _records(tmp_path)["team_seed0"]["budget"]["updates"] == 4
+
+
 def test_dry_run_lists_runs_and_cells_and_shards_select(tmp_path, capsys):
     path = _grid(tmp_path, CELLS + [{"name": "shared", "overrides": {"shared_adapter": True}}])
     assert grid_mod.main([str(path), "--dry-run"]) == 0
