@@ -2,7 +2,7 @@ r"""``marft/Relay-v0``: a cooperative partial-observability task; no agent sees 
 
 Each problem is a short expression over named values ("Compute A + B." with A = 7, B = 12; see
 :mod:`marft_envs.tasks.relay` for the levels). The values are dealt over the agents in profile
-order by the level's rule (:func:`~marft_envs.tasks.relay.deal`: round-robin on levels 1-3; on
+order by the level's rule (:func:`~marft_envs.tasks.relay.deal`: round-robin on levels 1-3 and 5; on
 level 4, ``two_stage``, the answerer holds the last value and its teammate the others) and only
 the *answerer* (the last agent whose role is graded, the last agent of a chain) is shown the
 question. So with two or more agents every agent misses at least one value: the holders must pass
@@ -58,11 +58,11 @@ Rewards
     when right, else 0.0 (the answerer's stays the format reward).
 
 Keyword arguments
-    ``level`` (1-4 or a level name; default 1), ``split`` ("train" | "test"; default "train"),
+    ``level`` (1-5 or a level name; default 1), ``split`` ("train" | "test"; default "train"),
     ``task_seed``, ``message_chars`` (default 40; ignored when a ``template`` is given),
     ``channel`` (what the answerer reads of each teammate's utterance, :data:`CHANNELS`:
     ``"text"``, the utterance cut to ``message_chars``; ``"number"``, only one integer of it, see
-    :func:`heard_number`; default ``"number"`` on level 4 and ``"text"`` on levels 1-3; a solo
+    :func:`heard_number`; default ``"number"`` on level 4 and ``"text"`` on the others; a solo
     profile's calls always read text),
     ``task_revision`` (how the train/test split is made; default the current one, see below),
     ``grading_timeout_s``, ``grading_mode``, plus every :class:`TextTaskEnv` keyword.

@@ -12,6 +12,13 @@ Levels (``level=`` takes the number or the name)::
     2 two_digit     A + B or A - B, values 10..99, A > B     A = 85, B = 38        -> 47 (A - B)
     3 three_terms   A + B - C or A - B + C, values 2..50     A = 40, B = 9, C = 3  -> 34 (A - B + C)
     4 two_stage     A + B + C, values 2..20, in two stages   A = 7, B = 12, C = 5  -> 24 (A + B = 19 first)
+    5 mixed_sizes   A + B, values 2..20 or 100..999          A = 418, B = 275      -> 693
+
+Level 5 draws each problem's size by a fair coin: a level-1 sum, or a sum of two three-digit values
+that the base model rarely gets right. Its problems differ in difficulty, visibly in the problem
+text, so the state value of a problem's first decision differs between problems and a critic has
+something to learn: the between-problem share of the return variance (``critic/ev_ceiling``), near
+zero on level 1 where the problems are alike, is what the critic can explain (issue 31).
 
 Levels 1-3 deal the values round-robin. Level 4 is *staged* (:attr:`RelayTasks.staged`): the
 answerer holds the last value (C) and its teammate the others (A, B), so the teammate computes the
@@ -51,13 +58,13 @@ from dataclasses import dataclass
 from marft_envs.core.task import Task
 from marft_envs.tasks.procedural import ProceduralTasks
 
-LEVELS: dict[int, str] = {1: "sum_small", 2: "two_digit", 3: "three_terms", 4: "two_stage"}
+LEVELS: dict[int, str] = {1: "sum_small", 2: "two_digit", 3: "three_terms", 4: "two_stage", 5: "mixed_sizes"}
 """Level number -> name."""
 
 DEALS = ("round_robin", "last_to_answerer")
 """How a level's values are dealt over a team (:func:`deal`)."""
 LEVEL_DEALS: dict[str, str] = {"sum_small": "round_robin", "two_digit": "round_robin", "three_terms": "round_robin",
-                               "two_stage": "last_to_answerer"}
+                               "two_stage": "last_to_answerer", "mixed_sizes": "round_robin"}
 """Level name -> its deal (one of :data:`DEALS`). A level dealt ``"last_to_answerer"`` is staged: the
 answerer's teammates hold the expression without its last term and pass its value."""
 
@@ -84,8 +91,18 @@ def _two_stage(rng: random.Random) -> Problem:
     return "A + B + C", {name: rng.randint(2, 20) for name in "ABC"}  # each stage a level-1 sum
 
 
+MIXED_SIZES = ((2, 20), (100, 999))
+"""Level 5's two value ranges (each problem draws one by a fair coin): level 1's, and three digits."""
+
+
+def _mixed_sizes(rng: random.Random) -> Problem:
+    low, high = rng.choice(MIXED_SIZES)
+    return "A + B", {"A": rng.randint(low, high), "B": rng.randint(low, high)}
+
+
 _GENERATORS: dict[str, Callable[[random.Random], Problem]] = {
     "sum_small": _sum_small, "two_digit": _two_digit, "three_terms": _three_terms, "two_stage": _two_stage,
+    "mixed_sizes": _mixed_sizes,
 }
 
 
@@ -188,7 +205,7 @@ class RelayTasks(ProceduralTasks):
     """A :class:`~marft_envs.core.task.TaskSource` of relay problems.
 
     Args:
-        level: difficulty, 1..4 or its name (see the module docstring).
+        level: difficulty, 1..5 or its name (see the module docstring).
         split: ``"train"`` or ``"test"`` (disjoint sets of problems).
         seed: selects the sequence of problems; item ``i`` depends only on (seed, split, level, i).
         task_revision: how the split is keyed (:data:`TASK_REVISIONS`); the default is the

@@ -10,7 +10,7 @@ import marft_envs
 from marft_envs.envs.relay import RelayEnv
 from marft_envs.envs.solve_check import parse_verdict
 from marft_envs.tasks.procedural import split_of
-from marft_envs.tasks.relay import TASK_REVISIONS, LEVELS, RelayTasks, deal, evaluate_expression, operand_key
+from marft_envs.tasks.relay import MIXED_SIZES, TASK_REVISIONS, LEVELS, RelayTasks, deal, evaluate_expression, operand_key
 from marft_envs.tasks.scripted_teams import TEAMS, play
 
 COOP = ["marft/Relay-v0", "marft/SolveCheck-v0"]
@@ -170,6 +170,22 @@ def test_scripted_oracle_solves_every_problem(env_id, level):
     for profile in TEAM_PROFILES[env_id]:
         result = play(env_id, TEAMS[env_id]["oracle"], n=40, level=level, split="test", profile=profile)
         assert result.accuracy == 1.0 and result.rounds == 1.0, (profile, result)
+
+
+def test_relay_mixed_sizes_draws_both_sizes_and_the_oracle_solves_them():
+    """Level 5: each problem a level-1 sum or a three-digit one by a fair coin, in both splits."""
+    for split in ("train", "test"):
+        tasks = RelayTasks("mixed_sizes", split, seed=0)
+        sizes = [max(tasks[i].metadata["values"].values()) >= 100 for i in range(400)]
+        for i in range(400):
+            values = tasks[i].metadata["values"].values()
+            low, high = MIXED_SIZES[sizes[i]]
+            assert all(low <= v <= high for v in values) and tasks[i].answer == str(sum(values))
+        assert 0.4 < sum(sizes) / len(sizes) < 0.6, (split, sum(sizes))  # 400 fair coins: 5.1 s.d. of 2.5 pts
+    for profile in TEAM_PROFILES["marft/Relay-v0"]:
+        result = play("marft/Relay-v0", TEAMS["marft/Relay-v0"]["oracle"], n=40, level=5, split="test", profile=profile)
+        assert result.accuracy == 1.0, (profile, result)
+    assert play("marft/Relay-v0", TEAMS["marft/Relay-v0"]["mute"], n=100, level=5, split="test", horizon=1).accuracy <= 0.1
 
 
 def test_relay_without_communication_fails():
