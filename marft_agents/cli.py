@@ -146,7 +146,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"loaded adapters from {checkpoint}")
     else:
         print("evaluating the untrained policy (adapters at initialisation = the base model)")
-    modes = [True] + ([False] if args.sampled else [])
+    # the config's decoding (eval.greedy, as in training's evaluations), and sampled too with --sampled
+    modes = [True] + ([False] if args.sampled else []) if cfg.eval.greedy else [False]
     report = {}
     for greedy in modes:
         name = "greedy" if greedy else "sampled"
@@ -225,7 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--checkpoint", default="latest", help="checkpoint folder, 'latest' or 'best' (in output_dir) or 'none'")
     ev.add_argument("--n", type=_positive_int, help="number of problems (default: eval.n_problems)")
     ev.add_argument("--seed", type=int, help="problem-set seed (default: eval.seed)")
-    ev.add_argument("--sampled", action="store_true", help="also evaluate with sampling")
+    ev.add_argument("--sampled", action="store_true",
+                    help="also evaluate with sampling (eval.samples_per_problem plays per problem); with "
+                         "eval.greedy: false the evaluation is sampled only")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--json", help="write the report to this file")
     ev.add_argument("--transcripts", metavar="PATH.jsonl",

@@ -94,6 +94,23 @@ def test_eval_of_missing_best_says_why(tmp_path, tiny_loader, capsys):
     assert "kept no best adapters" in capsys.readouterr().err
 
 
+def test_eval_decodes_as_the_config_says_and_sampled_adds_sampling(tmp_path, tiny_loader, capsys):
+    """``eval.greedy: false`` (as training's evaluations read it) is a sampled evaluation with
+    ``eval.samples_per_problem`` plays per problem, not a greedy one under a greedy label."""
+    path, _ = _write_config(tmp_path)
+    report = tmp_path / "eval.json"
+    sampled = ["--set", "eval.greedy=false", "--set", "eval.samples_per_problem=2"]
+    assert main(["eval", "--config", str(path), "--checkpoint", "none", "--quiet", "--json", str(report), *sampled]) == 0
+    figures = json.loads(report.read_text())
+    assert list(figures) == ["sampled"] and "pass_at_k" in json.dumps(figures["sampled"])
+    assert "greedy:" not in capsys.readouterr().out
+    assert main(["eval", "--config", str(path), "--checkpoint", "none", "--quiet", "--json", str(report), "--sampled",
+                 "--set", "eval.samples_per_problem=2"]) == 2  # greedy config: k > 1 needs eval.greedy false
+    assert main(["eval", "--config", str(path), "--checkpoint", "none", "--quiet", "--json", str(report),
+                 "--sampled"]) == 0
+    assert list(json.loads(report.read_text())) == ["greedy", "sampled"]
+
+
 def test_bm25s_routine_logging_is_silenced(capsys, caplog):
     import logging
 
