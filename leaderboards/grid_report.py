@@ -702,6 +702,20 @@ def _axis_lines(records: list[dict[str, Any]]) -> list[str]:
     return [line]
 
 
+def _commit_line(records: list[dict[str, Any]]) -> list[str]:
+    """Which commits the counted records were made at: a grid's records answer its questions when
+    they come from one (the code is part of the protocol); more than one is named with its counts."""
+    counts: dict[str, int] = {}
+    for record in records:
+        commit = record.get("commit") or "unknown"
+        counts[commit] = counts.get(commit, 0) + 1
+    if len(counts) == 1:
+        return [f"Every counted record was made at commit {next(iter(counts))}.", ""]
+    return [f"The counted records come from {len(counts)} commits ("
+            + ", ".join(f"{commit}: {n}" for commit, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            + "): a difference between cells may be one of code as well as of algorithm.", ""]
+
+
 def _caveat_lines(records: list[dict[str, Any]]) -> list[str]:
     """The records' own caveats (:func:`leaderboards.records.record_caveats`: an older protocol),
     each once, with the cells it applies to."""
@@ -810,7 +824,7 @@ def report(grid_dir: Path, title: str, order: list[str] | None = None, descripti
         return "\n".join(lines)
     counted, duplicates = reported_records(records, order)
     summaries = summarise(counted, order)
-    lines += _axis_lines(counted) + [""] + _caveat_lines(counted) + table(summaries) + [""]
+    lines += _axis_lines(counted) + [""] + _commit_line(counted) + _caveat_lines(counted) + table(summaries) + [""]
     lines += _duplicate_lines(duplicates, records, counted)
     lines += _undeclared_lines(records, order, duplicates)
     lines += _superseded_lines(records, order)

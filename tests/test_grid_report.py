@@ -14,7 +14,7 @@ from leaderboards.records import Record, write_record
 
 
 def _record(records, cell, seed, accuracy, kind="train", algorithm="mappo_action", profile="relay", start=0.1,
-            episodes=None, config=None, solved=None, after=None, task_revision=None, **grid):
+            episodes=None, config=None, solved=None, after=None, task_revision=None, commit="abc1234", **grid):
     curve = [] if kind != "train" else [
         {"update": 0, "accuracy": start, "stderr": 0.03, "train_seconds": 0.0},
         {"update": 2, "accuracy": (start + accuracy) / 2, "stderr": 0.04, "train_seconds": 180.0},
@@ -29,7 +29,7 @@ def _record(records, cell, seed, accuracy, kind="train", algorithm="mappo_action
                         eval_after={"accuracy": accuracy, "stderr": 0.04, "n": 100, "greedy": True, **(after or {})},
                         eval_curve=curve, budget={"updates": 4, "episodes": 128, "wall_clock_s": 360.0 + seed,
                                                   "tokens": 1000 + 17 * seed + len(cell)},
-                        config=config or {}, commit="abc1234", task_revision=task_revision,
+                        config=config or {}, commit=commit, task_revision=task_revision,
                         eval_outcomes={"update": 4, "task_index": list(range(10, 10 + len(solved))), "solved": solved,
                                        "reward": solved} if solved else None,
                         grid={"grid": "g", "cell": cell, "seed": seed, "kind": kind, "wall_s": 600.0, **grid}), records)
@@ -63,6 +63,7 @@ def test_table_has_mean_se_over_seeds_take_off_and_auc(tmp_path):
     assert text.index("| solo_ppo |") < text.index("| marft_a |") < text.index("| marft_a_swapped |")
     assert "not_in_a_grid" not in text and "What g shows." in text
     assert "1.17 h over the 7 runs counted here." in text  # 7 x 600 s
+    assert "Every counted record was made at commit abc1234." in text
     assert (tmp_path / "grids" / "g" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # regenerating from the same records gives the same report
     assert write_report(tmp_path / "grids" / "g", "Grid g", ["solo_ppo", "marft_a", "marft_a_swapped"],
@@ -322,13 +323,15 @@ def test_a_grid_rerun_under_a_new_protocol_is_reported_on_that_protocol_alone(tm
     old = summarise(reported_records(grid_records(records), order)[0], order)
     assert [(s.cell, s.seeds) for s in old] == [("untrained", [0]), ("solo_ppo", [0, 1]), ("marft_a", [0, 1])]
     _record(records, "marft_a", 1, 0.6, episodes=128, budget={"axis": "episodes", "episodes": 128},
-            task_revision=1)  # its rerun, under the current protocol
+            task_revision=1, commit="def5678")  # its rerun, under the current protocol
     counted, _ = reported_records(grid_records(records), order)
     assert [(r["grid"]["cell"], r["grid"]["seed"]) for r in counted] == [("untrained", 0), ("marft_a", 1)]
     text = write_report(tmp_path / "g", "Grid g", order).read_text()
     assert "## Records awaiting their rerun" in text and "- `solo_ppo`: s0, s1" in text and "- `marft_a`: s0" in text
     assert "3 records were made under an older protocol" in text and "equal wall-clock" in text
     assert "Budget axis: training episodes" in text  # the current records' axis
+    assert "The counted records come from 2 commits (abc1234: 1, def5678: 1)" in text
+    assert "Every counted record was made at commit" not in text
     # the grid's cost is its counted runs' (600 s each); the superseded ones' is named apart
     assert ("Machine time of the recorded runs (training, evaluations, loading): 0.33 h over the 2 runs counted "
             "here; the 3 records not counted took another 0.50 h.") in text
