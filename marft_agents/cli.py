@@ -227,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--n", type=_positive_int, help="number of problems (default: eval.n_problems)")
     ev.add_argument("--seed", type=int, help="problem-set seed (default: eval.seed)")
     ev.add_argument("--sampled", action="store_true",
-                    help="also evaluate with sampling (eval.samples_per_problem plays per problem); with "
+                    help="also evaluate with sampling, one play per problem; with "
                          "eval.greedy: false the evaluation is sampled only")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--json", help="write the report to this file")
