@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import sys
 import time
@@ -472,10 +473,14 @@ def train_run(spec: GridSpec, run: GridRun) -> Record:
 
     commit = git_commit()
     started = time.perf_counter()
+    earlier = earlier_attempts_s(run)
     sets = [f"--set={key}={json.dumps(value)}" for key, value in run.overrides.items()]
     # --resume: continue from a checkpoint, or start fresh when there is none (then a killed
     # attempt's step-0 evaluation is reused and its re-logged updates are de-duplicated).
-    code = marft_main(["train", "--config", spec.base, "--quiet", "--no-tensorboard", "--resume", *sets])
+    try:
+        code = marft_main(["train", "--config", spec.base, "--quiet", "--no-tensorboard", "--resume", *sets])
+    finally:  # stopped, failed or done: this attempt's machine time counts towards the run's
+        _write_attempts(run, earlier + time.perf_counter() - started)
     stopped_by = {128 + int(sig): sig.name for sig in STOP_SIGNALS}  # ``marft train``'s status when a signal stopped it
     if code in stopped_by:  # the trainer saved a checkpoint and stopped on request: not a failure
         raise GridStopped(f"{run.name} stopped by {stopped_by[code]} after saving a checkpoint in "
@@ -483,8 +488,35 @@ def train_run(spec: GridSpec, run: GridRun) -> Record:
     if code:
         raise RuntimeError(f"training run {run.name} failed with exit status {code}")
     record = build_record(run_config(spec, run), run.name, commit)
-    record.grid = _grid_meta(spec, run, time.perf_counter() - started)
+    record.grid = _grid_meta(spec, run, earlier + time.perf_counter() - started)
     return record
+
+
+ATTEMPTS_FILE = "grid_attempts.json"
+"""In a training run's folder: the machine seconds of its attempts so far, so that a run resumed
+after a stop records its whole machine time (a ``SIGKILL`` still loses its attempt's share)."""
+
+
+def earlier_attempts_s(run: GridRun) -> float:
+    """Machine seconds the run's earlier attempts took (0 when none, or when the file is unreadable:
+    it only adds to the cost shown, so a damaged one is ignored with a warning)."""
+    path = Path(run.overrides["output_dir"]) / ATTEMPTS_FILE
+    if not path.is_file():
+        return 0.0
+    try:
+        return float(json.loads(path.read_text(encoding="utf-8"))["machine_s"])
+    except (ValueError, KeyError, TypeError):
+        print(f"grid: warning: {path} is unreadable; the earlier attempts' machine time is not counted "
+              "(delete it to silence this)", file=sys.stderr)
+        return 0.0
+
+
+def _write_attempts(run: GridRun, machine_s: float) -> None:
+    folder = Path(run.overrides["output_dir"])
+    if folder.is_dir():
+        tmp = folder / f"{ATTEMPTS_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"machine_s": round(machine_s, 1)}), encoding="utf-8")
+        os.replace(tmp, folder / ATTEMPTS_FILE)
 
 
 def evaluate_run(spec: GridSpec, run: GridRun) -> Record:

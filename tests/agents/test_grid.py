@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -113,12 +114,17 @@ def test_interrupted_cell_resumes_from_its_checkpoint(tmp_path, tiny_models, mon
     with pytest.raises(KeyboardInterrupt):
         grid_mod.main([str(path)])
     assert _records(tmp_path) == {}
+    attempts = tmp_path / "runs" / "team" / "seed0" / grid_mod.ATTEMPTS_FILE
+    assert json.loads(attempts.read_text())["machine_s"] > 0  # the killed attempt's machine time is kept
+    attempts.write_text(json.dumps({"machine_s": 1000.0}))  # say it took 1000 s: the resumed run must add it
     capsys.readouterr()
     assert grid_mod.main([str(path), "--dry-run"]) == 0
     assert "partial  team_seed0" in capsys.readouterr().out
 
     monkeypatch.setattr(Trainer, "run", original_run)
+    started = time.perf_counter()
     assert grid_mod.main([str(path)]) == 0
+    elapsed = time.perf_counter() - started
     assert "resume team_seed0" in capsys.readouterr().out
     record = _records(tmp_path)["team_seed0"]
     assert record["budget"]["updates"] == 4
@@ -130,6 +136,19 @@ def test_interrupted_cell_resumes_from_its_checkpoint(tmp_path, tiny_models, mon
     assert record["budget"]["wall_clock_s"] == round(sum(
         r.get("time/rollout_s", 0) + r.get("time/update_s", 0) for r in last.values()), 1)
     assert [p["update"] for p in record["eval_curve"]] == [0, 4]
+    # its machine time is both attempts': the first's 1000 s and the second's
+    assert 1000.0 < record["grid"]["wall_s"] <= 1000.0 + elapsed
+    assert 1000.0 < json.loads(attempts.read_text())["machine_s"] <= record["grid"]["wall_s"]
+
+
+def test_a_damaged_attempts_file_is_ignored_with_one_line(tmp_path, capsys):
+    path = _grid(tmp_path, [{"name": "team", "overrides": {}}], seeds=[0])
+    (run,) = grid_mod.plan(grid_mod.load_grid(path))
+    folder = Path(run.overrides["output_dir"])
+    folder.mkdir(parents=True)
+    (folder / grid_mod.ATTEMPTS_FILE).write_text("{not json")
+    assert grid_mod.earlier_attempts_s(run) == 0.0
+    assert f"{folder / grid_mod.ATTEMPTS_FILE} is unreadable" in capsys.readouterr().err
 
 
 def test_a_signal_stops_the_grid_with_a_checkpoint_and_a_resume_hint(tmp_path, tiny_models, monkeypatch, capsys):
