@@ -469,7 +469,7 @@ def _grid_meta(spec: GridSpec, run: GridRun, wall_s: float) -> dict[str, Any]:
 def train_run(spec: GridSpec, run: GridRun) -> Record:
     """Train (resuming from the run folder's latest checkpoint, if any), then build its record."""
     from marft_agents.cli import main as marft_main
-    from marft_agents.protocol import STOP_SIGNALS
+    from marft_agents.protocol import STOP_STATUS
 
     commit = git_commit()
     started = time.perf_counter()
@@ -481,7 +481,7 @@ def train_run(spec: GridSpec, run: GridRun) -> Record:
         code = marft_main(["train", "--config", spec.base, "--quiet", "--no-tensorboard", "--resume", *sets])
     finally:  # stopped, failed or done: this attempt's machine time counts towards the run's
         _write_attempts(run, earlier + time.perf_counter() - started)
-    stopped_by = {128 + int(sig): sig.name for sig in STOP_SIGNALS}  # ``marft train``'s status when a signal stopped it
+    stopped_by = {status: name for name, status in STOP_STATUS.items()}
     if code in stopped_by:  # the trainer saved a checkpoint and stopped on request: not a failure
         raise GridStopped(f"{run.name} stopped by {stopped_by[code]} after saving a checkpoint in "
                           f"{run.overrides['output_dir']}; the same command resumes it", code)

@@ -35,6 +35,7 @@ caveat the records carry (:func:`leaderboards.records.record_caveats`).
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -705,14 +706,11 @@ def _axis_lines(records: list[dict[str, Any]]) -> list[str]:
 def _commit_line(records: list[dict[str, Any]]) -> list[str]:
     """Which commits the counted records were made at: a grid's records answer its questions when
     they come from one (the code is part of the protocol); more than one is named with its counts."""
-    counts: dict[str, int] = {}
-    for record in records:
-        commit = record.get("commit") or "unknown"
-        counts[commit] = counts.get(commit, 0) + 1
+    counts = collections.Counter(record.get("commit") or "unknown" for record in records).most_common()
     if len(counts) == 1:
-        return [f"Every counted record was made at commit {next(iter(counts))}.", ""]
+        return [f"Every counted record was made at commit {counts[0][0]}.", ""]
     return [f"The counted records come from {len(counts)} commits ("
-            + ", ".join(f"{commit}: {n}" for commit, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            + ", ".join(f"{commit}: {n}" for commit, n in counts)
             + "): a difference between cells may be one of code as well as of algorithm.", ""]
 
 

@@ -82,7 +82,7 @@ def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from marft_agents.protocol import run_protocol
+    from marft_agents.protocol import STOP_STATUS, run_protocol
     from marft_agents.trainer import prepare_trainer
 
     from marft_agents.distributed import process_group
@@ -97,9 +97,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                                tensorboard=not args.no_tensorboard, progress=not args.quiet,
                                config_source=str(args.config), say=print)
     if outcome.stopped_by is not None:
-        import signal
-
-        return 128 + int(signal.Signals[outcome.stopped_by])
+        return STOP_STATUS[outcome.stopped_by]
     return 0
 
 
@@ -147,7 +145,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         print("evaluating the untrained policy (adapters at initialisation = the base model)")
     # the config's decoding (eval.greedy, as in training's evaluations), and sampled too with --sampled
-    modes = [True] + ([False] if args.sampled else []) if cfg.eval.greedy else [False]
+    modes = ([True] + ([False] if args.sampled else [])) if cfg.eval.greedy else [False]
     report = {}
     for greedy in modes:
         name = "greedy" if greedy else "sampled"

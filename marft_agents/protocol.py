@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """Signals that stop a run at the next safe point with a checkpoint."""
+STOP_STATUS: dict[str, int] = {sig.name: 128 + int(sig) for sig in STOP_SIGNALS}
+"""Signal name -> the exit status of a ``marft train`` it stopped (the shell's 128 + signal number)."""
 SUMMARY_FILE = "summary.json"
 
 
