@@ -186,6 +186,9 @@ def run_protocol(
                 bar.update(1)
             bar.close()
             stopped_by = trainer.stop_requested
+            if stopped_by is not None and trainer.finished:
+                say(f"{stopped_by} arrived after the last update had started: the run is complete, not stopped")
+                stopped_by = None
             if stopped_by is None:
                 final = trainer.final_eval or (
                     trainer.evaluate(progress="final evaluation" if progress else None) if cfg.eval.at_end else None)

@@ -416,7 +416,7 @@ class Trainer:
             if last or stopping or (s.checkpoint_interval and done % s.checkpoint_interval == 0):
                 self.save()
             yield metrics
-            if stopping:
+            if stopping and not last:
                 log.info("%s: stopped after %d updates", self.stop_requested, done)
                 break
             if spent is not None:
@@ -428,6 +428,13 @@ class Trainer:
         """Release the rollout engine (vLLM's GPU memory and exported adapters); the policy
         builds a new one if asked to generate again."""
         self.policy.close_engine()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the schedule is done (every update run, or a budget reached). A stop signal
+        that arrives once it is (during the last update or its evaluation) stops nothing: the run
+        is complete, and the protocol records it as such."""
+        return self.counters["update"] >= self.cfg.schedule.num_updates or self.budget_spent() is not None
 
     def budget_spent(self) -> str | None:
         """The first budget of the schedule (seconds, episodes, sampled tokens:

@@ -92,6 +92,34 @@ def test_sigterm_checkpoints_and_the_resume_is_bit_identical(tmp_path):
     assert _steps(tmp_path / "cut" / "run") == ([1, 2, 3], [1, 2, 3])
 
 
+@pytest.mark.parametrize("when", ["during the last evaluation", "after the last update"])
+def test_a_sigterm_once_the_last_update_has_started_leaves_a_complete_run(tmp_path, monkeypatch, when):
+    """A stop that arrives when nothing is left to stop (a job's time limit hitting the last
+    update's evaluation, say) must not turn a finished run into an unrecorded, stopped one."""
+    from marft_agents.trainer import Trainer
+
+    cfg = small_config(tmp_path, **{"schedule.checkpoint_interval": 0, "eval.at_end": True})
+    callbacks = []
+    if when == "during the last evaluation":
+        evaluate = Trainer.evaluate
+
+        def evaluate_then_preempt(self, *args, **kwargs):
+            if self.counters["update"] == cfg.schedule.num_updates:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return evaluate(self, *args, **kwargs)
+
+        monkeypatch.setattr(Trainer, "evaluate", evaluate_then_preempt)
+    else:
+        callbacks.append(lambda index, metrics: index == cfg.schedule.num_updates - 1
+                         and os.kill(os.getpid(), signal.SIGTERM))
+    result = train(cfg, callbacks=callbacks, model_and_tokenizer=_tiny(), tensorboard=False, plot=False)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert result.stopped_by is None and "stopped_by" not in summary
+    assert summary["counters"]["update"] == cfg.schedule.num_updates
+    assert summary["eval_after"]["n"] == 2  # the final evaluation is the run's result
+    assert [p.name for p in list_checkpoints(cfg.output_dir)] == [f"update_{cfg.schedule.num_updates:06d}"]
+
+
 def test_marft_train_stops_on_sigterm_with_exit_status_143(tmp_path, monkeypatch, capsys):
     import yaml
 
