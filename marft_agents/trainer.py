@@ -29,7 +29,8 @@ in a folder that already has checkpoints is refused rather than silently overwri
 is a resume that changes the evaluation setting (``eval.n_problems``, ``eval.seed``, the split ...:
 :data:`EVAL_SET_FIELDS`), whose "best" would otherwise compare accuracies on different problem sets.
 Setting ``Trainer.stop_requested`` (the protocol's signal handlers do) ends the loop after the
-update in progress, with a checkpoint, so a preempted run resumes exactly.
+update in progress, with a checkpoint, so a preempted run resumes exactly; a stop requested once
+the last update has started leaves a complete run (:attr:`Trainer.finished`).
 """
 
 from __future__ import annotations
