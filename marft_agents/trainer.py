@@ -405,7 +405,7 @@ class Trainer:
                             "time/train_seconds": float(self.counters["train_seconds"]),
                             "time/rollout_tokens_per_s": rollout.num_tokens / max(t1 - t0, 1e-9)})
             done = self.counters["update"]
-            last = done == s.num_updates or spent is not None
+            last = self.finished  # every update run, or a budget reached
             every = self.cfg.eval.interval
             if (every and done % every == 0) or (last and self.cfg.eval.at_end):
                 result = self.evaluate()
