@@ -463,6 +463,10 @@ class TrainConfig:
         if self.critic is None and cls.value_mode is not None:
             raise ConfigError(f"critic: algorithm {self.algorithm!r} needs a critic (value_mode "
                               f"{cls.value_mode!r}); remove 'critic: null'")
+        if self.critic is not None and self.critic.head_refit_window > 0 and cls.value_mode != "state":
+            raise ConfigError(f"critic.head_refit_window: algorithm {self.algorithm!r} has value_mode "
+                              f"{cls.value_mode!r}, but only state values (one per decision, e.g. mappo_action) "
+                              "are refit; set critic.head_refit_window: 0")
 
     def _check_training_policy(self) -> None:
         """What PPO's ratio needs: the sampled policy is the scored one, in the same mode."""

@@ -234,6 +234,9 @@ class MultiAgentPolicy(nn.Module):
         # episode's global-state log); False = one row per input (the reference path, kept for
         # tests and the benchmarks' `plain` path).
         self.merge_prefix_rows = True
+        # a list: state_values appends the hidden states its value heads read, ``[B, H]`` in row
+        # order (the learner's value-head refit, ``learners/head_refit.py``); None = not kept
+        self.feature_sink: list[torch.Tensor] | None = None
         # the training-time forward passes (token_logprobs, state_values, ...): a collaborator
         # reading this policy through its public members
         self.scoring = Scorer(self)

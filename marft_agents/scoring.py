@@ -44,7 +44,8 @@ class TokenStats:
 
 def _merge_rows(parts: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
     """Per-group results ``[b_g]`` or ``[b_g, T_g]`` -> ``[B]`` or ``[B, max T_g]`` in the
-    original row order (right-padded with 0 / False); keeps the autograd graph."""
+    original row order (right-padded with 0 / False); keeps the autograd graph. (Per-row vectors
+    ``[b_g, H]`` of one common ``H`` merge to ``[B, H]`` the same way.)"""
     if len(parts) == 1:
         return parts[0][1]
     tensors = [t for _, t in parts]
@@ -60,9 +61,10 @@ class Scorer:
     """Forward passes over the rows of a ``MultiAgentPolicy`` (held as ``policy.scoring``).
 
     Reads the policy through its public members only: ``lm``, ``tokenizer``, ``device``,
-    ``value_heads``, ``critic_for``, the ``using`` adapter switch, and the path switches
+    ``value_heads``, ``critic_for``, the ``using`` adapter switch, the path switches
     ``fused_head`` and ``merge_prefix_rows`` (policy attributes, which tests and benchmarks set
-    on the policy). Holds no state of its own.
+    on the policy) and ``feature_sink`` (where ``state_values`` leaves the states it valued). Holds no state of
+    its own.
     """
 
     def __init__(self, policy: Any):
@@ -228,13 +230,18 @@ class Scorer:
         ``slots``: each row's value-head slot (``ValueHead``; None = 0)."""
         critic = self.policy.critic_for(agent_id)
         slots = [0] * len(prompt_ids) if slots is None else list(slots)
-        parts = []
+        parts, features = [], []
         for prefix_len, rows in self.prefix_groups(prompt_ids, prefix_lens):
             suffixes = [list(prompt_ids[r][prefix_len:]) for r in rows]
             heads, where, hidden = self._chain_hidden(critic, suffixes, prompt_ids[rows[0]][:prefix_len])  # [h, P, H]
             head_of, column = last_token_index(suffixes, heads, where, hidden.shape[1], hidden.device)  # [b], [b]
             slot = torch.tensor([slots[r] for r in rows], device=hidden.device)  # [b]
-            parts.append((rows, self.policy.value_heads[critic](hidden[head_of, column], slot)))  # [b]
+            state = hidden[head_of, column]  # [b, H]
+            parts.append((rows, self.policy.value_heads[critic](state, slot)))  # [b]
+            features.append((rows, state.detach().float()))
+        sink = getattr(self.policy, "feature_sink", None)
+        if sink is not None:
+            sink.append(_merge_rows(features))  # [B, H]
         return _merge_rows(parts)
 
     def _chain_hidden(self, critic: str, seqs: Sequence[Sequence[int]], prefix: Sequence[int]

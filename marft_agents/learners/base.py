@@ -92,6 +92,7 @@ from marft_agents import ppo_math as pm
 from marft_agents.distributed import SINGLE_PROCESS, DataParallel, SingleProcess
 from marft_agents.engine.attention import training_passes
 from marft_agents.learners.critic_health import CriticWatch, critic_health
+from marft_agents.learners.head_refit import Batch, RefitBuffer, refit_head
 from marft_agents.learners.logprob_targets import LogprobTargets
 from marft_agents.learners.samples import (
     PolicyUnits,
@@ -145,6 +146,9 @@ class BaseLearner(LogprobTargets):
             self.optimizers[name] = self._make_optimizer(name, self.schedule.actor_lr)
         self.critic_cfg = getattr(cfg, "critic", None)
         self.watch: CriticWatch | None = None
+        self.refit: RefitBuffer | None = None
+        self._captured: list[tuple[str, Batch]] = []  # this update's first-pass points (head refit)
+        self._task_keys: dict[int, Any] = {}  # episode -> task key of the update being trained
         if self.value_mode is not None:
             for name in sorted({policy.critic_for(a) for a in self.agent_ids}):
                 self.optimizers[name] = self._make_optimizer(name, self.schedule.critic_lr,
@@ -152,6 +156,8 @@ class BaseLearner(LogprobTargets):
             if self.critic_cfg is not None:
                 self.group_size = self._ceiling_group_size()
                 self.watch = CriticWatch(self.critic_cfg.health_window, self.critic_cfg.health_min_ev)
+                if self.critic_cfg.head_refit_window > 0 and self.value_mode == "state":
+                    self.refit = RefitBuffer(self.critic_cfg.head_refit_window)
 
     def _ceiling_group_size(self) -> int:
         """Episodes per task for the critic's EV ceiling (``critic.ceiling_group_size``)."""
@@ -245,15 +251,20 @@ class BaseLearner(LogprobTargets):
         follow = self.schedule.critic_epochs is None
         critic_epochs = policy_epochs if follow else self.schedule.critic_epochs
         gather = critic and self.critic_cfg is not None and self.critic_cfg.feature_norm
+        capture = critic and self.refit is not None
+        if capture:  # a task seen in several updates is one task; an unnamed one is its episode
+            self._task_keys = {d.episode: d.task_id or (update, d.episode) for d in rollout.decisions}
         for epoch in range(max(policy_epochs, critic_epochs)):
             critic_batches = self._critic_minibatches(samples) if critic and epoch < critic_epochs else []
             self._track_features(gather and epoch == 0)  # the first pass's states, once each
+            self.policy.feature_sink = [] if capture and epoch == 0 else None
             for batch in critic_batches:
                 stats = self._step(sorted({s.critic for s in batch}), batch, critic=True)
                 for key, value in stats.items():
                     sums[key] += value
                     counts[key] += 1
             self._track_features(False)
+            self.policy.feature_sink = None
             if early_stopped or epoch >= policy_epochs:
                 continue
             epochs_run += 1
@@ -278,6 +289,8 @@ class BaseLearner(LogprobTargets):
                     break
         if gather:
             self._fold_feature_statistics()
+        if capture:
+            metrics.update(self._refit_value_heads())
         metrics.update({k: sums[k] / counts[k] for k in sums})
         for key in ("losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac"):
             metrics.setdefault(key, float("nan"))  # nan = no policy step this update (warm-up)
@@ -323,6 +336,21 @@ class BaseLearner(LogprobTargets):
             head = self.policy.value_heads[name]
             parts = self.data_parallel.gather((head.pending.cpu(), head.pending_count.cpu()))
             head.fold_features(beta, sum(p for p, _ in parts), sum(c for _, c in parts))
+
+    def _refit_value_heads(self) -> dict[str, float]:
+        """Keep this update's first-pass points (every rank's) and refit each value head on the
+        kept window (``learners/head_refit.py``); after the feature fold, so the head is refit in
+        the feature statistics it will value the next rollout with."""
+        parts = [item for rank in self.data_parallel.gather(self._captured) for item in rank]
+        self._captured = []
+        out: dict[str, float] = {}
+        for name in sorted({critic for critic, _ in parts}):
+            mine = [b for critic, b in parts if critic == name]
+            self.refit.add(name, Batch(torch.cat([b.features for b in mine]), torch.cat([b.slots for b in mine]),
+                                       torch.cat([b.targets for b in mine]), [t for b in mine for t in b.tasks]))
+            for key, value in refit_head(self.policy.value_heads[name], self.refit.points(name)).items():
+                out.setdefault(key, value)  # the first critic's figures (one critic unless per_agent)
+        return out
 
     def _update_value_normalisers(self, samples: list[Sample]) -> dict[str, float]:
         """Fold this update's targets into each critic's PopArt statistics (before any critic
@@ -493,6 +521,12 @@ class BaseLearner(LogprobTargets):
             mask = torch.ones_like(values)  # [B]
             old = torch.stack([s.old_values for s in micro]).to(values.device)  # [B]
             returns = torch.stack([s.returns for s in micro]).to(values.device)  # [B]
+            if self.policy.feature_sink:  # the first critic pass of a head-refit update
+                self._captured.append((micro[0].critic, Batch(
+                    self.policy.feature_sink.pop().cpu(),  # [B, H]
+                    torch.tensor(self.policy.value_slots(actors, agent, len(micro)), dtype=torch.long),  # [B]
+                    returns.detach().float().cpu(),  # [B]
+                    [self._task_keys.get(s.episode, ("episode", id(s))) for s in micro])))
         scale = self.policy.value_heads[micro[0].critic].scale.detach()  # [] PopArt's sigma (1 without)
         per_unit, clipped = pm.value_loss_elements(values / scale, old / scale, returns / scale,
                                                    self.ppo.value_clip, self.ppo.huber_delta)
@@ -561,6 +595,7 @@ class BaseLearner(LogprobTargets):
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "rng": self.rng.bit_generator.state,
             "skipped_steps": self.skipped_steps,
+            **({"head_refit": self.refit.state_dict()} if self.refit is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -578,3 +613,5 @@ class BaseLearner(LogprobTargets):
                 group["lr"] = lr
         self.rng.bit_generator.state = state["rng"]
         self.skipped_steps = int(state.get("skipped_steps", 0))
+        if self.refit is not None:  # a checkpoint from before the refit was turned on: an empty window
+            self.refit.load_state_dict(state.get("head_refit", {}))

@@ -65,6 +65,13 @@ class CriticConfig:
     ``learners/critic_health.py``). None: 4 when ``schedule.episodes_per_update`` is a multiple of
     4 and at least 8, else 1 (no ceiling; one log line says so). 1 turns it off; k > 1 must divide
     ``episodes_per_update``."""
+    head_refit_window: int = 0
+    """After each update, also solve for the value head by ridge regression on the hidden states
+    and returns of the last this-many updates, the ridge strength chosen by cross-validation over
+    whole tasks, and keep the current head when no strength beats it
+    (``learners/head_refit.py``). The gradient-trained head ranks tasks but spreads its values far
+    less than the returns (docs/results.md); the closed-form fit is not limited by step size.
+    State values only (MARFT-A, single-agent PPO). 0 = off: only gradient steps train the head."""
     health_window: int = 10
     """Updates in a row with ``losses/explained_variance`` below ``health_min_ev`` before the
     learner warns that the critic is not learning (once per run, again after a recovery)."""
@@ -94,6 +101,8 @@ class CriticConfig:
         if self.ceiling_group_size is not None and self.ceiling_group_size < 1:
             raise ValueError(f"ceiling_group_size must be >= 1 (1 = no ceiling) or null (auto), "
                              f"got {self.ceiling_group_size}")
+        if self.head_refit_window < 0:
+            raise ValueError(f"head_refit_window must be >= 0 (0 = off), got {self.head_refit_window}")
         if self.health_window < 1:
             raise ValueError(f"health_window must be >= 1, got {self.health_window}")
         if self.max_state_chars < 0:
