@@ -17,18 +17,20 @@ The algorithm, after each update's critic epochs and feature fold, per critic he
 2. Express them in the head's units: ``z = (x - feat_shift) / feat_scale`` (the slot's current
    feature statistics) and ``t = (R - shift) / scale`` (PopArt's; 0 and 1 without), so the head
    computes ``t_hat = w . z + b``.
-3. For each ``lambda`` of a grid (relative to the mean eigenvalue of the centred Gram matrix),
-   ridge towards the current weights ``w0`` with an unpenalised bias::
+3. Calibrate the current weights: ``a`` = the least-squares slope of ``t`` on the head's own
+   ``u = z . w0`` (at least 0; 1 when ``u`` is constant), the prior ``w1 = a w0``. A head that
+   ranks the tasks but spreads its values too little (the failure above) is fixed by ``a`` alone.
+4. For each ``lambda`` of a grid (relative to the mean eigenvalue of the centred Gram matrix),
+   ridge towards ``w1`` with an unpenalised bias, and ``lambda = inf`` (the calibration alone)::
 
-       w = w0 + Zc^T (Zc Zc^T + lambda I)^-1 (tc - Zc w0),   b = mean(t) - mean(z) . w
+       w = w1 + Zc^T (Zc Zc^T + lambda I)^-1 (tc - Zc w1),   b = mean(t) - mean(z) . w
 
-   and score it by K-fold cross-validation holding out whole tasks (the episodes of one task
-   share their first decision's state: holding out single episodes would leak the answer). The
-   current head ``(w0, b0)`` is scored on the same folds.
-4. Keep whatever has the lowest cross-validated error: the refit on every kept point with that
-   ``lambda``, or the current head when no ``lambda`` beats it. The refit changes values only
-   from the next rollout on: the advantages of the rollout just trained on were formed at
-   collection.
+   each scored by K-fold cross-validation holding out whole tasks (steps 3-4 on the training
+   folds only; the episodes of one task share their first decision's state: holding out single
+   episodes would leak the answer). The current head ``(w0, b0)`` is scored on the same folds.
+5. Keep whatever has the lowest cross-validated error: that fit on every kept point, or the
+   current head when nothing beats it. The refit changes values only from the next rollout on:
+   the advantages of the rollout just trained on were formed at collection.
 
 Only state values (one value per decision: MARFT-A, single-agent PPO) are refit; a token-level
 critic's values are not (``TrainConfig.validate`` says so).
@@ -44,8 +46,9 @@ from typing import Any
 
 import torch
 
-RELATIVE_LAMBDAS: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3)
-"""The ridge strengths tried, as multiples of the centred Gram matrix's mean eigenvalue."""
+RELATIVE_LAMBDAS: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3, math.inf)
+"""The ridge strengths tried, as multiples of the centred Gram matrix's mean eigenvalue
+(``inf``: the calibrated current weights alone, step 3)."""
 MAX_FOLDS = 5
 """Cross-validation folds (fewer when fewer tasks were kept)."""
 MIN_TASKS = 3
@@ -67,7 +70,7 @@ class Batch:
 class RefitResult:
     """What :func:`ridge_refit` chose: ``weight [H]`` and ``bias`` (the current ones when kept),
     the cross-validated mean squared errors of the current head and of the choice, and the
-    relative ``lambda`` chosen (None: the current head was kept)."""
+    relative ``lambda`` chosen (None: the current head was kept; ``inf``: calibrated only)."""
 
     weight: torch.Tensor
     bias: float
@@ -90,25 +93,28 @@ def _folds(tasks: Sequence[Hashable]) -> list[torch.Tensor]:
 
 def _ridge(z: torch.Tensor, t: torch.Tensor, w0: torch.Tensor, lambdas: Sequence[float]
            ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Ridge towards ``w0`` on ``z [n, H]``, ``t [n]`` (float64), unpenalised bias: ``(w [H], b [])``
-    for each absolute ``lambda``. Kernel form: one eigendecomposition of the ``[n, n]`` Gram
-    matrix serves every ``lambda`` (``n`` is a few hundred points, ``H`` up to thousands)."""
+    """Steps 3-4 on ``z [n, H]``, ``t [n]`` (float64): ``(w [H], b [])`` for each absolute ``lambda``
+    (``math.inf``: the calibrated ``w1`` itself). Kernel form: one eigendecomposition of the
+    ``[n, n]`` Gram matrix serves every ``lambda`` (``n`` is a few hundred points, ``H`` up to
+    thousands)."""
     z_mean, t_mean = z.mean(0), t.mean()  # [H], []
-    zc = z - z_mean  # [n, H]
-    residual = (t - t_mean) - zc @ w0  # [n] what w0 leaves unexplained
+    zc, tc = z - z_mean, t - t_mean  # [n, H], [n]
+    u = zc @ w0  # [n] the current head's centred outputs
+    spread = float(u @ u)
+    w1 = w0 * max(float(u @ tc) / spread, 0.0) if spread > 0 else w0  # [H] calibrated prior
+    residual = tc - zc @ w1  # [n] what w1 leaves unexplained
     evals, evecs = torch.linalg.eigh(zc @ zc.T)  # [n], [n, n]
     projected = evecs.T @ residual  # [n]
     out = []
     for lam in lambdas:
-        alpha = evecs @ (projected / (evals.clamp(min=0.0) + lam))  # [n]
-        w = w0 + zc.T @ alpha  # [H]
+        w = w1 if math.isinf(lam) else w1 + zc.T @ (evecs @ (projected / (evals.clamp(min=0.0) + lam)))  # [H]
         out.append((w, t_mean - z_mean @ w))
     return out
 
 
 def ridge_refit(z: torch.Tensor, t: torch.Tensor, tasks: Sequence[Hashable], w0: torch.Tensor,
                 b0: float) -> RefitResult | None:
-    """Steps 3-4 of the module docstring for one slot: ``z [n, H]`` standardised features, ``t [n]``
+    """Steps 3-5 of the module docstring for one slot: ``z [n, H]`` standardised features, ``t [n]``
     targets in the head's units, ``tasks`` each point's task, ``(w0 [H], b0)`` the current head.
     None when fewer than :data:`MIN_TASKS` tasks were kept."""
     z, t, w0 = z.double(), t.double(), w0.detach().double()
@@ -119,7 +125,7 @@ def ridge_refit(z: torch.Tensor, t: torch.Tensor, tasks: Sequence[Hashable], w0:
     scale = float((zc * zc).sum()) / max(z.shape[0], 1)  # trace(Zc Zc^T) / n: the mean eigenvalue
     if not scale > 0:
         return None  # every point has the same features: nothing a weight could tell apart
-    lambdas = [r * scale for r in RELATIVE_LAMBDAS]
+    lambdas = [r * scale for r in RELATIVE_LAMBDAS]  # inf stays inf: the calibration alone
     current = float(((z @ w0 + b0 - t) ** 2).mean())
     errors = [0.0] * len(lambdas)
     for held in folds:
@@ -170,7 +176,7 @@ class RefitBuffer:
 @torch.no_grad()
 def refit_head(head: Any, points: Batch) -> dict[str, float]:
     """Refit every slot of ``head`` (a :class:`marft_agents.critic.ValueHead`) on ``points``
-    (steps 2-4); returns ``critic/refit_*`` figures: the points used, the slots refit, and the
+    (steps 2-5); returns ``critic/refit_*`` figures: the points used, the slots refit, and the
     cross-validated gain ``1 - cv_chosen / cv_current`` averaged over the slots that had enough
     tasks (0 where the current head was kept)."""
     refit, gains, used = 0, [], 0

@@ -35,6 +35,27 @@ def test_the_ridge_recovers_a_linear_target_and_says_it_beat_the_current_head():
     assert result.bias == pytest.approx(0.5, abs=0.1)
 
 
+def test_a_shrunk_head_is_scaled_up_where_too_few_tasks_would_not_fit_the_weights():
+    # the failure the refit exists for: a head that ranks the tasks (its weights point the right
+    # way) with values spread 5x too little; 12 tasks in 200 dimensions are too few to find the
+    # weights from scratch, enough to find the head's scale
+    gen = torch.Generator().manual_seed(5)
+    w_true = torch.randn(200, generator=gen, dtype=torch.float64) / 200 ** 0.5
+    w0 = 0.2 * (w_true + 0.3 * torch.randn(200, generator=gen, dtype=torch.float64) / 200 ** 0.5)
+    feats = torch.randn(12, 200, generator=gen, dtype=torch.float64)
+    idx = torch.arange(12).repeat_interleave(4)
+    t = feats[idx] @ w_true + 0.3 * torch.randn(48, generator=gen, dtype=torch.float64)
+    result = ridge_refit(feats[idx], t, [int(i) for i in idx], w0.float(), 0.0)
+    fresh = torch.randn(500, 200, generator=gen, dtype=torch.float64)  # unseen tasks
+    truth = fresh @ w_true
+
+    def ev(w, b):
+        return 1 - float(((fresh @ w.double() + b - truth) ** 2).mean() / truth.var())
+
+    print("ev current", ev(w0, 0.0), "refit", ev(result.weight, result.bias), "lambda", result.relative_lambda)
+    assert ev(w0, 0.0) < 0.5 and ev(result.weight, result.bias) > 0.7
+
+
 def test_the_current_head_is_kept_when_nothing_generalises_to_held_out_tasks():
     # each task's target is its own coin, unrelated to its features: fitting the training tasks
     # cannot predict a held-out one, so cross-validation keeps the current (right-mean) head
