@@ -64,11 +64,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.task == "relay5":
         return relay5(args)
 
-    import torch
-
     import marft_envs
     from marft_agents.config import load_config
-    from marft_agents.critic import CRITIC_SYSTEM_PROMPT, GlobalStateLog
+    from marft_agents.critic import CRITIC_SYSTEM_PROMPT
     from marft_agents.models import load_model_and_tokenizer
     from marft_agents.policy import MultiAgentPolicy
 
@@ -79,16 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     system_ids = policy.system_turn_ids(CRITIC_SYSTEM_PROMPT)
     last, mean, targets = [], [], []
     for index in range(args.n):
-        env.reset(options={"task_index": index})
-        agent = env.agent_selection
-        info = env.infos[agent]
-        text = str(env.unwrapped.state()["text"])
+        text, _, _, hidden = first_decision(env, policy, system_ids, cfg, index)  # hidden [T, H]
         a, b = map(int, re.findall(r"Compute (\d+) \+ (\d+)", text)[0])
-        log = GlobalStateLog(system_ids, policy.encode_text, cfg.critic.max_state_chars)
-        ids = log.extend(text, info.get("dependency"), agent, str(info.get("role", agent)), 0)
-        with torch.no_grad(), policy.using(policy.critic_for(agent)):
-            out = policy.model(input_ids=torch.tensor([ids], device=policy.device), output_hidden_states=True)
-        hidden = out.hidden_states[-1][0].float().cpu()  # [T, H] after the final norm
         last.append(hidden[-1].numpy())
         mean.append(hidden[len(system_ids):].mean(0).numpy())
         targets.append([a, b, a + b])
@@ -103,6 +93,24 @@ def main(argv: list[str] | None = None) -> dict:
               f"a {r['r2_a']:.2f}, b {r['r2_b']:.2f}, a + b {r['r2_a_plus_b']:.2f}")
     print(json.dumps(report))
     return report
+
+
+def first_decision(env, policy, system_ids, cfg, index: int):
+    """Task ``index``'s first decision as the collector gives it to the critic: ``(state text,
+    acting agent, critic input ids, final hidden states [T, H] after the last norm, on the CPU)``."""
+    import torch
+
+    from marft_agents.critic import GlobalStateLog
+
+    env.reset(options={"task_index": index})
+    agent = env.agent_selection
+    info = env.infos[agent]
+    text = str(env.unwrapped.state()["text"])
+    log = GlobalStateLog(system_ids, policy.encode_text, cfg.critic.max_state_chars)
+    ids = log.extend(text, info.get("dependency"), agent, str(info.get("role", agent)), 0)
+    with torch.no_grad(), policy.using(policy.critic_for(agent)):
+        out = policy.model(input_ids=torch.tensor([ids], device=policy.device), output_hidden_states=True)
+    return text, agent, ids, out.hidden_states[-1][0].float().cpu()
 
 
 def class_accuracy(z: np.ndarray, y: np.ndarray, train: np.ndarray,
@@ -135,7 +143,7 @@ def relay5(args) -> dict:
 
     import marft_envs
     from marft_agents.config import load_config
-    from marft_agents.critic import CRITIC_SYSTEM_PROMPT, GlobalStateLog
+    from marft_agents.critic import CRITIC_SYSTEM_PROMPT
     from marft_agents.models import load_model_and_tokenizer
     from marft_agents.policy import MultiAgentPolicy
 
@@ -150,19 +158,11 @@ def relay5(args) -> dict:
     system_ids = policy.system_turn_ids(CRITIC_SYSTEM_PROMPT)
     states, labels, values = [], [], []
     for index in range(args.n):
-        env.reset(options={"task_index": index})
-        agent = env.agent_selection
-        info = env.infos[agent]
-        text = str(env.unwrapped.state()["text"])
-        numbers = [int(v) for v in re.findall(r"= (\d+)", text)]
-        log = GlobalStateLog(system_ids, policy.encode_text, cfg.critic.max_state_chars)
-        ids = log.extend(text, info.get("dependency"), agent, str(info.get("role", agent)), 0)
+        text, agent, ids, hidden = first_decision(env, policy, system_ids, cfg, index)  # hidden [T, H]
         with torch.no_grad():
             values.append(float(policy.state_values([ids], agent)[0]))
-            with policy.using(policy.critic_for(agent)):
-                out = policy.model(input_ids=torch.tensor([ids], device=policy.device), output_hidden_states=True)
-        states.append(out.hidden_states[-1][0, -1].float().cpu().numpy())  # [H] what the head reads
-        labels.append(float(max(numbers) >= 100))
+        states.append(hidden[-1].numpy())  # [H] what the head reads
+        labels.append(float(max(int(v) for v in re.findall(r"= (\d+)", text)) >= 100))
     x, y, v = np.asarray(states), np.asarray(labels), np.asarray(values)
     small, large = v[y == 0], v[y == 1]
     print(f"{args.n} tasks, {y.mean():.2f} with a three-digit operand; checkpoint {args.checkpoint or 'none'}")

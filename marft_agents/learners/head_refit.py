@@ -27,7 +27,9 @@ The algorithm, after each update's critic epochs and feature fold, per critic he
 
    each scored by K-fold cross-validation holding out whole tasks (steps 3-4 on the training
    folds only; the episodes of one task share their first decision's state: holding out single
-   episodes would leak the answer). The current head ``(w0, b0)`` is scored on the same folds.
+   episodes would leak the answer). The current head ``(w0, b0)`` is scored on the same folds;
+   it has trained on those points, so its error is in-sample and the comparison leans towards
+   keeping it (a refit must beat it clearly).
 5. Keep whatever has the lowest cross-validated error: that fit on every kept point, or the
    current head when nothing beats it. The refit changes values only from the next rollout on:
    the advantages of the rollout just trained on were formed at collection.
