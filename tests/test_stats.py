@@ -226,10 +226,18 @@ def _records(grid):
 
 
 def test_relays_grpo_agent_is_caught_as_the_same_run_as_grpo_seed0():
-    records = sorted(_records("relay"), key=lambda r: (r["grid"]["cell"] != "grpo", r["name"]))
-    duplicates = stats.duplicate_runs(records)
+    # What happened on Relay (until its GRPO seed 0 was rerun at equal episodes): the per-agent
+    # grouping cell's record was the team-grouping run over again, same outcomes, config differing
+    # only in the grouping keys. Rebuilt here from the committed per-agent record.
+    agent = next(r for r in _records("relay") if r["name"] == "grpo_agent_seed0")
+    team = copy.deepcopy(agent)
+    team["name"], team["grid"]["cell"] = "grpo_seed0", "grpo"
+    team["config"]["learner"].update(grouping="team", agent_rewards=False)
+    duplicates = stats.duplicate_runs([team, agent])
     assert [(d.kept, d.dropped, d.reason) for d in duplicates] == [("grpo_seed0", "grpo_agent_seed0", "same outcomes")]
     assert "learner.grouping: 'team' / 'agent'" in duplicates[0].config_differences
+    # the committed records: the rerun seed 0 is another run, so nothing is a duplicate now
+    assert stats.duplicate_runs(_records("relay")) == []
 
 
 def test_runs_that_share_a_flat_curve_are_not_duplicates():
