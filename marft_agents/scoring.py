@@ -63,8 +63,8 @@ class Scorer:
     Reads the policy through its public members only: ``lm``, ``tokenizer``, ``device``,
     ``value_heads``, ``critic_for``, the ``using`` adapter switch, the path switches
     ``fused_head`` and ``merge_prefix_rows`` (policy attributes, which tests and benchmarks set
-    on the policy) and ``feature_sink`` (where ``state_values`` leaves the states it valued). Holds no state of
-    its own.
+    on the policy) and ``feature_sink`` (where ``state_values`` leaves the states it valued).
+    Holds no state of its own.
     """
 
     def __init__(self, policy: Any):
@@ -231,6 +231,7 @@ class Scorer:
         critic = self.policy.critic_for(agent_id)
         slots = [0] * len(prompt_ids) if slots is None else list(slots)
         parts, features = [], []
+        sink = getattr(self.policy, "feature_sink", None)
         for prefix_len, rows in self.prefix_groups(prompt_ids, prefix_lens):
             suffixes = [list(prompt_ids[r][prefix_len:]) for r in rows]
             heads, where, hidden = self._chain_hidden(critic, suffixes, prompt_ids[rows[0]][:prefix_len])  # [h, P, H]
@@ -238,8 +239,8 @@ class Scorer:
             slot = torch.tensor([slots[r] for r in rows], device=hidden.device)  # [b]
             state = hidden[head_of, column]  # [b, H]
             parts.append((rows, self.policy.value_heads[critic](state, slot)))  # [b]
-            features.append((rows, state.detach().float()))
-        sink = getattr(self.policy, "feature_sink", None)
+            if sink is not None:
+                features.append((rows, state.detach().float()))
         if sink is not None:
             sink.append(_merge_rows(features))  # [B, H]
         return _merge_rows(parts)

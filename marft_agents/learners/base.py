@@ -345,9 +345,7 @@ class BaseLearner(LogprobTargets):
         self._captured = []
         out: dict[str, float] = {}
         for name in sorted({critic for critic, _ in parts}):
-            mine = [b for critic, b in parts if critic == name]
-            self.refit.add(name, Batch(torch.cat([b.features for b in mine]), torch.cat([b.slots for b in mine]),
-                                       torch.cat([b.targets for b in mine]), [t for b in mine for t in b.tasks]))
+            self.refit.add(name, Batch.concat([b for critic, b in parts if critic == name]))
             for key, value in refit_head(self.policy.value_heads[name], self.refit.points(name)).items():
                 out.setdefault(key, value)  # the first critic's figures (one critic unless per_agent)
         return out

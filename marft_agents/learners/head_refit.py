@@ -67,6 +67,12 @@ class Batch:
     targets: torch.Tensor
     tasks: list[Hashable]
 
+    @staticmethod
+    def concat(batches: Sequence[Batch]) -> Batch:
+        """The points of ``batches``, in order, as one batch."""
+        return Batch(torch.cat([b.features for b in batches]), torch.cat([b.slots for b in batches]),
+                     torch.cat([b.targets for b in batches]), [t for b in batches for t in b.tasks])
+
 
 @dataclass(frozen=True)
 class RefitResult:
@@ -158,10 +164,7 @@ class RefitBuffer:
     def points(self, critic: str) -> Batch | None:
         """Every kept point of ``critic``'s head, concatenated (None: none kept)."""
         kept = list(self.batches.get(critic, ()))
-        if not kept:
-            return None
-        return Batch(torch.cat([b.features for b in kept]), torch.cat([b.slots for b in kept]),
-                     torch.cat([b.targets for b in kept]), [t for b in kept for t in b.tasks])
+        return Batch.concat(kept) if kept else None
 
     def state_dict(self) -> dict[str, Any]:
         return {critic: [{"features": b.features, "slots": b.slots, "targets": b.targets, "tasks": list(b.tasks)}
