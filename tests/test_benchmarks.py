@@ -203,3 +203,68 @@ def test_task_predictability_tells_a_difficulty_read_off_the_operands_from_an_id
     assert carry["operand_r2"] > 0.9 and odd["operand_r2"] < 0.2, (carry, odd)
     with pytest.raises(ValueError, match="need >= 3 evaluations"):
         task_predictability.report(tmp_path / "nothing")
+
+
+def _critic_rows(residuals: list[float]) -> str:
+    """metrics.jsonl rows of a run whose ceiling is 0.5 (between = within = 0.1, return var 0.2)."""
+    return "\n".join(json.dumps({"step": k + 1, "critic/return_var": 0.2, "critic/residual_var_first": r,
+                                 "critic/between_task_var": 0.1, "critic/within_task_var": 0.1,
+                                 "critic/value_return_corr": 0.5}) for k, r in enumerate(residuals))
+
+
+def test_critic_pairs_tests_the_paired_share_of_the_ceiling_over_the_later_half(tmp_path, capsys):
+    """Share = (1 - mean residual / mean return var) / ceiling over the later half of the updates: the
+    first half (residual 0.2, EV 0) must not count."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import critic_pairs
+
+    runs = {}
+    for side, late in (("a", (0.15, 0.14, 0.16)), ("b", (0.18, 0.175, 0.185))):
+        for k, r in enumerate(late):
+            folder = tmp_path / f"{side}{k}"
+            folder.mkdir()
+            (folder / "metrics.jsonl").write_text(_critic_rows([0.2, 0.2, r, r]))
+            runs.setdefault(side, []).append(str(folder))
+    result = critic_pairs.main(["--a", *runs["a"], "--b", *runs["b"]])
+    assert result["share_a"] == pytest.approx([0.5, 0.6, 0.4]) and result["share_b"] == pytest.approx([0.2, 0.25, 0.15])
+    assert result["difference"] == pytest.approx(0.3) and result["p"] < 0.05 and result["met_a"] == 2
+    assert "sign-flip p 0.250 (smallest possible 0.250)" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="must pair"):
+        critic_pairs.main(["--a", *runs["a"], "--b", *runs["b"][:2]])
+
+
+def test_refit_forward_scores_rules_on_the_update_after_the_window(tmp_path):
+    """A window whose returns are a linear function of the first decisions' features plus noise:
+    refitting predicts the held-out last update (EV near the true share), an untrained head and the
+    window's mean do not; a checkpoint without a window says what it expected."""
+    import torch
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import refit_forward
+    from marft_agents.critic import ValueHead
+    from marft_agents.learners.head_refit import Batch, RefitBuffer
+
+    gen = torch.Generator().manual_seed(0)
+    hidden, tasks_per_update, episodes = 8, 10, 4
+    w_true = torch.randn(hidden, generator=gen)
+    buffer = RefitBuffer(4)
+    for update in range(4):
+        task_features = torch.randn(tasks_per_update, hidden, generator=gen)  # [T, H]
+        x = task_features.repeat_interleave(episodes, 0)  # [T*k, H] one state per task's first decision
+        returns = x @ w_true + 0.5 * torch.randn(len(x), generator=gen)  # [T*k]
+        tasks = [(update, t) for t in range(tasks_per_update) for _ in range(episodes)]
+        buffer.add("critic", Batch(torch.cat([x, x]), torch.cat([torch.zeros(len(x)), torch.ones(len(x))]).long(),
+                                   torch.cat([returns, returns]), tasks + tasks))
+    head = ValueHead(hidden, slots=2)
+    adapters = {f"value_head/critic/{k}": v for k, v in head.state_dict().items()}
+    for name, state in (("prior", {}), ("last", {"learner": {"head_refit": buffer.state_dict()}})):
+        (tmp_path / name).mkdir()
+        torch.save(adapters, tmp_path / name / "adapters.pt")
+        torch.save(state, tmp_path / name / "state.pt")
+    evs, ceiling, points = refit_forward.forward_ev(str(tmp_path / "last"), str(tmp_path / "prior"))
+    true_share = float(w_true @ w_true) / (float(w_true @ w_true) + 0.25)
+    assert points == 3 * tasks_per_update * episodes and 0.5 < ceiling <= 1.0
+    assert evs["shipped rule (ridge_refit)"] > 0.8 * true_share, evs
+    assert evs["window mean"] < 0.1 and evs["prior head, unchanged"] < 0.1, evs
+    with pytest.raises(SystemExit, match="kept no refit window"):
+        refit_forward.forward_ev(str(tmp_path / "prior"), str(tmp_path / "prior"))
