@@ -268,3 +268,61 @@ def test_refit_forward_scores_rules_on_the_update_after_the_window(tmp_path):
     assert evs["window mean"] < 0.1 and evs["prior head, unchanged"] < 0.1, evs
     with pytest.raises(SystemExit, match="kept no refit window"):
         refit_forward.forward_ev(str(tmp_path / "prior"), str(tmp_path / "prior"))
+
+
+def _relay5_run(folder: Path, success_of, tasks_per_update: int = 48, episodes: int = 8) -> None:
+    """A run folder whose one checkpoint keeps a 4-update refit window of Relay level-5 first
+    decisions: each return a Bernoulli draw of success_of(size class, task index)."""
+    import random
+
+    import torch
+
+    from marft_envs.tasks.relay import RelayTasks
+
+    tasks, rng = RelayTasks(level=5, split="train", seed=0), random.Random(0)
+    kept = []
+    for update in range(4):
+        ids, returns = [], []
+        for t in range(tasks_per_update):
+            index = tasks_per_update * update + t
+            task = tasks[index]
+            big = int(min(task.metadata["values"].values()) >= 100)
+            for _ in range(episodes):
+                ids.append(task.task_id)
+                returns.append(float(rng.random() < success_of(big, index)))
+        kept.append({"features": torch.zeros(len(ids), 4), "slots": torch.zeros(len(ids), dtype=torch.long),
+                     "targets": torch.tensor(returns), "tasks": ids})
+    checkpoint = folder / "checkpoints" / "update_000004"
+    checkpoint.mkdir(parents=True)
+    torch.save({}, checkpoint / "adapters.pt")
+    torch.save({"learner": {"head_refit": {"critic": kept}}}, checkpoint / "state.pt")
+
+
+def test_class_ceiling_reaches_the_ceiling_only_when_the_difficulty_is_the_size_class(tmp_path):
+    """Success probability set by the size class alone (small 0.7, big 0.05): the class oracle
+    explains the whole between-task share. Set per task, independent of the class (0.7 or 0.05 at
+    random): a ceiling as large, of which the class explains next to nothing. Tolerances: ~190
+    tasks of 8 Bernoulli episodes, so each share has an s.e. of a few hundredths."""
+    import random
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import class_ceiling
+
+    _relay5_run(tmp_path / "visible", lambda big, task: 0.05 if big else 0.7)
+    _relay5_run(tmp_path / "hidden", lambda big, task: 0.05 if random.Random(task).random() < 0.5 else 0.7)
+    results = class_ceiling.main([str(tmp_path / "visible"), str(tmp_path / "hidden"), "--updates", "1-4"])
+    visible, hidden = results[str(tmp_path / "visible")], results[str(tmp_path / "hidden")]
+    assert visible["updates"] == 4 and visible["ceiling"] > 0.3 and hidden["ceiling"] > 0.3
+    assert visible["class_share"] == pytest.approx(1.0, abs=0.15) and abs(hidden["class_share"]) < 0.15, results
+    with pytest.raises(SystemExit, match="FIRST-LAST"):
+        class_ceiling.main([str(tmp_path / "visible"), "--updates", "9"])
+
+
+def test_class_component_against_hand_computed_values():
+    """Task means 0.6, 0.8 (small) and 0.0, 0.1 (big): SS between classes 4 x 0.325^2 = 0.4225,
+    residual mean square 0.025 / 2, so (0.4225 - 0.0125) / 4; one class: 0."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import class_ceiling
+
+    assert class_ceiling.class_component([0.6, 0.8, 0.0, 0.1], [0, 0, 1, 1], 0.0) == pytest.approx(0.1025)
+    assert class_ceiling.class_component([0.6, 0.8, 0.1], [0, 0, 0], 0.0) == 0.0
