@@ -376,7 +376,8 @@ def test_the_committed_relay_report_leaves_grpo_agent_out_and_names_its_budget()
     text = (REPO / "leaderboards" / "grids" / "relay" / "README.md").read_text(encoding="utf-8")
     assert "| grpo_agent |" not in text  # its cell was removed from the grid file
     assert "- `grpo_agent` (`grpo_agent_seed0`): not in the grid file: not tested" in text
-    # the grid is being rerun at equal episodes: the report reads the reruns alone and names the
-    # wall-clock records they replace
+    # the rerun at equal episodes is complete: every declared run replaced its wall-clock record,
+    # all at one commit, so nothing awaits a rerun
     assert "Budget axis: training episodes" in text and "**equal training wall-clock**" not in text
-    assert "## Records awaiting their rerun" in text and "equal wall-clock (600 s of training per run)" in text
+    assert "## Records awaiting their rerun" not in text and "Every counted record was made at commit b3ba6df." in text
+    assert "9.73 h over the 27 runs counted here" in text
