@@ -11,7 +11,7 @@ checkpoints (``critic.head_refit_window``: each kept update's first-decision ret
 1. for each update of the later half (default 9-16) found in the checkpoints' windows, group the
    first decisions by the size class of their problem (rebuilt from the task id:
    ``RelayTasks(level=5, seed=...)[index]``, class = an operand >= 100);
-2. the ceiling on these returns (``between_task_split``: between-task and within-task variance,
+2. the ceiling on these returns (``critic_health.split_by_task``: between-task and within-task variance,
    groups cut to their common size k), and the class oracle's part of the between-task variance:
    the variance of the size class's mean success over the update's tasks, estimated without bias
    from the task means (:func:`class_component`; what a critic that knew each class's success
@@ -38,7 +38,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from marft_agents.checkpoint import list_checkpoints, load_checkpoint
-from marft_agents.learners.critic_health import between_task_split
+from marft_agents.learners.critic_health import split_by_task
 from marft_envs.tasks.relay import MIXED_SIZES, RelayTasks
 
 SLOT = 0
@@ -99,11 +99,13 @@ def measure(run: Path, first: int, last: int) -> dict[str, float]:
         rows = batch["slots"] == SLOT  # [n]
         returns = batch["targets"][rows].double().tolist()
         tasks = [t for t, keep in zip(batch["tasks"], rows.tolist()) if keep]
-        groups = defaultdict(list)
+        split = split_by_task(returns, tasks)
+        if split is None:
+            continue  # fewer than two tasks, or a task seen once: no ceiling to measure
+        groups: dict = {}
         for t, r in zip(tasks, returns):
-            groups[t].append(r)
-        k = min(len(g) for g in groups.values())
-        split = between_task_split([g[:k] for g in groups.values()])
+            groups.setdefault(t, []).append(r)
+        k = min(len(g) for g in groups.values())  # the size split_by_task cut the groups to
         means = [sum(g[:k]) / k for g in groups.values()]
         classes = [size_class(t, sources) for t in groups]
         between, within, updates = between + split.between, within + split.within, updates + 1

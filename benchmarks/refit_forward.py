@@ -39,7 +39,7 @@ import torch
 
 from marft_agents.checkpoint import load_checkpoint
 from marft_agents.critic import ValueHead
-from marft_agents.learners.critic_health import between_task_split
+from marft_agents.learners.critic_health import split_by_task
 from marft_agents.learners.head_refit import RELATIVE_LAMBDAS, Batch, RefitBuffer, _ridge, ridge_refit
 
 HEAD_PREFIX = "value_head/critic/"
@@ -75,14 +75,9 @@ def first_decisions(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, list]:
 
 
 def ceiling(returns: torch.Tensor, tasks: list) -> float:
-    """Between-task share of ``returns`` (groups cut to their common smallest size >= 2)."""
-    groups = defaultdict(list)
-    for r, t in zip(returns.tolist(), tasks):
-        groups[t].append(r)
-    k = min(len(g) for g in groups.values())
-    if k < 2 or len(groups) < 2:
-        return math.nan
-    return between_task_split([g[:k] for g in groups.values()]).share
+    """Between-task share of ``returns`` (``critic_health.split_by_task``); NaN when unmeasurable."""
+    split = split_by_task(returns.tolist(), tasks)
+    return split.share if split is not None else math.nan
 
 
 def relaxed(z: torch.Tensor, t: torch.Tensor, w0: torch.Tensor, lambdas: list[float]) -> list[tuple]:

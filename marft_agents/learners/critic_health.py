@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -94,6 +94,19 @@ def between_task_split(groups: Sequence[Sequence[float]]) -> VarianceSplit:
     msb = k * ((means - data.mean()) ** 2).sum() / (n_groups - 1)
     msw = ((data - means[:, None]) ** 2).sum() / (n_groups * (k - 1))
     return VarianceSplit(between=float((msb - msw) / k), within=float(msw))
+
+
+def split_by_task(values: Sequence[float], tasks: Sequence[Hashable]) -> VarianceSplit | None:
+    """:func:`between_task_split` of ``values`` grouped by their ``tasks``, every group cut to the
+    smallest group's size (groups drawn as k samples per task, some of them trimmed); None with
+    fewer than two tasks or a task seen once."""
+    groups: dict[Hashable, list[float]] = {}
+    for value, task in zip(values, tasks):
+        groups.setdefault(task, []).append(float(value))
+    k = min((len(g) for g in groups.values()), default=0)
+    if len(groups) < 2 or k < 2:
+        return None
+    return between_task_split([g[:k] for g in groups.values()])
 
 
 def pooled_share(betweens: Sequence[float], withins: Sequence[float]) -> float:
