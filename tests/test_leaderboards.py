@@ -210,7 +210,6 @@ def test_records_of_the_former_protocol_are_flagged_when_loaded():
     The reruns under the current protocol carry their budget and revision, and no caveat."""
     from leaderboards.records import WALL_CLOCK
 
-    former_seen = 0
     for grid in ("relay", "solve_check", "arithmetic_l3"):
         folder = REPO / "leaderboards" / "grids" / grid / "records"
         raw = {d["name"]: d for d in (json.loads(p.read_text()) for p in folder.glob("*.json"))}
@@ -220,12 +219,31 @@ def test_records_of_the_former_protocol_are_flagged_when_loaded():
             trained = record["grid"]["kind"] != "untrained"
             former_budget = trained and "budget" not in raw[record["name"]]["grid"]
             former_split = grid == "relay" and raw[record["name"]].get("task_revision") is None
-            former_seen += former_budget
             assert (record["grid"].get("budget") == {"axis": WALL_CLOCK, "time_budget_s": 600}) == former_budget
             assert any("equal wall-clock" in c for c in record["caveats"]) == former_budget
             assert any("task revision 0" in c for c in record["caveats"]) == former_split, record["name"]
             assert bool(record["caveats"]) == (former_budget or former_split)
-    assert former_seen  # the grids still hold former records (their reruns replace them)
+
+
+def test_a_record_without_budget_or_task_revision_loads_as_the_former_protocol(tmp_path):
+    """Once every grid is rerun no committed record is of the former protocol: make one the way
+    those files were (a current Relay record without ``grid.budget`` and ``task_revision``, trained for 600 s)."""
+    from leaderboards.records import WALL_CLOCK
+
+    folder = REPO / "leaderboards" / "grids" / "relay" / "records"
+    current = next(d for d in (json.loads(p.read_text()) for p in sorted(folder.glob("*.json")))
+                   if d["grid"]["kind"] == "train" and "budget" in d["grid"] and d.get("task_revision") is not None)
+    former = json.loads(json.dumps(current))
+    del former["grid"]["budget"], former["task_revision"]
+    former["config"]["schedule"]["time_budget_s"] = 600  # trained for 600 s, the former axis
+    (tmp_path / "now.json").write_text(json.dumps(current))
+    (tmp_path / "former.json").write_text(json.dumps({**former, "name": "former"}))
+    loaded = {r["name"]: r for r in load_records(tmp_path)}
+    assert loaded[current["name"]]["caveats"] == []
+    old = loaded["former"]
+    assert old["grid"]["budget"] == {"axis": WALL_CLOCK, "time_budget_s": 600}
+    assert any("equal wall-clock" in c for c in old["caveats"])
+    assert any("task revision 0" in c for c in old["caveats"])
 
 
 def test_a_current_record_has_no_caveats(tmp_path):
