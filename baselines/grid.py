@@ -72,7 +72,7 @@ from typing import Any
 from baselines.ablations import ABLATIONS
 from baselines.run import build_record
 from leaderboards.grid_report import Comparison, write_report
-from leaderboards.records import (WALL_CLOCK, Record, env_task_revision, eval_outcomes, git_commit, grid_budget,
+from leaderboards.records import (WALL_CLOCK, Record, code_digest, env_task_revision, eval_outcomes, git_commit, grid_budget,
                                   record_caveats, transcript_sample, write_record)
 from marft_agents.config import ConfigError, TrainConfig, build_dataclass, load_config
 
@@ -471,7 +471,7 @@ def train_run(spec: GridSpec, run: GridRun) -> Record:
     from marft_agents.cli import main as marft_main
     from marft_agents.protocol import STOP_STATUS
 
-    commit = git_commit()
+    commit, code_state = git_commit(), code_digest()
     started = time.perf_counter()
     earlier = earlier_attempts_s(run)
     sets = [f"--set={key}={json.dumps(value)}" for key, value in run.overrides.items()]
@@ -487,7 +487,7 @@ def train_run(spec: GridSpec, run: GridRun) -> Record:
                           f"{run.overrides['output_dir']}; the same command resumes it", code)
     if code:
         raise RuntimeError(f"training run {run.name} failed with exit status {code}")
-    record = build_record(run_config(spec, run), run.name, commit)
+    record = build_record(run_config(spec, run), run.name, commit, code_state)
     record.grid = _grid_meta(spec, run, earlier + time.perf_counter() - started)
     return record
 
@@ -526,7 +526,7 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     from marft_agents.evaluation import evaluate
     from marft_agents.trainer import build_policy, scripted_seats
 
-    commit = git_commit()
+    commit, code_state = git_commit(), code_digest()
     started = time.perf_counter()
     cfg = run_config(spec, run)
     if run.kind in ABLATIONS and ABLATIONS[run.kind].plays_every_seat:
@@ -582,7 +582,7 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
                       "episodes": source_record.get("budget", {}).get("episodes", 0),
                       "problems": transcript_sample(result.per_task)}],
         task_revision=env_task_revision(cfg.env.id, env_kwargs),
-        budget=source_record.get("budget", {}), config=config_to_dict(cfg), commit=commit,
+        budget=source_record.get("budget", {}), config=config_to_dict(cfg), commit=commit, code=code_state,
         grid={**_grid_meta(spec, run, time.perf_counter() - started), **meta},
     )
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from leaderboards.build import build
-from leaderboards.records import (RECORDS_DIR, Record, env_task_revision, eval_outcomes, git_commit,
+from leaderboards.records import (RECORDS_DIR, Record, code_digest, env_task_revision, eval_outcomes, git_commit,
                                   training_diagnostics, transcript_sample, write_record)
 from marft_agents.cli import main as marft_main
 from marft_agents.config import TrainConfig, config_to_dict, load_config
@@ -47,10 +47,11 @@ def read_eval_outcomes(out: Path, updates: list[int]) -> dict[int, dict[str, Any
     return found
 
 
-def build_record(cfg: TrainConfig, name: str, commit: str) -> Record:
+def build_record(cfg: TrainConfig, name: str, commit: str, code: str = "") -> Record:
     """The leaderboard record of a finished run, read from its ``summary.json``, ``metrics.jsonl``
     and ``evals/``: the eval curve with the episodes and sampled tokens at each point, per-update
-    diagnostics, the final evaluation's per-problem outcomes and a transcript sample."""
+    diagnostics, the final evaluation's per-problem outcomes and a transcript sample; ``commit``
+    and ``code`` (:func:`code_digest`) are those of the code when training started."""
     out = Path(cfg.output_dir)
     summary = json.loads((out / "summary.json").read_text())
     rows = dedupe_by_step(read_metrics(out / "metrics.jsonl"))
@@ -81,6 +82,7 @@ def build_record(cfg: TrainConfig, name: str, commit: str) -> Record:
         task_revision=env_task_revision(cfg.env.id, env_kwargs),
         config=config_to_dict(cfg),
         commit=commit,
+        code=code,
     )
 
 
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     train_args = ["train", "--config", str(args.config), "--quiet"] + [f"--set={s}" for s in args.set]
     if args.resume:
         train_args.append("--resume")
-    commit = git_commit()  # the code that trains, even if HEAD moves during a long run
+    commit, code_state = git_commit(), code_digest()  # the code that trains, even if HEAD moves during a long run
     code = marft_main(train_args)
     if code:
         return code
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     cfg = load_config(args.config, {k: yaml.safe_load(v) for k, v in overrides.items()})
-    record = build_record(cfg, args.name or args.config.stem, commit)
+    record = build_record(cfg, args.name or args.config.stem, commit, code_state)
     path = write_record(record, args.records)
     (args.records.parent / "README.md").write_text(build(args.records), encoding="utf-8")
     print(f"leaderboard record: {path}")

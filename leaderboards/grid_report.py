@@ -705,13 +705,19 @@ def _axis_lines(records: list[dict[str, Any]]) -> list[str]:
 
 def _commit_line(records: list[dict[str, Any]]) -> list[str]:
     """Which commits the counted records were made at: a grid's records answer its questions when
-    they come from one (the code is part of the protocol); more than one is named with its counts."""
+    they come from one code state (the code is part of the protocol). More than one commit is
+    named with its counts, and is one code state when every record carries the same code digest
+    (``Record.code``: the commits differ only outside marft's code, e.g. in docs or records)."""
     counts = collections.Counter(record.get("commit") or "unknown" for record in records).most_common()
     if len(counts) == 1:
         return [f"Every counted record was made at commit {counts[0][0]}.", ""]
-    return [f"The counted records come from {len(counts)} commits ("
-            + ", ".join(f"{commit}: {n}" for commit, n in counts)
-            + "): a difference between cells may be one of code as well as of algorithm.", ""]
+    named = ", ".join(f"{commit}: {n}" for commit, n in counts)
+    codes = {record.get("code") or "" for record in records}
+    if len(codes) == 1 and "" not in codes:
+        return [f"The counted records come from {len(counts)} commits ({named}) with the same code "
+                f"(digest {codes.pop()}): they differ only outside marft's code.", ""]
+    return [f"The counted records come from {len(counts)} commits ({named}): a difference between cells "
+            "may be one of code as well as of algorithm.", ""]
 
 
 def _caveat_lines(records: list[dict[str, Any]]) -> list[str]:

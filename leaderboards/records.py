@@ -17,6 +17,7 @@ record, never typed into it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -101,6 +102,9 @@ class Record:
     commit: str = ""
     """Git commit of the code that trained it (``baselines/run.py`` takes it when training starts;
     ``-dirty``: with uncommitted changes)."""
+    code: str = ""
+    """Digest of marft's code that trained it (:func:`code_digest`, taken with ``commit``): equal for
+    two commits that differ only in docs, records or grid declarations, and filled outside git too."""
     marft_version: str = ""
     """The installed marft version (``marft bench`` fills it: outside a git checkout ``commit`` is empty)."""
     env_package: dict[str, Any] = field(default_factory=dict)
@@ -137,6 +141,34 @@ def git_commit(root: Path | None = None) -> str:
         return commit + ("-dirty" if commit and changed else "")
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+CODE_PACKAGES = ("marft_agents", "marft_envs", "baselines")
+"""Where the code that makes a run lives (:func:`code_digest`); ``baselines/grids`` is left out: a
+grid file declares cells, and each record carries its cell's resolved config."""
+CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".toml")
+
+
+def code_digest(root: Path | None = None) -> str:
+    """The first 12 hex digits of a SHA-256 over every file of :data:`CODE_PACKAGES` (and
+    ``pyproject.toml``) with a :data:`CODE_SUFFIXES` suffix under ``root`` (default: this
+    checkout), path and bytes, in path order. Read from the files, not from git, so a copy of the
+    checkout without ``.git`` (a device machine's) gets it too, and uncommitted edits change it.
+    Records made at several commits answer a grid's questions as one code state when their
+    digests agree (``leaderboards.grid_report``). "" when none of the packages is there."""
+    root = Path(__file__).resolve().parents[1] if root is None else Path(root)
+    files = [root / "pyproject.toml"] if (root / "pyproject.toml").is_file() else []
+    for package in CODE_PACKAGES:
+        files += [path for path in (root / package).rglob("*")
+                  if path.suffix in CODE_SUFFIXES and path.is_file() and "__pycache__" not in path.parts
+                  and path.relative_to(root).parts[:2] != ("baselines", "grids")]
+    if not any(path.name != "pyproject.toml" for path in files):
+        return ""
+    digest = hashlib.sha256()
+    for path in sorted(files, key=lambda path: path.relative_to(root).as_posix()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 # -- what a training run's record carries -----------------------------------------------------------
@@ -252,12 +284,13 @@ def fit_to_budget(record: Record, max_bytes: int = RECORD_MAX_BYTES) -> Record:
 
 
 def write_record(record: Record, records_dir: Path = RECORDS_DIR) -> Path:
-    """Write ``<name>.json`` atomically (temp file + rename), filling machine/commit/date, within
+    """Write ``<name>.json`` atomically (temp file + rename), filling machine/commit/code/date, within
     the size budget (:func:`fit_to_budget`)."""
     fit_to_budget(record)
     record.machine = record.machine or {"platform": platform.platform(), "cpus": os.cpu_count(),
                                         "python": platform.python_version()}
     record.commit = record.commit or git_commit()
+    record.code = record.code or code_digest()
     record.date = record.date or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     records_dir.mkdir(parents=True, exist_ok=True)
     path = records_dir / f"{record.name}.json"

@@ -1,5 +1,6 @@
 """The grid report (tables, tests and plot) is regenerated from the records alone."""
 
+import json
 import math
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from leaderboards.records import Record, write_record
 
 
 def _record(records, cell, seed, accuracy, kind="train", algorithm="mappo_action", profile="relay", start=0.1,
-            episodes=None, config=None, solved=None, after=None, task_revision=None, commit="abc1234", **grid):
+            episodes=None, config=None, solved=None, after=None, task_revision=None, commit="abc1234", code="", **grid):
     curve = [] if kind != "train" else [
         {"update": 0, "accuracy": start, "stderr": 0.03, "train_seconds": 0.0},
         {"update": 2, "accuracy": (start + accuracy) / 2, "stderr": 0.04, "train_seconds": 180.0},
@@ -29,7 +30,7 @@ def _record(records, cell, seed, accuracy, kind="train", algorithm="mappo_action
                         eval_after={"accuracy": accuracy, "stderr": 0.04, "n": 100, "greedy": True, **(after or {})},
                         eval_curve=curve, budget={"updates": 4, "episodes": 128, "wall_clock_s": 360.0 + seed,
                                                   "tokens": 1000 + 17 * seed + len(cell)},
-                        config=config or {}, commit=commit, task_revision=task_revision,
+                        config=config or {}, commit=commit, code=code, task_revision=task_revision,
                         eval_outcomes={"update": 4, "task_index": list(range(10, 10 + len(solved))), "solved": solved,
                                        "reward": solved} if solved else None,
                         grid={"grid": "g", "cell": cell, "seed": seed, "kind": kind, "wall_s": 600.0, **grid}), records)
@@ -335,6 +336,25 @@ def test_a_grid_rerun_under_a_new_protocol_is_reported_on_that_protocol_alone(tm
     # the grid's cost is its counted runs' (600 s each); the superseded ones' is named apart
     assert ("Machine time of the recorded runs (training, evaluations, loading): 0.33 h over the 2 runs counted "
             "here; the 3 records not counted took another 0.50 h.") in text
+
+
+def test_records_of_several_commits_are_one_code_state_when_their_code_digests_agree(tmp_path):
+    records = tmp_path / "g" / "records"
+    _record(records, "marft_a", 0, 0.3, commit="abc1234", code="0ba7565cfccb")
+    _record(records, "solo_ppo", 0, 0.8, algorithm="ppo", profile="solo", commit="def5678", code="0ba7565cfccb")
+    text = write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"]).read_text()
+    line = next(line for line in text.splitlines() if line.startswith("The counted records come from 2 commits ("))
+    assert "abc1234: 1" in line and "def5678: 1" in line
+    assert line.endswith(") with the same code (digest 0ba7565cfccb): they differ only outside marft's code.")
+    _record(records, "solo_ppo", 0, 0.8, algorithm="ppo", profile="solo", commit="def5678", code="9f00d1e2a3b4")
+    text = write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"]).read_text()
+    assert "with the same code" not in text and "may be one of code as well as of algorithm" in text
+    # a record made before records carried the digest cannot be shown to share the code
+    _record(records, "solo_ppo", 0, 0.8, algorithm="ppo", profile="solo", commit="def5678", code="0ba7565cfccb")
+    path = records / "marft_a_seed0.json"
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "code"}))
+    text = write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"]).read_text()
+    assert "with the same code" not in text and "may be one of code as well as of algorithm" in text
 
 
 def test_the_plot_carries_the_numbers_it_draws(tmp_path):

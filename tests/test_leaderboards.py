@@ -120,6 +120,46 @@ def test_git_commit_is_dirty_for_code_changes_but_not_for_generated_leaderboards
     assert git_commit(tmp_path / "marft_agents") == clean + "-dirty"
 
 
+def test_code_digest_changes_with_the_code_only_and_needs_no_git(tmp_path):
+    """Two checkouts with the same code get one digest whatever else differs (docs, records, grid
+    declarations, caches); a changed line of code, config or package file changes it; no ``.git``
+    is read."""
+    from leaderboards.records import code_digest
+
+    files = {"marft_agents/x.py": "x = 1\n", "marft_envs/y.py": "y = 1\n", "baselines/configs/c.yaml": "a: 1\n",
+             "baselines/grid.py": "g = 1\n", "pyproject.toml": "[project]\n", "docs/d.md": "doc\n",
+             "baselines/grids/g.yaml": "cells: []\n", "leaderboards/records/r.json": "{}\n"}
+    copies = [tmp_path / "a", tmp_path / "b"]
+    for root in copies:
+        for name, text in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+    first = code_digest(copies[0])
+    assert len(first) == 12 and code_digest(copies[1]) == first
+    for name in ("docs/d.md", "baselines/grids/g.yaml", "leaderboards/records/r.json"):
+        (copies[1] / name).write_text("changed\n")
+    (copies[1] / "marft_agents" / "__pycache__").mkdir()
+    (copies[1] / "marft_agents" / "__pycache__" / "x.py").write_text("cached\n")
+    assert code_digest(copies[1]) == first
+    for name in ("marft_agents/x.py", "marft_envs/y.py", "baselines/configs/c.yaml", "pyproject.toml"):
+        (copies[1] / name).write_text("changed\n")
+        assert code_digest(copies[1]) != first, name
+        (copies[1] / name).write_text(files[name])
+    assert code_digest(copies[1]) == first
+    (copies[1] / "marft_envs" / "z.py").write_text("")  # a new file counts, even empty
+    assert code_digest(copies[1]) != first
+    assert code_digest(tmp_path / "empty") == ""
+    assert code_digest() == code_digest(REPO)  # this checkout's code
+
+
+def test_a_written_record_carries_the_code_digest(tmp_path):
+    from leaderboards.records import code_digest
+
+    write_record(Record(name="r", env_id="e", env_kwargs={}, algorithm="ppo", model="m",
+                        eval_after={"accuracy": 0.5, "stderr": 0.1, "n": 10}), tmp_path)
+    assert json.loads((tmp_path / "r.json").read_text())["code"] == code_digest()
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 
