@@ -90,7 +90,8 @@ class Record:
     transcripts: list[dict[str, Any]] = field(default_factory=list)
     """At every evaluation (``update``, ``episodes``), the first-round decisions of the first
     :data:`TRANSCRIPT_PROBLEMS` problems of the evaluation set (the same problems each time):
-    ``{"task_index", "solved", "decisions": [{"agent", "observation", "text"}]}``, each text cut to
+    ``{"task_index", "solved", "rounds", "decisions": [{"agent", "observation", "text"}]}`` (``rounds``: the
+    episode's, absent in records made before), each text cut to
     :data:`TRANSCRIPT_CHARS` (:func:`transcript_sample`)."""
     task_revision: int | None = None
     """The env's ``task_revision`` (which problems form its train/test split) when it declares
@@ -222,12 +223,14 @@ def _clip(text: Any, chars: int = TRANSCRIPT_CHARS) -> str:
 
 
 def transcript_sample(per_task: list[dict[str, Any]], problems: int = TRANSCRIPT_PROBLEMS) -> list[dict[str, Any]]:
-    """The first-round decisions of the first ``problems`` problems of an evaluation, cut short."""
+    """The first-round decisions of the first ``problems`` problems of an evaluation, cut short,
+    with the episode's outcome and its number of rounds (``solved`` with ``rounds`` > 1 may come
+    from a later round than the one shown)."""
     sample = []
     for task in per_task[:problems]:
         transcript = task.get("transcript") or []
         first_round = min((d.get("round", 0) for d in transcript), default=0)
-        sample.append({"task_index": task["task_index"], "solved": int(bool(task["solved"])),
+        sample.append({"task_index": task["task_index"], "solved": int(bool(task["solved"])), "rounds": task.get("rounds"),
                        "decisions": [{"agent": d["agent"], "observation": _clip(d.get("observation")),
                                       "text": _clip(d.get("text"))}
                                      for d in transcript if d.get("round", 0) == first_round]})

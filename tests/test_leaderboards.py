@@ -293,3 +293,19 @@ def test_a_current_record_has_no_caveats(tmp_path):
                               "budget": {"axis": "episodes", "episodes": 320, "eval_every_episodes": 64}}), tmp_path)
     record, = load_records(tmp_path)
     assert record["caveats"] == [] and record["grid"]["budget"]["episodes"] == 320
+
+
+def test_the_transcript_sample_shows_the_first_round_and_says_how_many_rounds_the_episode_had():
+    """A problem solved in its second round shows its wrong first answer beside ``solved`` 1 and
+    ``rounds`` 2, so a reader can tell where the success came from."""
+    from leaderboards.records import transcript_sample
+
+    per_task = [{"task_index": 7, "solved": True, "rounds": 2, "transcript": [
+        {"agent": "solver_0", "round": 0, "observation": "Compute 85 + 44.", "text": "85 + 44 = 220"},
+        {"agent": "checker_0", "round": 0, "observation": "...", "text": "WRONG"},
+        {"agent": "solver_0", "round": 1, "observation": "...", "text": "85 + 44 = 129"}]},
+        {"task_index": 8, "solved": False, "rounds": 1, "transcript": []}]
+    first, second = transcript_sample(per_task)
+    assert first["solved"] == 1 and first["rounds"] == 2
+    assert [d["text"] for d in first["decisions"]] == ["85 + 44 = 220", "WRONG"]  # round 0 only
+    assert second == {"task_index": 8, "solved": 0, "rounds": 1, "decisions": []}

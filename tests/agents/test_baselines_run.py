@@ -77,6 +77,7 @@ def test_record_carries_diagnostics_outcomes_and_transcripts_within_its_size_bud
     assert first[0] == first[1] == first[2] == outcomes["task_index"][:TRANSCRIPT_PROBLEMS]
     decisions = record["transcripts"][0]["problems"][0]["decisions"]
     assert [d["agent"] for d in decisions] == ["holder_0", "answerer_0"] and "You know" in decisions[0]["observation"]
+    assert record["transcripts"][0]["problems"][0]["rounds"] == 1  # Relay: one round per episode
     assert record["task_revision"] == 1
     assert path.stat().st_size < RECORD_MAX_BYTES
 
