@@ -158,17 +158,17 @@ def code_digest(root: Path | None = None) -> str:
     Records made at several commits answer a grid's questions as one code state when their
     digests agree (``leaderboards.grid_report``). "" when none of the packages is there."""
     root = Path(__file__).resolve().parents[1] if root is None else Path(root)
-    files = [root / "pyproject.toml"] if (root / "pyproject.toml").is_file() else []
-    for package in CODE_PACKAGES:
-        files += [path for path in (root / package).rglob("*")
-                  if path.suffix in CODE_SUFFIXES and path.is_file() and "__pycache__" not in path.parts
-                  and path.relative_to(root).parts[:2] != ("baselines", "grids")]
-    if not any(path.name != "pyproject.toml" for path in files):
+    files = [path.relative_to(root) for package in CODE_PACKAGES for path in (root / package).rglob("*")
+             if path.suffix in CODE_SUFFIXES and path.is_file()]
+    files = [path for path in files if "__pycache__" not in path.parts and path.parts[:2] != ("baselines", "grids")]
+    if not files:
         return ""
+    if (root / "pyproject.toml").is_file():
+        files.append(Path("pyproject.toml"))
     digest = hashlib.sha256()
-    for path in sorted(files, key=lambda path: path.relative_to(root).as_posix()):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    for path in sorted(files, key=Path.as_posix):
+        digest.update(path.as_posix().encode() + b"\0")
+        digest.update((root / path).read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 
 
