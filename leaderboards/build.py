@@ -7,11 +7,13 @@ written: marft's files are touched only for marft's own records folder or when n
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 from pathlib import Path
 from typing import Any
 
+from leaderboards.grid_report import SUMMARY
 from leaderboards.records import RECORDS_DIR, load_records
 
 HEADER = """# Leaderboards
@@ -134,25 +136,33 @@ def _grid_links(grids_dir: Path) -> list[str]:
 
 
 def grid_summary(report: Path, link: str) -> list[str]:
-    """A grid report's title (linked), its record count and machine time, and its comparisons."""
-    text = report.read_text(encoding="utf-8").splitlines()
-    title = text[0].removeprefix("# ").strip() if text else report.parent.name
-    count = len(list((report.parent / "records").glob("*.json")))
-    machine = next((line for line in text if line.startswith("Machine time of the recorded runs")), "")
-    superseded = next((line.split(" records were made under an older protocol")[0] for line in text
-                       if " records were made under an older protocol" in line), None)
-    counted = f"{count} records ({superseded} of them awaiting their rerun under the current protocol, not counted)." \
-        if superseded else f"{count} records."
-    lines = [f"### [{title}]({link})", "", f"{counted} {machine}".strip(), ""]
-    if "## Comparisons" in text:
-        start = text.index("## Comparisons") + 2
-        end = next((k for k in range(start, len(text)) if not text[k].startswith("|")), len(text))
-        rows = text[start + 2:end]
-        answered = [row for row in rows if "| not run yet |" not in row]
-        if answered:
-            lines += text[start:start + 2] + answered + [""]
-        if len(answered) < len(rows):
-            lines += [f"{len(rows) - len(answered)} of its {len(rows)} comparisons wait for runs.", ""]
+    """A grid's title (linked to its report), its record count and machine time, and its declared
+    comparisons, from the report's ``summary.json`` (:func:`leaderboards.grid_report.summary`)."""
+    path = report.parent / SUMMARY
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        title, comparisons = data["title"], data["comparisons"]
+    except (OSError, ValueError, KeyError) as exc:
+        reason = "missing" if isinstance(exc, FileNotFoundError) else f"unreadable ({exc.__class__.__name__})"
+        return [f"### [{report.parent.name}]({link})", "",
+                f"Its `{SUMMARY}` is {reason}: regenerate it with `python -m baselines.grid GRID --report-only`.", ""]
+    awaiting = data.get("awaiting_rerun", 0)
+    counted = (f"{data['records']} records ({awaiting} of them awaiting their rerun under the current protocol, "
+               "not counted)." if awaiting else f"{data['records']} records.")
+    lines = [f"### [{title}]({link})", "", f"{counted} {data.get('machine_time', '')}".strip(), ""]
+    answered = [c for c in comparisons if c.get("run")]
+    if answered:
+        lines += ["| question | a: mean (seeds) | b: mean (seeds) | a - b, points | 95% CI, t | Holm p | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in answered:
+            ci = f"[{c['ci_t'][0]:+.1f}, {c['ci_t'][1]:+.1f}]" if c.get("ci_t") else "-"
+            holm = f"{c['holm_p']:.3f}" if c.get("holm_p") is not None else "-"
+            lines.append(f"| {c['question']} | {c['a']}: {c['a_mean']:.1f} ({c['a_seeds']}) "
+                         f"| {c['b']}: {c['b_mean']:.1f} ({c['b_seeds']}) | {c['difference']:+.1f} | {ci} | {holm} "
+                         f"| {c['verdict']} |")
+        lines.append("")
+    if len(answered) < len(comparisons):
+        lines += [f"{len(comparisons) - len(answered)} of its {len(comparisons)} comparisons wait for runs.", ""]
     return lines
 
 

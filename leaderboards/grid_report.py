@@ -1,9 +1,10 @@
 """Tables, tests and plots of a grid's records (``python -m baselines.grid GRID --report-only``).
 
 ``baselines/grid.py`` writes one record per (cell, seed) into ``<grid folder>/records`` and calls
-:func:`write_report` after every run, which regenerates ``<grid folder>/README.md`` and
-``<grid folder>/curves.png`` from the records and the grid file alone (so a test regenerates the
-committed reports and compares):
+:func:`write_report` after every run, which regenerates ``<grid folder>/README.md``,
+``<grid folder>/curves.png`` and ``<grid folder>/summary.json`` (the front pages' figures as data,
+:func:`summary`) from the records and the grid file alone (so a test regenerates the committed
+reports and compares):
 
 - per cell: the mean final accuracy over seeds with its standard error over seeds, every seed's
   accuracy with its own evaluation standard error, the take-off rate (seeds whose final accuracy
@@ -50,6 +51,9 @@ from marft_agents.evaluation import SAMPLED_FIGURES
 
 README = "README.md"
 PLOT = "curves.png"
+SUMMARY = "summary.json"
+"""The report's headline figures as data (:func:`summary`), read by ``leaderboards.build`` for the
+front pages instead of the markdown."""
 ALPHA = 0.05
 """Family-wise error rate of a grid's declared comparisons (Holm), and the level of each CI."""
 TAKEOFF_SE = 2.0
@@ -804,6 +808,38 @@ def _machine_time_line(records: list[dict[str, Any]], counted: list[dict[str, An
     return line + "."
 
 
+def _comparison_entry(comparison: Comparison, result: ComparisonResult | None) -> dict[str, Any]:
+    """One declared comparison as plain data: the cells, and once both have records the
+    difference in points, its t CI, Holm's p and the verdict (as in :func:`comparison_table`)."""
+    entry: dict[str, Any] = {"question": _declared(comparison), "a": comparison.a, "b": comparison.b}
+    if result is None:
+        return entry | {"run": False}
+    ci = result.test.ci if result.test is not None else None
+    return entry | {"run": True, "a_mean": round(100 * result.a.mean, 1), "a_seeds": len(result.a.seeds),
+                    "b_mean": round(100 * result.b.mean, 1), "b_seeds": len(result.b.seeds),
+                    "difference": round(100 * result.difference, 1),
+                    "ci_t": [round(100 * ci[0], 1), round(100 * ci[1], 1)] if ci is not None else None,
+                    "holm_p": None if result.holm_p is None or math.isnan(result.holm_p) else round(result.holm_p, 3),
+                    "resolved": result.resolved or result.equivalent, "verdict": result.verdict()}
+
+
+def summary(grid_dir: Path, title: str, order: list[str] | None = None,
+            comparisons: list[Comparison] | None = None) -> dict[str, Any]:
+    """The figures a front page shows of a grid (``<grid_dir>/summary.json``, written beside the
+    report): the title, how many records there are and how many are counted, the machine time
+    line, and every declared comparison (:func:`_comparison_entry`), so nothing has to be read
+    back out of the markdown."""
+    grid_dir = Path(grid_dir)
+    records = grid_records(grid_dir / "records") if (grid_dir / "records").is_dir() else []
+    counted, _ = reported_records(records, order) if records else ([], [])
+    results = compare_all(summarise(counted, order), comparisons) if comparisons and counted \
+        else [None] * len(comparisons or [])
+    return {"title": title, "records": len(records), "counted": len(counted),
+            "awaiting_rerun": len(superseded_records(records, order)) if records else 0,
+            "machine_time": _machine_time_line(records, counted) if records else "",
+            "comparisons": [_comparison_entry(c, r) for c, r in zip(comparisons or [], results)]}
+
+
 def report(grid_dir: Path, title: str, order: list[str] | None = None, description: str = "",
            comparisons: list[Comparison] | None = None, write_plot: bool = True) -> str:
     """The markdown of ``<grid_dir>/README.md``; writes the plot too unless ``write_plot`` is False."""
@@ -876,11 +912,14 @@ def report(grid_dir: Path, title: str, order: list[str] | None = None, descripti
 
 def write_report(grid_dir: Path, title: str, order: list[str] | None = None, description: str = "",
                  comparisons: list[Comparison] | None = None) -> Path:
-    """Regenerate ``<grid_dir>/README.md`` (and ``curves.png``); returns the README path."""
+    """Regenerate ``<grid_dir>/README.md`` (and ``curves.png``, ``summary.json``); returns the
+    README path."""
     grid_dir = Path(grid_dir)
     grid_dir.mkdir(parents=True, exist_ok=True)
-    path = grid_dir / README
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(report(grid_dir, title, order, description, comparisons), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    for name, text in ((README, report(grid_dir, title, order, description, comparisons)),
+                       (SUMMARY, json.dumps(summary(grid_dir, title, order, comparisons), indent=1) + "\n")):
+        path = grid_dir / name
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return grid_dir / README

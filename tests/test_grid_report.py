@@ -10,7 +10,7 @@ from leaderboards import stats
 from leaderboards.build import build
 from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table,
                                       counted_records, critic_table, reported_records, curve_series, grid_records, plotted_series, report,
-                                      sampled_table, summarise, write_report)
+                                      sampled_table, summarise, summary, write_report)
 from leaderboards.records import Record, write_record
 
 
@@ -72,11 +72,29 @@ def test_table_has_mean_se_over_seeds_take_off_and_auc(tmp_path):
 
 
 def test_main_leaderboard_links_the_grid_reports(tmp_path):
-    _record(tmp_path / "grids" / "g" / "records", "marft_a", 0, 0.5)
-    write_report(tmp_path / "grids" / "g", "Grid g")
+    records = tmp_path / "grids" / "g" / "records"
+    for seed, accuracy in enumerate([0.5, 0.6]):
+        _record(records, "marft_a", seed, accuracy)
+    comparisons = [Comparison("marft_a", "solo_ppo", "team vs solo?"), Comparison("marft_a", "untrained", "training?")]
+    write_report(tmp_path / "grids" / "g", "Grid g", ["solo_ppo", "marft_a"], comparisons=comparisons)
+    summary = json.loads((tmp_path / "grids" / "g" / "summary.json").read_text())
+    assert summary["records"] == 2 and [c["run"] for c in summary["comparisons"]] == [False, False]
+    _record(records, "solo_ppo", 0, 0.2, algorithm="ppo", profile="solo")
+    _record(records, "solo_ppo", 1, 0.3, algorithm="ppo", profile="solo")
+    write_report(tmp_path / "grids" / "g", "Grid g", ["solo_ppo", "marft_a"], comparisons=comparisons)
     (tmp_path / "records").mkdir()
     text = build(tmp_path / "records")
-    assert "### [Grid g](grids/g/README.md)" in text and "1 records. Machine time" in text
+    assert "### [Grid g](grids/g/README.md)" in text and "4 records. Machine time" in text
+    # the front page's row comes from summary.json: 55 - 25 = +30 points, Welch over 2 + 2 seeds
+    row = next(line for line in text.splitlines() if line.startswith("| team vs solo? |"))
+    assert "| marft_a: 55.0 (2) | solo_ppo: 25.0 (2) | +30.0 |" in row and "not resolved" in row
+    assert "1 of its 2 comparisons wait for runs." in text
+    # a grid folder whose summary is lost says how to get it back, and the rest still builds
+    (tmp_path / "grids" / "g" / "summary.json").unlink()
+    text = build(tmp_path / "records")
+    assert "Its `summary.json` is missing: regenerate it with `python -m baselines.grid GRID --report-only`." in text
+    (tmp_path / "grids" / "g" / "summary.json").write_text("{not json")
+    assert "Its `summary.json` is unreadable (JSONDecodeError)" in build(tmp_path / "records")
 
 
 def test_empty_grid_report_says_how_to_fill_it(tmp_path):
@@ -385,6 +403,8 @@ def test_committed_grid_reports_match_their_records(grid_file, monkeypatch):
     expected = report(folder, spec_title(spec), order, spec.description, spec.comparisons, write_plot=False)
     text = (folder / "README.md").read_text(encoding="utf-8")
     assert text == expected
+    assert json.loads((folder / "summary.json").read_text(encoding="utf-8")) == \
+        summary(folder, spec_title(spec), order, spec.comparisons)
     series = curve_series(grid_records(folder / "records"), order)
     if series:
         assert plotted_series(folder / "curves.png") == series

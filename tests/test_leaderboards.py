@@ -228,6 +228,7 @@ def test_an_outside_readme_grid_block_is_refreshed_only_when_named(tmp_path):
     report = tmp_path / "grids" / "g" / "README.md"
     report.parent.mkdir(parents=True)
     report.write_text("# grid g\n")
+    (report.parent / "summary.json").write_text(json.dumps({"title": "grid g", "records": 0, "comparisons": []}))
     readme = tmp_path / "PKG_README.md"
     readme.write_text(f"a\n{README_START}\nold\n<!-- /grids -->\nb\n")
     main(["--records", str(records)])  # no --out: DIR/README.md; no --readme: no README
