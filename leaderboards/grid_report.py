@@ -343,14 +343,18 @@ def _declared(comparison: Comparison) -> str:
     return f"{comparison.question} [{', '.join(declared)}]" if declared else comparison.question
 
 
-def comparison_table(summaries: list[CellSummary], comparisons: list[Comparison]) -> list[str]:
+def comparison_table(summaries: list[CellSummary], comparisons: list[Comparison],
+                     results: list[ComparisonResult | None] | None = None) -> list[str]:
     """Markdown rows: per declared comparison, the cells, a - b in points with its t CI and
-    bootstrap CI, the tests' p-values, Holm's adjusted p and the verdict."""
+    bootstrap CI, the tests' p-values, Holm's adjusted p and the verdict. ``results`` are those
+    of :func:`compare_all` on the same summaries when the caller has them already."""
     lines = [f"| question | a: mean (seeds) | b: mean (seeds) | a - b, points | {100 * (1 - ALPHA):g}% CI, t "
              f"| {100 * (1 - ALPHA):g}% CI, bootstrap | test | p | exact test p (least possible) | Holm p "
              "| verdict |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for comparison, result in zip(comparisons, compare_all(summaries, comparisons)):
+    if results is None:
+        results = compare_all(summaries, comparisons)
+    for comparison, result in zip(comparisons, results):
         question = _declared(comparison)
         if result is None:
             lines.append(f"| {question} | {comparison.a} | {comparison.b} | not run yet | | | | | | | |")
@@ -823,28 +827,48 @@ def _comparison_entry(comparison: Comparison, result: ComparisonResult | None) -
                     "resolved": result.resolved or result.equivalent, "verdict": result.verdict()}
 
 
-def summary(grid_dir: Path, title: str, order: list[str] | None = None,
+@dataclass(frozen=True)
+class GridState:
+    """A grid's records read once, and what the report and the summary both show of them: the
+    records counted (their duplicates apart), the cells' summaries and the declared comparisons'
+    results (bootstrap included), so that writing the two files computes each of them once."""
+    records: list[dict[str, Any]]
+    counted: list[dict[str, Any]]
+    duplicates: list[stats.Duplicate]
+    summaries: list[CellSummary]
+    results: list[ComparisonResult | None]
+
+
+def grid_state(grid_dir: Path, order: list[str] | None = None,
+               comparisons: list[Comparison] | None = None) -> GridState:
+    """Read ``<grid_dir>/records`` and compute the :class:`GridState` of the report and summary."""
+    records_dir = Path(grid_dir) / "records"
+    records = grid_records(records_dir) if records_dir.is_dir() else []
+    counted, duplicates = reported_records(records, order) if records else ([], [])
+    summaries = summarise(counted, order) if counted else []
+    results = compare_all(summaries, comparisons) if comparisons else []
+    return GridState(records, counted, duplicates, summaries, results)
+
+
+def summary(state: GridState, title: str, order: list[str] | None = None,
             comparisons: list[Comparison] | None = None) -> dict[str, Any]:
     """The figures a front page shows of a grid (``<grid_dir>/summary.json``, written beside the
     report): the title, how many records there are and how many are counted, the machine time
     line, and every declared comparison (:func:`_comparison_entry`), so nothing has to be read
     back out of the markdown."""
-    grid_dir = Path(grid_dir)
-    records = grid_records(grid_dir / "records") if (grid_dir / "records").is_dir() else []
-    counted, _ = reported_records(records, order) if records else ([], [])
-    results = compare_all(summarise(counted, order), comparisons) if comparisons and counted \
-        else [None] * len(comparisons or [])
+    records, counted = state.records, state.counted
     return {"title": title, "records": len(records), "counted": len(counted),
             "awaiting_rerun": len(superseded_records(records, order)) if records else 0,
             "machine_time": _machine_time_line(records, counted) if records else "",
-            "comparisons": [_comparison_entry(c, r) for c, r in zip(comparisons or [], results)]}
+            "comparisons": [_comparison_entry(c, r) for c, r in zip(comparisons or [], state.results)]}
 
 
-def report(grid_dir: Path, title: str, order: list[str] | None = None, description: str = "",
+def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None = None, description: str = "",
            comparisons: list[Comparison] | None = None, write_plot: bool = True) -> str:
-    """The markdown of ``<grid_dir>/README.md``; writes the plot too unless ``write_plot`` is False."""
+    """The markdown of ``<grid_dir>/README.md`` from the grid's :class:`GridState`; writes the
+    plot too unless ``write_plot`` is False."""
     grid_dir = Path(grid_dir)
-    records = grid_records(grid_dir / "records") if (grid_dir / "records").is_dir() else []
+    records = state.records
     lines = [f"# {title}", "",
              "Generated by `python -m baselines.grid GRID --report-only` from `records/*.json` (written by "
              "`python -m baselines.grid`); do not edit by hand. Accuracy: on the fixed held-out problem set of the "
@@ -858,12 +882,11 @@ def report(grid_dir: Path, title: str, order: list[str] | None = None, descripti
     if not records:
         lines += ["No records yet: run `python -m baselines.grid <grid file>`.", ""]
         if comparisons:
-            lines += ["## Comparisons", "", *comparison_table([], comparisons), "",
+            lines += ["## Comparisons", "", *comparison_table([], comparisons, state.results), "",
                       f"Only the {len(comparisons)} comparisons declared in the grid file are tested; they were "
                       "declared before any run, and none has records yet.", ""]
         return "\n".join(lines)
-    counted, duplicates = reported_records(records, order)
-    summaries = summarise(counted, order)
+    counted, duplicates, summaries = state.counted, state.duplicates, state.summaries
     lines += _axis_lines(counted) + [""] + _commit_line(counted) + _caveat_lines(counted) + table(summaries) + [""]
     lines += _duplicate_lines(duplicates, records, counted)
     lines += _undeclared_lines(records, order, duplicates)
@@ -888,7 +911,7 @@ def report(grid_dir: Path, title: str, order: list[str] | None = None, descripti
     if critic:
         lines += ["## The critic against its ceiling", "", *critic, ""]
     if comparisons:
-        lines += ["## Comparisons", ""] + comparison_table(summaries, comparisons) + [""]
+        lines += ["## Comparisons", ""] + comparison_table(summaries, comparisons, state.results) + [""]
         lines += [
             f"Only the {len(comparisons)} comparisons declared in the grid file are tested; none is chosen after "
             f"the results (no \"best of\"). Holm's correction keeps the chance of any false \"resolved\" among "
@@ -916,8 +939,9 @@ def write_report(grid_dir: Path, title: str, order: list[str] | None = None, des
     README path."""
     grid_dir = Path(grid_dir)
     grid_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in ((README, report(grid_dir, title, order, description, comparisons)),
-                       (SUMMARY, json.dumps(summary(grid_dir, title, order, comparisons), indent=1) + "\n")):
+    state = grid_state(grid_dir, order, comparisons)
+    for name, text in ((README, report(grid_dir, state, title, order, description, comparisons)),
+                       (SUMMARY, json.dumps(summary(state, title, order, comparisons), indent=1) + "\n")):
         path = grid_dir / name
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(text, encoding="utf-8")

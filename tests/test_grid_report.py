@@ -1,5 +1,6 @@
 """The grid report (tables, tests and plot) is regenerated from the records alone."""
 
+import collections
 import json
 import math
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 from leaderboards import stats
 from leaderboards.build import build
 from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table,
-                                      counted_records, critic_table, reported_records, curve_series, grid_records, plotted_series, report,
+                                      counted_records, critic_table, reported_records, curve_series, grid_records, grid_state, plotted_series, report,
                                       sampled_table, summarise, summary, write_report)
 from leaderboards.records import Record, write_record
 
@@ -69,6 +70,26 @@ def test_table_has_mean_se_over_seeds_take_off_and_auc(tmp_path):
     # regenerating from the same records gives the same report
     assert write_report(tmp_path / "grids" / "g", "Grid g", ["solo_ppo", "marft_a", "marft_a_swapped"],
                         "What g shows.").read_text() == text
+
+
+def test_write_report_reads_the_records_and_compares_once(tmp_path, monkeypatch):
+    """The report and summary.json come from one GridState: the records are read and the declared
+    comparisons (bootstrap included) computed once per write, and both files agree."""
+    import leaderboards.grid_report as grid_report
+
+    records = tmp_path / "g" / "records"
+    for seed, (team, solo) in enumerate([(0.5, 0.2), (0.6, 0.3), (0.7, 0.4)]):
+        _record(records, "marft_a", seed, team)
+        _record(records, "solo_ppo", seed, solo, algorithm="ppo", profile="solo")
+    calls = collections.Counter()
+    for name in ("grid_records", "compare_all"):
+        original = getattr(grid_report, name)
+        monkeypatch.setattr(grid_report, name, lambda *a, _f=original, _n=name, **k: calls.update([_n]) or _f(*a, **k))
+    comparisons = [Comparison("marft_a", "solo_ppo", "team vs solo?")]
+    text = write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"], comparisons=comparisons).read_text()
+    assert calls == {"grid_records": 1, "compare_all": 1}
+    entry = json.loads((tmp_path / "g" / "summary.json").read_text())["comparisons"][0]
+    assert entry["difference"] == 30.0 and f"| {entry['difference']:+.1f} |" in text
 
 
 def test_main_leaderboard_links_the_grid_reports(tmp_path):
@@ -400,11 +421,12 @@ def test_committed_grid_reports_match_their_records(grid_file, monkeypatch):
     spec = load_grid(grid_file.relative_to(REPO))
     folder = records_dir(spec).parent
     order = [c.name for c in spec.cells]
-    expected = report(folder, spec_title(spec), order, spec.description, spec.comparisons, write_plot=False)
+    state = grid_state(folder, order, spec.comparisons)
+    expected = report(folder, state, spec_title(spec), order, spec.description, spec.comparisons, write_plot=False)
     text = (folder / "README.md").read_text(encoding="utf-8")
     assert text == expected
     assert json.loads((folder / "summary.json").read_text(encoding="utf-8")) == \
-        summary(folder, spec_title(spec), order, spec.comparisons)
+        summary(state, spec_title(spec), order, spec.comparisons)
     series = curve_series(grid_records(folder / "records"), order)
     if series:
         assert plotted_series(folder / "curves.png") == series
