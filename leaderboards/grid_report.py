@@ -643,7 +643,11 @@ def curve_series(records: list[dict[str, Any]], order: list[str] | None = None) 
     """What the plot draws: per reported training record (cell order, then seed), its evaluation
     points on the budget axis and its accuracy in %. The PNG carries this list in its metadata,
     so a test can check that a committed plot shows its records."""
-    counted, _ = reported_records(records, order)
+    return _series(reported_records(records, order)[0])
+
+
+def _series(counted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`curve_series` of records already counted (:func:`reported_records`)."""
     axis = budget_axis(counted)
     return [{"cell": r["grid"]["cell"], "seed": r["grid"]["seed"], "axis": axis[1], "x": _curve(r, axis)[0],
              "accuracy": [round(100 * p["accuracy"], 2) for p in r["eval_curve"]]}
@@ -654,9 +658,9 @@ SERIES_KEY = "marft-series"
 """PNG text-chunk key holding :func:`curve_series` as JSON."""
 
 
-def plot(records: list[dict[str, Any]], out_path: Path, title: str, order: list[str] | None = None) -> Path | None:
-    """Accuracy against the budget axis, a colour per cell and a line per seed; None without curves."""
-    series = curve_series(records, order)
+def plot(series: list[dict[str, Any]], out_path: Path, title: str) -> Path | None:
+    """Accuracy against the budget axis, a colour per cell and a line per seed (``series`` from
+    :func:`curve_series`); None without curves."""
     if not series:
         return None
     import matplotlib
@@ -927,9 +931,10 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
             f"seeds, would give a t statistic at the family's Bonferroni level {ALPHA:g} / {len(comparisons)}; "
             "at that n it resolves about half the time.", ""]
     lines += [_machine_time_line(records, counted), ""]
-    drawn = plot(records, grid_dir / PLOT, title, order) is not None if write_plot else bool(curve_series(records, order))
+    series = _series(counted)
+    drawn = plot(series, grid_dir / PLOT, title) is not None if write_plot else bool(series)
     if drawn:
-        lines += [f"![accuracy against {budget_axis(counted)[1]}]({PLOT})", ""]
+        lines += [f"![accuracy against {series[0]['axis']}]({PLOT})", ""]
     return "\n".join(lines)
 
 
