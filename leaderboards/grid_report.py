@@ -848,8 +848,8 @@ def grid_state(grid_dir: Path, order: list[str] | None = None,
     """Read ``<grid_dir>/records`` and compute the :class:`GridState` of the report and summary."""
     records_dir = Path(grid_dir) / "records"
     records = grid_records(records_dir) if records_dir.is_dir() else []
-    counted, duplicates = reported_records(records, order) if records else ([], [])
-    summaries = summarise(counted, order) if counted else []
+    counted, duplicates = reported_records(records, order)
+    summaries = summarise(counted, order)
     results = compare_all(summaries, comparisons) if comparisons else []
     return GridState(records, counted, duplicates, summaries, results)
 
