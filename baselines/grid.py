@@ -2,6 +2,13 @@
 
     python -m baselines.grid baselines/grids/relay.yaml [--dry-run] [--cells a,b] [--seeds 0,1] [--shard i/n]
     python -m baselines.grid baselines/grids/relay.yaml --report-only
+    python -m baselines.grid baselines/grids/relay.yaml --plan [--gate-episodes N] [--gate-from-records]
+
+Before any run starts, the grid is planned (:mod:`baselines.grid_plan`): each training cell's
+start gate (a sampled pilot of its starting policy), each declared comparison's minimal
+detectable effect and exact-test floor under the grid's Holm family, and the machine time; a plan
+that cannot answer (a gate failed, a comparison that cannot detect the grid's
+``meaningful_effect``) refuses the grid, one line per reason, unless ``--force``.
 
 A grid file (YAML, :class:`GridSpec`) names a base config, one budget in samples for every
 training cell, when they are evaluated, default seeds and its cells; a cell is the base config plus dotted-key overrides (as
@@ -155,6 +162,27 @@ class EvalEverySpec:
 
 
 @dataclass
+class GateSpec:
+    """The start gate of every training cell (:mod:`baselines.grid_plan`): a pilot of the cell's
+    starting policy, sampled as in training, must earn the reward often enough that its updates
+    carry a policy gradient."""
+
+    episodes: int = 128
+    """Episodes of the pilot (problems of the training split, one sampled play each)."""
+    min_signal: float = 0.25
+    """The least probability that one update's episodes hold a rewarded episode, ``1 - (1 -
+    rate) ** episodes_per_update`` at the pilot's rate: an update without one has no policy
+    gradient at all under a 0/1 team reward. The default asks for one update in four (a rate of
+    0.9 % at 32 episodes per update). 0: measure and show the pilots, refuse nothing."""
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise ValueError(f"gate.episodes must be >= 1, got {self.episodes}")
+        if not 0.0 <= self.min_signal < 1.0:
+            raise ValueError(f"gate.min_signal must be in [0, 1), got {self.min_signal}")
+
+
+@dataclass
 class GridSpec:
     """A grid file."""
 
@@ -193,6 +221,14 @@ class GridSpec:
     """Questions the report answers from the records, declared before the runs: cell ``a`` minus
     cell ``b``, tested with Holm's correction over all of them, e.g. a team against the single
     agent, or an ablation against its source (:class:`leaderboards.grid_report.Comparison`)."""
+    meaningful_effect: float | None = None
+    """The smallest difference, in accuracy points, that would matter: the plan refuses a grid
+    whose declared comparisons cannot detect it (:mod:`baselines.grid_plan`). Required when the
+    grid declares comparisons and is to run."""
+    power: float = 0.8
+    """The power at which the plan computes each comparison's minimal detectable effect."""
+    gate: GateSpec = field(default_factory=GateSpec)
+    """The start gate of every training cell (:class:`GateSpec`)."""
 
 
 @dataclass
@@ -244,6 +280,10 @@ def load_grid(path: str | Path) -> GridSpec:
         elif cell.source is not None or cell.ablation:
             raise ConfigError(f"cell {cell.name!r}: 'source' and 'ablation' are only for evaluate: "
                               f"{', '.join(ABLATIONS)}")
+    if spec.meaningful_effect is not None and not 0 < spec.meaningful_effect <= 100:
+        raise ConfigError(f"meaningful_effect must be in (0, 100] accuracy points, got {spec.meaningful_effect}")
+    if not 0 < spec.power < 1:
+        raise ConfigError(f"power must be in (0, 1), got {spec.power}")
     for k, comparison in enumerate(spec.comparisons):
         unknown = [name for name in (comparison.a, comparison.b) if name not in names]
         if unknown:
@@ -522,19 +562,28 @@ def _write_attempts(run: GridRun, machine_s: float) -> None:
 def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     """Evaluate the untrained policy, or the source run's final adapters changed by an ablation."""
     import marft_agents.models as models
-    from marft_agents.checkpoint import latest_checkpoint, load_adapters
-    from marft_agents.evaluation import evaluate
-    from marft_agents.trainer import build_policy, scripted_seats
+    from marft_agents.trainer import build_policy
 
     commit, code_state = git_commit(), code_digest()
     started = time.perf_counter()
     cfg = run_config(spec, run)
     if run.kind in ABLATIONS and ABLATIONS[run.kind].plays_every_seat:
         cfg = dataclasses.replace(cfg, scripted_seats={})
+    cfg.resolve_hardware()  # the record names the device and dtype used, not "auto"
+    model, tokenizer = models.load_model_and_tokenizer(cfg.model)
+    with build_policy(cfg, model, tokenizer, env_agents(cfg)) as policy:  # the block's end closes the rollout engine
+        return _evaluate_policy(spec, run, cfg, policy, commit, code_state, started)
+
+
+def _evaluate_policy(spec: GridSpec, run: GridRun, cfg: TrainConfig, policy: Any, commit: str, code_state: str,
+                     started: float) -> Record:
+    """The record of :func:`evaluate_run` for the built ``policy``."""
+    from marft_agents.checkpoint import latest_checkpoint, load_adapters
+    from marft_agents.evaluation import evaluate
+    from marft_agents.trainer import scripted_seats
+
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
     agent_ids = env_agents(cfg)
-    model, tokenizer = models.load_model_and_tokenizer(cfg.model)
-    policy = build_policy(cfg, model, tokenizer, agent_ids)
     meta: dict[str, Any] = {}
     source_record: dict[str, Any] = {}
     scripted = scripted_seats(cfg, agent_ids)
@@ -643,9 +692,30 @@ def spec_title(spec: GridSpec) -> str:
 
 
 def write_spec_report(spec: GridSpec) -> Path:
-    """Regenerate the grid's README.md and curves.png from its records."""
+    """Regenerate the grid's README.md, curves.png and summary.json from its records (and its last
+    plan, :mod:`baselines.grid_plan`)."""
+    from baselines.grid_plan import load_plan
+
     return write_report(records_dir(spec).parent, spec_title(spec), [c.name for c in spec.cells], spec.description,
-                        spec.comparisons)
+                        spec.comparisons, plan=load_plan(spec))
+
+
+REFUSED = 3
+"""Exit status of a grid whose plan refuses it (:mod:`baselines.grid_plan`)."""
+
+
+def planned(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None, args: argparse.Namespace) -> bool:
+    """Make, print and keep the grid's plan (:func:`baselines.grid_plan.make_plan`); whether it accepts."""
+    from baselines.grid_plan import make_plan, save_plan
+    from leaderboards.grid_report import plan_lines
+
+    result = make_plan(spec, runs, gate_cells, args.gate_episodes, args.gate_from_records)
+    result["forced"] = bool(args.force and not result["accepted"] and not args.plan)
+    path = save_plan(spec, result)
+    print("\n".join(plan_lines(result)))
+    print(f"plan {'accepted' if result['accepted'] else 'refused'}: {path}")
+    write_spec_report(spec)
+    return result["accepted"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -656,7 +726,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", help="comma-separated seeds: run only these (of each selected cell's seeds)")
     parser.add_argument("--shard", help="i/n: run only shard i of n (one process per core)")
     parser.add_argument("--report-only", action="store_true", help="regenerate the tables and plot, run nothing")
+    parser.add_argument("--plan", action="store_true",
+                        help="gate every training cell, size every contrast, estimate the machine time; run nothing "
+                             "(baselines/grid_plan.py); exit status 3 when the plan refuses the grid")
+    parser.add_argument("--force", action="store_true", help="run even when the plan refuses the grid")
+    parser.add_argument("--gate-episodes", type=int, help="episodes of each start gate's pilot (default: the grid's "
+                                                          "gate.episodes, 128)")
+    parser.add_argument("--gate-from-records", action="store_true",
+                        help="take a start gate from the first updates' rollouts of the grid's records with the same "
+                             "start where they cover the gate's episodes, instead of a pilot")
     args = parser.parse_args(argv)
+    if args.gate_episodes is not None and args.gate_episodes < 1:
+        print(f"grid: error: --gate-episodes must be >= 1, got {args.gate_episodes}", file=sys.stderr)
+        return 2
     try:
         spec = load_grid(args.grid)
         runs = plan(spec)
@@ -692,6 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         print(f"wrote {write_spec_report(spec)}")
         return 0
+    if args.plan:
+        return 0 if planned(spec, plan(spec), None, args) else REFUSED
     if args.dry_run:
         print(f"grid {spec.name}: {len(runs)} runs ({describe_budget(spec, runs)})")
         for run in runs:
@@ -704,6 +788,13 @@ def main(argv: list[str] | None = None) -> int:
               "its records stay readable (--report-only), but new runs are budgeted in samples: replace it with "
               "budget: {episodes: N} and eval_every: {episodes: M}", file=sys.stderr)
         return 2
+    to_run = [r for r in runs if status(spec, r) != "done"]
+    if to_run:  # gate the training cells about to run; size every contrast of the grid
+        cells = list(dict.fromkeys(r.cell.name for r in to_run if r.kind == "train"))
+        if not planned(spec, plan(spec), cells, args) and not args.force:
+            print("grid: the plan refuses this grid (above, and in its report); fix it or run with --force",
+                  file=sys.stderr)
+            return REFUSED
     try:
         counts = run_grid(spec, runs)
     except GridStopped as stop:

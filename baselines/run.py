@@ -2,7 +2,8 @@
 
     python -m baselines.run baselines/configs/marft_a_arithmetic.yaml [--resume] [--set key=value ...]
 
-Trains with ``marft train`` (evaluating the untrained policy first), then writes
+Trains with ``marft train`` (evaluating the untrained policy first; its trainer closes the rollout
+engine when training ends), then writes
 ``leaderboards/records/<name>.json`` from the run's own files (``summary.json``, ``metrics.jsonl``
 and the per-problem outcomes of every evaluation in ``evals/``) and regenerates
 ``leaderboards/README.md``. The record's name is the config file's stem unless ``--name`` is
@@ -20,6 +21,7 @@ from typing import Any
 from leaderboards.build import build
 from leaderboards.records import (RECORDS_DIR, Record, code_digest, env_task_revision, eval_outcomes, git_commit,
                                   training_diagnostics, transcript_sample, write_record)
+from marft_agents.cli import INTERRUPTED_EXIT
 from marft_agents.cli import main as marft_main
 from marft_agents.config import TrainConfig, config_to_dict, load_config
 from marft_agents.metrics import read_metrics
@@ -99,13 +101,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         train_args.append("--resume")
     commit, code_state = git_commit(), code_digest()  # the code that trains, even if HEAD moves during a long run
-    code = marft_main(train_args)
+    try:
+        code = marft_main(train_args)
+    except KeyboardInterrupt as err:  # stopped at once (a second SIGINT): one line at the command
+        if argv is not None:  # called from Python: the caller owns the interrupt
+            raise
+        print(f"baselines.run: {err or 'interrupted (SIGINT)'}", file=sys.stderr)
+        return INTERRUPTED_EXIT
     if code:
         return code
     overrides = dict(s.split("=", 1) for s in args.set)
     import yaml
 
-    cfg = load_config(args.config, {k: yaml.safe_load(v) for k, v in overrides.items()})
+    # resolved like the run's (device and dtype named, not "auto"): the record says what ran
+    cfg = load_config(args.config, {k: yaml.safe_load(v) for k, v in overrides.items()}).resolve_hardware()
     record = build_record(cfg, args.name or args.config.stem, commit, code_state)
     path = write_record(record, args.records)
     (args.records.parent / "README.md").write_text(build(args.records), encoding="utf-8")

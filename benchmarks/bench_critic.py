@@ -1,6 +1,6 @@
 """Centralised vs local critic: explained variance and eval accuracy from the same budget.
 
-The issue-13 acceptance comparison. For ``marft/Arithmetic-v0`` level 2, the ``trio`` profile
+For ``marft/Arithmetic-v0`` level 2, the ``trio`` profile
 (reasoner, actor, verifier; the verifier's answer is graded) under two dependencies where the
 acting agent does *not* see every earlier output:
 
@@ -89,21 +89,21 @@ def run_config(args: argparse.Namespace, dependency: str, mode: str) -> dict:
 def train_one(args: argparse.Namespace, dependency: str, mode: str) -> dict:
     cfg = load_config(BASE_CONFIG, overrides=run_config(args, dependency, mode))
     model = tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1) if args.smoke else None
-    trainer = Trainer(cfg, model)  # a fresh base per run: LoRA is injected into the model in place
-    out_dir = Path(cfg.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    before = trainer.evaluate()
-    history, best = [], float("nan")
-    start = time.perf_counter()
-    with (out_dir / "metrics.jsonl").open("w", encoding="utf-8") as log:
-        for metrics in trainer.run():
-            history.append(metrics)
-            log.write(json.dumps(metrics) + "\n")
-            if "eval/accuracy" in metrics:
-                best = metrics["eval/accuracy"] if math.isnan(best) else max(best, metrics["eval/accuracy"])
-    ev = [m["losses/explained_variance"] for m in history if math.isfinite(m["losses/explained_variance"])]
-    tail = ev[len(ev) // 2:]
-    after = trainer.final_eval if trainer.final_eval is not None else trainer.evaluate()
+    with Trainer(cfg, model) as trainer:  # a fresh base per run (LoRA is injected into the model in place); closes its engine
+        out_dir = Path(cfg.output_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        before = trainer.evaluate()
+        history, best = [], float("nan")
+        start = time.perf_counter()
+        with (out_dir / "metrics.jsonl").open("w", encoding="utf-8") as log:
+            for metrics in trainer.run():
+                history.append(metrics)
+                log.write(json.dumps(metrics) + "\n")
+                if "eval/accuracy" in metrics:
+                    best = metrics["eval/accuracy"] if math.isnan(best) else max(best, metrics["eval/accuracy"])
+        ev = [m["losses/explained_variance"] for m in history if math.isfinite(m["losses/explained_variance"])]
+        tail = ev[len(ev) // 2:]
+        after = trainer.final_eval if trainer.final_eval is not None else trainer.evaluate()
     return {
         "dependency": dependency, "mode": mode, "updates": len(history),
         "train_s": trainer.counters.get("train_seconds", 0.0), "wall_s": time.perf_counter() - start,

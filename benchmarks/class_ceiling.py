@@ -22,7 +22,7 @@ checkpoints (``critic.head_refit_window``: each kept update's first-decision ret
 
 The targets are the windows' regression targets (``Sample.returns``, lambda-returns), within a
 few per cent of the Monte Carlo returns the run's ``critic/*`` figures use (the ceilings agree
-to 0.01; docs/results.md). Measured figures: docs/results.md (issue 31).
+to 0.01).
 
 Usage::
 
@@ -72,9 +72,11 @@ def windows(run: Path) -> dict[int, dict]:
 
 
 def class_component(task_means: list[float], classes: list[int], residual_noise: float) -> float:
-    """Unbiased estimate of the variance (over this update's tasks) of the class part of the tasks'
-    success probabilities: ``(SS_between_classes - (C - 1) MS_residual) / T`` from the task means
-    (fixed-effects, as omega-squared), 0 when one class only."""
+    """Unbiased estimate of the variance of the class part of the tasks' success probabilities,
+    on the ceiling's footing (the variance over the population of tasks, as ``sigma_b^2`` is):
+    ``(SS_between_classes - (C - 1) MS_residual) / (T - 1)`` from the task means, 0 when one
+    class only. (Dividing by ``T``, the fixed-effects omega-squared form, reads low by
+    ``(T - 1) / T``: a world whose difficulty is the class alone would score under 1.)"""
     T, groups = len(task_means), defaultdict(list)
     for m, c in zip(task_means, classes):
         groups[c].append(m)
@@ -85,7 +87,7 @@ def class_component(task_means: list[float], classes: list[int], residual_noise:
     ss_residual = sum((m - sum(g) / len(g)) ** 2 for g in groups.values() for m in g)
     dof = T - len(groups)
     ms_residual = ss_residual / dof if dof > 0 else residual_noise
-    return (ss_between - (len(groups) - 1) * ms_residual) / T
+    return (ss_between - (len(groups) - 1) * ms_residual) / (T - 1)
 
 
 def measure(run: Path, first: int, last: int) -> dict[str, float]:

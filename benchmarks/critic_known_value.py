@@ -14,8 +14,8 @@ config (``--config``, default the shipped MARFT-A one) running its critic passes
 Per update it prints the critic health the learner logs (``critic/ev_first`` against the
 measured ``critic/ev_ceiling``), the true ceiling of that update's tasks and the correlation of
 the first values with the true probabilities; at the end, the first-decision EV pooled over the
-last half of the updates against the pooled measured ceiling, the ratio issue 31's acceptance
-reads (>= 0.5), and the same for later decisions.
+last half of the updates against the pooled measured ceiling (their ratio: a critic that learned
+the known values scores about 1 on the ceiling's footing), and the same for later decisions.
 
 Usage::
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     prefix = len(system_ids) if cfg.sampling.share_prefix else 0
     k = learner.group_size  # episodes per task (the ceiling needs >= 2)
     if k < 2:
-        raise SystemExit("critic.ceiling_group_size must be >= 2 here: the ceiling is measured from repeated tasks")
+        raise SystemExit("schedule.group_size must be >= 2 here: the ceiling is measured from repeated tasks")
     if cfg.schedule.episodes_per_update % k:
         raise SystemExit(f"schedule.episodes_per_update ({cfg.schedule.episodes_per_update}) must be a multiple of {k}")
     n_tasks = cfg.schedule.episodes_per_update // k

@@ -19,7 +19,7 @@ Usage::
     python benchmarks/doc_commands.py --run --inline only   # only those
 
 ``--run`` never touches the checkout or its ``.venv``. The commands run one at a time, in order,
-each in a fresh copy of the repository (``.git`` included, ``runs/`` and build outputs not; a link
+each in a fresh copy of the repository (``.git`` included; ``runs/``, virtual envs (``.venv*``) and build outputs not; a link
 to the checkout's ``../shared``, the default data root, beside it) under a temporary folder,
 except one that continues a run (``--resume``, ``--checkpoint latest|best``): it runs in the copy
 of the last command with the same config file. Each gets ``OMP_NUM_THREADS=1`` and the
@@ -246,7 +246,7 @@ def _continues(text: str) -> bool:
 def _fresh_copy(scratch: Path, index: int, venv: Path) -> Path:
     copy = scratch / f"cmd{index:02d}" / REPO.name
     shutil.copytree(REPO, copy, symlinks=True, ignore=shutil.ignore_patterns(
-        ".venv", "runs", "__pycache__", "*.egg-info", ".pytest_cache", ".cache", "build", "dist"))
+        ".venv*", "runs", "__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache", ".cache", "build", "dist"))
     (copy / ".venv").symlink_to(venv)
     if (REPO.parent / "shared").is_dir():  # the data root beside the checkout (marft_envs.tasks.paths)
         (copy.parent / "shared").symlink_to(REPO.parent / "shared")

@@ -76,6 +76,8 @@ RESPONSE_TOKENS = 1024
 ROWS_PER_ADAPTER = 8
 """Rows per adapter in the memory check (one micro-batch each)."""
 STATUSES = ("PASS", "FAIL", "SKIP")
+TIMING_METRICS = ("time/rollout_s", "time/update_s", "time/rollout_tokens_per_s", "rollout/tokens")
+"""The trainer's metrics the ``update`` check reports per engine (sampling and learner time)."""
 
 
 @dataclass
@@ -277,8 +279,9 @@ def check_update(ctx: Context) -> Result:
             losses = {k: float(metrics[k]) for k in ("losses/policy_loss", "losses/value_loss") if k in metrics}
             ok = (all(math.isfinite(v) for v in losses.values()) and metrics.get("guard/skipped_steps", 0) == 0
                   and len(moved) == len(trainer.policy.adapter_names))
+            timing = {key.split("/")[1]: float(metrics[key]) for key in TIMING_METRICS if key in metrics}
             per_engine[engine] = {"status": "PASS" if ok else "FAIL", "losses": losses, "adapters_moved": moved,
-                                  "seconds": round(time.monotonic() - start, 1)}
+                                  "seconds": round(time.monotonic() - start, 1), **timing}
         except Exception as err:  # a check reports its failure; the others still run
             per_engine[engine] = {"status": "FAIL", "error": f"{type(err).__name__}: {err}",
                                   "traceback": traceback.format_exc()[-2000:]}
@@ -290,7 +293,10 @@ def check_update(ctx: Context) -> Result:
         if per_engine[engine]["status"] == "FAIL":
             failed.append(engine)
     ran = [e for e in runs if e not in failed]
+    speeds = ", ".join(f"{e} {per_engine[e]['rollout_tokens_per_s']:.0f}" for e in ran
+                       if "rollout_tokens_per_s" in per_engine[e])
     summary = (f"one update on {ctx.device} with {', '.join(ran) or 'no engine'}"
+               + (f" (rollout tok/s: {speeds})" if speeds else "")
                + (f"; FAILED: {', '.join(failed)}" if failed else "")
                + (f"; skipped: {', '.join(skipped)}" if skipped else ""))
     status = "FAIL" if failed else ("PASS" if ran else "SKIP")
@@ -304,20 +310,28 @@ def _tokens_per_second(policy: Any, requests: list[Any], engine: str, new_tokens
 
     cfg = SamplingConfig(engine=engine, max_new_tokens=new_tokens, temperature=1.0, stop_token_ids=())
     policy.generate(requests[:2], cfg, generator=torch.Generator(device=policy.device).manual_seed(0))  # warm-up
-    torch.cuda.synchronize()
+    _synchronize(policy.device)
     start = time.perf_counter()
     gens = policy.generate(requests, cfg, generator=torch.Generator(device=policy.device).manual_seed(1))
-    torch.cuda.synchronize()
+    _synchronize(policy.device)
     return sum(len(g.response_ids) for g in gens) / (time.perf_counter() - start)
+
+
+def _synchronize(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def check_throughput(ctx: Context) -> Result:
     """Decode tokens/s of each marft engine and of bare vLLM with the same 2 adapters.
 
-    Without vLLM (or a GPU) the other engines are still timed on a GPU, and the check says SKIP:
-    the target is a ratio to bare vLLM."""
-    if ctx.device != "cuda":
-        return Result("throughput", "SKIP", "no CUDA GPU: vLLM and its comparison need one")
+    Where vLLM runs (a GPU with vLLM, or vLLM's CPU build on a CPU) both are timed; without vLLM
+    the other engines are still timed on a GPU, and the check says SKIP: the target is a ratio
+    to bare vLLM."""
+    if ctx.device != "cuda" and ctx.vllm_error:
+        return Result("throughput", "SKIP", f"no CUDA GPU and {ctx.vllm_error}: nothing to compare")
     n, new_tokens = (16, 64) if ctx.args.quick else (64, 256)
     runs, _ = _engines_here(ctx)
     if ctx.vllm_error:
@@ -339,18 +353,18 @@ def check_throughput(ctx: Context) -> Result:
     adapters = ctx.scratch / "bare-adapters"
     for name in policy.policy_adapters:
         policy.model.save_pretrained(str(adapters), selected_adapters=[name])
-    job = ctx.scratch / "bare.json"
-    job.write_text(json.dumps({
-        "model": ctx.model, "prompts": [list(r.prompt_ids) for r in requests],
-        "adapters": [str(adapters / policy.adapter_for(r.agent_id)) for r in requests],
-        "new_tokens": new_tokens, "rank": max(int(c.r) for c in policy.model.peft_config.values()),
-        "gpu_memory_utilization": ctx.args.gpu_memory_utilization, "enforce_eager": ctx.args.quick,
-        "dtype": str(policy.lm.dtype).removeprefix("torch.")}))
-    done = subprocess.run([sys.executable, __file__, "--bare-vllm", str(job)], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
-    if done.returncode != 0:
-        return Result("throughput", "FAIL", "bare vLLM child failed", {"output_tail": done.stderr[-3000:]})
-    bare = json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"]
+    from marft_agents.engine.vllm_engine import lora_rank_slot, memory_settings
+
+    engine = policy.engine_for("vllm")
+    job = {"model": ctx.model, "prompts": [list(r.prompt_ids) for r in requests],
+           "adapters": [str(adapters / policy.adapter_for(r.agent_id)) for r in requests],
+           "new_tokens": new_tokens, "max_lora_rank": lora_rank_slot(max(int(c.r) for c in policy.model.peft_config.values())),
+           "memory": memory_settings(engine.options, ctx.device), "max_model_len": engine.max_model_len,
+           "enforce_eager": engine.options.enforce_eager, "dtype": str(policy.lm.dtype).removeprefix("torch.")}
+    try:
+        bare = run_bare_vllm(job, ctx.scratch)["tokens_per_s"]
+    except RuntimeError as err:
+        return Result("throughput", "FAIL", "bare vLLM child failed", {"error": str(err)[-3000:]})
     speeds = {engine: _tokens_per_second(policy, requests, engine, new_tokens) for engine in runs}
     ratio = bare / speeds["vllm"]
     details = {"bare_vllm_tok_s": bare, "marft_tok_s": speeds, "bare_over_marft_vllm": ratio, "prompts": n,
@@ -360,32 +374,48 @@ def check_throughput(ctx: Context) -> Result:
     return Result("throughput", "PASS" if ratio <= THROUGHPUT_TARGET else "FAIL", text, details)
 
 
+def run_bare_vllm(job: dict[str, Any], scratch: Path, timeout: float = 600) -> dict[str, Any]:
+    """Run :func:`bare_vllm` on ``job`` in a child process (its memory its own) and return its
+    figures. They come back through a file: vLLM logs to stdout, and its engine process logs
+    shutdown lines after the child's last word, so stdout has no reliable last line."""
+    job_file, result = scratch / "bare-job.json", scratch / "bare-result.json"
+    result.unlink(missing_ok=True)
+    job_file.write_text(json.dumps({**job, "result": str(result)}))
+    done = subprocess.run([sys.executable, __file__, "--bare-vllm", str(job_file)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+    if done.returncode != 0 or not result.is_file():
+        raise RuntimeError(f"exit {done.returncode}, no result file: {(done.stdout + done.stderr)[-3000:]}")
+    return json.loads(result.read_text())
+
+
 def bare_vllm(job_file: str) -> None:
-    """The child of ``throughput``: plain ``vllm.LLM`` with LoRA, tokens/s of one timed call."""
+    """The child of ``throughput``: plain ``vllm.LLM`` with LoRA, tokens/s of one timed call,
+    written as JSON to the job's ``result`` file."""
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
     job = json.loads(Path(job_file).read_text())
-    llm = LLM(model=job["model"], enable_lora=True, max_loras=2, max_lora_rank=max(8, job["rank"]),
-              dtype=job["dtype"], gpu_memory_utilization=job["gpu_memory_utilization"], max_model_len=1024,
-              enforce_eager=job["enforce_eager"], seed=0)
+    llm = LLM(model=job["model"], enable_lora=True, max_loras=2, max_lora_rank=job["max_lora_rank"],
+              dtype=job["dtype"], max_model_len=job["max_model_len"], enforce_eager=job["enforce_eager"], seed=0,
+              skip_tokenizer_init=True, **job["memory"])
     ids = {path: k + 1 for k, path in enumerate(sorted(set(job["adapters"])))}
     loras = [LoRARequest(Path(p).name, ids[p], p) for p in job["adapters"]]
-    params = SamplingParams(temperature=1.0, max_tokens=job["new_tokens"], ignore_eos=True, logprobs=0, seed=0)
+    params = SamplingParams(temperature=1.0, max_tokens=job["new_tokens"], ignore_eos=True, logprobs=0, seed=0,
+                            detokenize=False)
     prompts = [{"prompt_token_ids": p} for p in job["prompts"]]
     llm.generate(prompts[:2], params, lora_request=loras[:2], use_tqdm=False)  # warm-up
     start = time.perf_counter()
     outs = llm.generate(prompts, params, lora_request=loras, use_tqdm=False)
     seconds = time.perf_counter() - start
-    print(json.dumps({"tokens_per_s": sum(len(o.outputs[0].token_ids) for o in outs) / seconds}))
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    Path(job["result"]).write_text(json.dumps({"tokens_per_s": tokens / seconds, "tokens": tokens, "seconds": seconds}))
 
 
 def check_logprobs(ctx: Context) -> Result:
     """vLLM's sampled-token log-probs against the learner's pass over the same tokens."""
-    if ctx.device != "cuda" or ctx.vllm_error:
-        why = ctx.vllm_error or "no CUDA GPU"
-        return Result("logprobs", "SKIP", f"{why}; the CPU tests' vLLM stand-in is the transformers model itself, "
-                      "so agreement with it is not a check of vLLM")
+    if ctx.vllm_error:
+        return Result("logprobs", "SKIP", f"{ctx.vllm_error}; the tests' vLLM stand-in is the transformers model "
+                      "itself, so agreement with it is not a check of vLLM")
     import torch
 
     from marft_agents.settings.sampling import SamplingConfig
@@ -470,6 +500,8 @@ def check_memory(ctx: Context) -> Result:
         except torch.cuda.OutOfMemoryError as err:
             out[key] = {"error": f"out of memory: {str(err).splitlines()[0]}"}
         finally:
+            if trainer is not None:
+                trainer.close()
             del trainer
             _release()
     estimate = _estimate_for(ctx, rows * tokens)
@@ -531,12 +563,15 @@ CHECKS: dict[str, Callable[[Context], Result]] = {
 
 
 def _vllm_error(device: str) -> str | None:
-    if device != "cuda":
-        return "vLLM needs a CUDA GPU"
-    try:
-        import vllm  # noqa: F401
-    except ImportError as err:
-        return f"vLLM is not installed (pip install -e '.[vllm]'): {err}"
+    """Why vLLM cannot sample on ``device`` here (None: it can)."""
+    import importlib.util
+
+    from marft_agents.engine.vllm_engine import VLLMEngine
+
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed (GPU: pip install -e '.[agents,vllm]'; CPU: make test-vllm's .venv-vllm)"
+    if device not in VLLMEngine.devices:
+        return f"the installed vLLM build runs on {'/'.join(VLLMEngine.devices)}, this check on {device}"
     return None
 
 

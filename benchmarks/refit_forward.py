@@ -19,7 +19,7 @@ update's raw hidden states, slots, returns and tasks), without running a model:
 Rules: the prior head unchanged; the window's mean return; the shipped rule (``ridge_refit``);
 each ridge strength of ``RELATIVE_LAMBDAS`` fixed; and a "relaxed" ridge at each strength (the
 ridge direction, then its scale refit by least squares: ridge shrinks the spread of the values,
-the failure the refit was made for). Measured figures: docs/results.md (issue 31).
+the failure the refit was made for).
 
 Usage (pairs ``CHECKPOINT:PRIOR_CHECKPOINT`` of one run whose config set ``head_refit_window``)::
 

@@ -15,7 +15,7 @@ from what it reads. This script measures both halves on Arithmetic runs' greedy 
 
 Usage::
 
-    python benchmarks/task_predictability.py runs/issue31/l1_16_s0 runs/issue31/l1_16_s1
+    python benchmarks/task_predictability.py RUN_FOLDER [RUN_FOLDER ...]
 """
 
 from __future__ import annotations

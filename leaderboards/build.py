@@ -1,8 +1,12 @@
-"""Generate ``leaderboards/README.md`` from the JSON records and the grid reports, and the grid
-block of ``docs/results.md`` (``python -m leaderboards.build``).
+"""Generate ``leaderboards/README.md`` and the whole of ``docs/results.md`` from the JSON records and
+the grid reports' ``summary.json`` files (``python -m leaderboards.build``).
 
-With ``--records DIR`` (an env package's own records) only ``--out`` (default ``DIR/README.md``) is
-written: marft's files are touched only for marft's own records folder or when named."""
+Both pages are written whole and only by this command: every figure on them links to the record
+or grid report it comes from, and ``--check`` (and ``tests/test_generated_pages.py``) fails when a
+committed page differs from what a build would write (a record landed without a build, or a hand
+edit). With ``--records DIR`` (an env package's own records) only ``--out`` (default
+``DIR/README.md``) is written: marft's files are touched only for marft's own records folder or
+when named."""
 
 from __future__ import annotations
 
@@ -135,9 +139,36 @@ def _grid_links(grids_dir: Path) -> list[str]:
     return lines
 
 
+def _linked(text: str, link: str) -> str:
+    """``text`` as a markdown link to ``link``: how every figure of a generated page names its source."""
+    return f"[{text}]({link})"
+
+
+def _report_anchor(report: Path) -> str:
+    """``#comparisons`` when the grid report has a "Comparisons" section, else "" (the report's top)."""
+    try:
+        headings = report.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ""
+    return "#comparisons" if "## Comparisons" in headings else ""
+
+
+def _plan_line(plan: Any, link: str) -> list[str]:
+    """One line on the grid's plan (``baselines.grid --plan``, kept in ``summary.json``): whether it was
+    accepted and how many declared contrasts can answer; nothing for a grid without a plan."""
+    if not isinstance(plan, dict) or "accepted" not in plan:
+        return []
+    contrasts = [c for c in plan.get("contrasts", []) if isinstance(c, dict)]
+    answering = sum(bool(c.get("answers")) for c in contrasts)
+    verdict = "accepted" if plan["accepted"] else "refused"
+    return [f"Plan: {_linked(verdict, link)}; {_linked(f'{answering} of {len(contrasts)}', link)} declared contrasts "
+            "can answer at the declared seeds.", ""]
+
+
 def grid_summary(report: Path, link: str) -> list[str]:
     """A grid's title (linked to its report), its record count and machine time, and its declared
-    comparisons, from the report's ``summary.json`` (:func:`leaderboards.grid_report.summary`)."""
+    comparisons, from the report's ``summary.json`` (:func:`leaderboards.grid_report.summary`).
+    Every figure links to the report's comparisons table."""
     path = report.parent / SUMMARY
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -146,20 +177,24 @@ def grid_summary(report: Path, link: str) -> list[str]:
         reason = "missing" if isinstance(exc, FileNotFoundError) else f"unreadable ({exc.__class__.__name__})"
         return [f"### [{report.parent.name}]({link})", "",
                 f"Its `{SUMMARY}` is {reason}: regenerate it with `python -m baselines.grid GRID --report-only`.", ""]
+    source = link + _report_anchor(report)
     awaiting = data.get("awaiting_rerun", 0)
-    counted = (f"{data['records']} records ({awaiting} of them awaiting their rerun under the current protocol, "
-               "not counted)." if awaiting else f"{data['records']} records.")
-    lines = [f"### [{title}]({link})", "", f"{counted} {data.get('machine_time', '')}".strip(), ""]
+    counted = _linked(f"{data['records']} records" + (f" ({awaiting} of them awaiting their rerun under the current "
+                                                        "protocol, not counted)" if awaiting else ""), link) + "."
+    machine_time = data.get("machine_time", "")
+    lines = [f"### [{title}]({link})", "", f"{counted} {_linked(machine_time, link) if machine_time else ''}".strip(), ""]
+    lines += _plan_line(data.get("plan"), link)
     answered = [c for c in comparisons if c.get("run")]
     if answered:
         lines += ["| question | a: mean (seeds) | b: mean (seeds) | a - b, points | 95% CI, t | Holm p | verdict |",
                   "|---|---|---|---|---|---|---|"]
         for c in answered:
-            ci = f"[{c['ci_t'][0]:+.1f}, {c['ci_t'][1]:+.1f}]" if c.get("ci_t") else "-"
-            holm = f"{c['holm_p']:.3f}" if c.get("holm_p") is not None else "-"
-            lines.append(f"| {c['question']} | {c['a']}: {c['a_mean']:.1f} ({c['a_seeds']}) "
-                         f"| {c['b']}: {c['b_mean']:.1f} ({c['b_seeds']}) | {c['difference']:+.1f} | {ci} | {holm} "
-                         f"| {c['verdict']} |")
+            ci = _linked(f"[{c['ci_t'][0]:+.1f}, {c['ci_t'][1]:+.1f}]", source) if c.get("ci_t") else "-"
+            holm = _linked(f"{c['holm_p']:.3f}", source) if c.get("holm_p") is not None else "-"
+            a_mean, b_mean = _linked(f"{c['a_mean']:.1f}", source), _linked(f"{c['b_mean']:.1f}", source)
+            difference = _linked(f"{c['difference']:+.1f}", source)
+            lines.append(f"| {c['question']} | {c['a']}: {a_mean} ({c['a_seeds']}) | {c['b']}: {b_mean} ({c['b_seeds']}) "
+                         f"| {difference} | {ci} | {holm} | {_linked(c['verdict'], source)} |")
         lines.append("")
     if len(answered) < len(comparisons):
         lines += [f"{len(comparisons) - len(answered)} of its {len(comparisons)} comparisons wait for runs.", ""]
@@ -193,25 +228,133 @@ def link_prefix_for(target: Path, grids_dir: Path) -> str:
     return "" if relative == "." else relative + "/"
 
 
+def _relative(path: Path, target: Path) -> str:
+    """``path`` relative to the folder of the page ``target`` (a link written in that page)."""
+    return Path(os.path.relpath(path.resolve(), target.resolve().parent)).as_posix()
+
+
+RESULTS_HEADER = """# Results
+
+Generated whole by `python -m leaderboards.build` from the leaderboard records
+(`leaderboards/records/*.json`, written by `python -m baselines.run`) and the comparison grids'
+reports (`leaderboards/grids/*/`, written by `python -m baselines.grid`); do not edit it by hand:
+`python -m leaderboards.build --check` and `tests/test_generated_pages.py` fail when it differs
+from what the build writes. Every figure links to the record or report it comes from. How records
+and grids are made and how to read them: [comparisons.md](comparisons.md).
+
+- [Leaderboard records](#leaderboard-records)
+- [Comparison grids](#comparison-grids)
+"""
+
+
+def _pct(ev: dict | None, link: str) -> str:
+    """An evaluation as ``accuracy +- s.e.`` in percent, linked to its record; "-" when absent."""
+    return _linked(f"{100 * ev['accuracy']:.1f} +- {100 * ev['stderr']:.1f}", link) if ev else "-"
+
+
+def _record_rows(records: list[dict[str, Any]], records_dir: Path, target: Path) -> list[str]:
+    """One table per env of ``records``: every figure links to its record's JSON file."""
+    lines: list[str] = []
+    for env_id in sorted({r["env_id"] for r in records}):
+        rows = sorted((r for r in records if r["env_id"] == env_id), key=lambda r: -r["eval_after"]["accuracy"])
+        lines += [f"### {env_id}", "",
+                  "| run | algorithm | profile | dtype | seed | training episodes | before | after | peak (update) "
+                  "| commit |", "|---|---|---|---|---|---|---|---|---|---|"]
+        notes: list[str] = []
+        for r in rows:
+            link = _relative(records_dir / f"{r['name']}.json", target)
+            config = r.get("config") or {}
+            episodes = (r.get("budget") or {}).get("episodes")
+            peak = _peak(r)
+            lines.append(f"| {_linked(r['name'], link)} | {r['algorithm']} | {r.get('env_kwargs', {}).get('profile', '-')} "
+                         f"| {(config.get('model') or {}).get('dtype', '-')} | {config.get('seed', '-')} "
+                         f"| {_linked(str(episodes), link) if episodes is not None else '-'} "
+                         f"| {_pct(r.get('eval_before'), link)} | {_pct(r['eval_after'], link)} "
+                         f"| {_linked(peak, link) if peak != '-' else '-'} | {r.get('commit', '')} |")
+            notes += [f"- `{r['name']}`: {caveat}" for caveat in r.get("caveats", [])]
+        lines += [""] + (notes + [""] if notes else [])
+        groups = [g for g in seed_groups(rows) if len(g) > 1]
+        if groups:
+            lines += ["Setups run with several seeds (records that differ only in `seed`; after training):", "",
+                      "| algorithm | per seed | mean over seeds |", "|---|---|---|"]
+            for group in sorted(groups, key=lambda g: -statistics.mean(r["eval_after"]["accuracy"] for r in g)):
+                per_seed = " / ".join(
+                    f"{r['name']} (seed {(r.get('config') or {}).get('seed', '?')}): "
+                    + _linked(f"{100 * r['eval_after']['accuracy']:.1f}", _relative(records_dir / f"{r['name']}.json",
+                                                                                   target))
+                    for r in group)
+                mean = statistics.mean(100 * r["eval_after"]["accuracy"] for r in group)
+                lines.append(f"| {group[0]['algorithm']} | {per_seed} "
+                             f"| {_linked(f'{mean:.1f}', _relative(records_dir.parent / 'README.md', target))} |")
+            lines.append("")
+    return lines
+
+
+def results_page(records_dir: Path = RECORDS_DIR, target: Path | None = None) -> str:
+    """The whole of marft's results page (``docs/results.md``): every record of ``records_dir`` per
+    env, the setups run with several seeds, the plots beside the records folder, and the generated
+    grid block of the grids beside it (``DIR/../grids``, the block :func:`readme_with_grids`
+    refreshes). Links are relative to ``target`` (default: ``docs/results.md``)."""
+    target = RESULTS_DOC if target is None else target
+    records = load_records(records_dir)
+    board = records_dir.parent
+    lines = [RESULTS_HEADER, "## Leaderboard records", "",
+             "One row per record of `python -m baselines.run`: greedy accuracy (%) on the env's fixed held-out "
+             "problem set before and after training, +- one standard error (clustered by problem statement where "
+             "the set repeats problems). \"Peak\" is the best evaluation during training, chosen on the same "
+             "problems (optimistic: \"after\" is the result). Budgets, models and dates of every record: "
+             f"[leaderboards/README.md]({_relative(board / 'README.md', target)}).", ""]
+    lines += _record_rows(records, records_dir, target) if records else \
+        ["No records yet: run `python -m baselines.run CONFIG`.", ""]
+    plots = sorted(board.glob("*.png"))
+    if plots:
+        lines += ["Evaluation curves of the records (`python -m leaderboards.plot`):", ""]
+        lines += [f"![{plot.stem}]({_relative(plot, target)})" for plot in plots] + [""]
+    grids = board / "grids"
+    lines += ["## Comparison grids", "",
+              "Each grid (`baselines/grids/*.yaml`) declares its questions before any run; its report has the "
+              "table over seeds, the statistics and the plot. Verdicts are after Holm's correction over the "
+              "grid's declared comparisons.", "", README_START, "", README_END, ""]
+    return readme_with_grids("\n".join(lines), grids, link_prefix_for(target, grids))
+
+
 RESULTS_DOC = Path(__file__).resolve().parents[1] / "docs" / "results.md"
-"""The file whose grid block a build of marft's own records refreshes (the top-level README links it)."""
+"""marft's results page, written whole by a build of marft's own records (the top-level README links it)."""
 BOARD_README = Path(__file__).resolve().parent / "README.md"
 
+
+def generated_pages(records_dir: Path = RECORDS_DIR) -> dict[Path, str]:
+    """Every page a build of marft's own records writes, with the text it writes: the leaderboard
+    table and, in a checkout (not an installed copy, which has no ``docs/``), the results page."""
+    pages = {BOARD_README: build(records_dir)}
+    if RESULTS_DOC.parent.is_dir():
+        pages[RESULTS_DOC] = results_page(records_dir, RESULTS_DOC)
+    return pages
+
+
+def stale_pages(pages: dict[Path, str]) -> list[Path]:
+    """The pages whose file differs from the text a build would write (or is missing)."""
+    return [path for path, text in pages.items()
+            if not path.is_file() or path.read_text(encoding="utf-8") != text]
+
+
 EPILOG = """Which files are written:
-  --records marft's own leaderboards/records (the default): leaderboards/README.md and the grid block
-      of marft's docs/results.md (`python -m leaderboards.build` with no options rebuilds both).
+  --records marft's own leaderboards/records (the default): leaderboards/README.md and the whole of
+      marft's docs/results.md (`python -m leaderboards.build` with no options rebuilds both).
   --records any other folder: only --out (default: DIR/README.md); no file of marft is touched
       unless named by --out or --readme.
-  --readme PATH refreshes the generated grid block of the markdown file at PATH (links relative to
-      it) from the grids beside the records folder (DIR/../grids); --no-readme refreshes no grid
-      block, even for marft's own records."""
+  --readme PATH refreshes only the generated grid block of the markdown file at PATH (links
+      relative to it) from the grids beside the records folder (DIR/../grids), instead of the
+      results page; --no-readme writes only the table, even for marft's own records.
+  --check writes nothing: it lists the files that differ from what the build would write and
+      exits with status 1 when there are any."""
 
 
 def _is_own_records(records: Path) -> bool:
     return records.resolve() == RECORDS_DIR.resolve()
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=Path, default=RECORDS_DIR,
@@ -222,27 +365,34 @@ def main(argv: list[str] | None = None) -> None:
     readme = parser.add_mutually_exclusive_group()
     readme.add_argument("--readme", default=None, metavar="PATH",
                         help="markdown file (a README, a results page) whose generated grid block is refreshed "
-                             "too (default: marft's docs/results.md for marft's own records only, none otherwise)")
-    readme.add_argument("--no-readme", action="store_true", help="refresh no file's grid block")
+                             "instead of marft's results page (default: none for other records folders)")
+    readme.add_argument("--no-readme", action="store_true", help="write the table only: no results page, no grid block")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 when a file differs from what the build would write")
     args = parser.parse_args(argv)
     own = _is_own_records(args.records)
     out = args.out if args.out is not None else (BOARD_README if own else args.records / "README.md")
+    writes = {out: build(args.records)}
     if args.no_readme or args.readme == "":  # --readme '' is the older spelling of --no-readme
-        target = None
+        pass
     elif args.readme is not None:
         target = Path(args.readme)
         if not target.is_file():
             parser.error(f"--readme {target}: no such file")
-    else:  # marft's own records: the grid block of docs/results.md, when there is one (not in an installed copy)
-        target = RESULTS_DOC if own and RESULTS_DOC.is_file() else None
-    out.write_text(build(args.records), encoding="utf-8")
-    print(f"wrote {out}")
-    if target is not None:
-        text = target.read_text(encoding="utf-8")
         grids = args.records.parent / "grids"
-        target.write_text(readme_with_grids(text, grids, link_prefix_for(target, grids)), encoding="utf-8")
-        print(f"refreshed the grid block of {target}")
+        writes[target] = readme_with_grids(target.read_text(encoding="utf-8"), grids, link_prefix_for(target, grids))
+    elif own and RESULTS_DOC.parent.is_dir():  # marft's own records in a checkout: the whole results page
+        writes[RESULTS_DOC] = results_page(args.records, RESULTS_DOC)
+    if args.check:
+        stale = stale_pages(writes)
+        print("out of date: " + ", ".join(map(str, stale)) + "; run `python -m leaderboards.build`" if stale
+              else "the generated pages are current")
+        return 1 if stale else 0
+    for path, text in writes.items():
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

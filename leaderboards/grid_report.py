@@ -107,6 +107,8 @@ class CellSummary:
     """Each seed's sampled-evaluation figures (:data:`marft_agents.evaluation.SAMPLED_FIGURES`:
     ``samples_per_problem`` k, avg@k, pass@k and their s.e.), when its record has them (k > 1)."""
     commits: list[str] = field(default_factory=list)
+    problems_evaluated: list[int] = field(default_factory=list)
+    """Each seed's number of evaluated problems (its record's ``eval_after.n``)."""
 
     @property
     def mean(self) -> float:
@@ -127,6 +129,13 @@ class CellSummary:
         """A greedy evaluation of the untrained model: the same for every seed, so one record is
         the cell's exact value on its problem set (a constant in a comparison)."""
         return self.kind == "untrained" and self.greedy and len(self.seeds) == 1
+
+    @property
+    def at_floor(self) -> bool:
+        """Its mean is one a single evaluation cannot tell from zero (:func:`leaderboards.stats.at_floor`
+        at its fewest evaluated problems, :data:`TAKEOFF_SE` standard errors)."""
+        problems = min(self.problems_evaluated) if self.problems_evaluated else 0
+        return problems > 0 and stats.at_floor(self.mean, problems, TAKEOFF_SE)
 
     def takeoff(self) -> tuple[int, int] | None:
         """(seeds that took off, seeds with an untrained start) for a training cell, else None."""
@@ -206,6 +215,9 @@ class ComparisonResult:
     """The equivalence test's p, Holm-adjusted over the comparisons that declare a margin."""
     seeds_needed: int | None = None
     """For an unresolved difference: the planning estimate of :func:`leaderboards.stats.seeds_needed`."""
+    both_at_floor: bool = False
+    """Both cells sit at the floor (:attr:`CellSummary.at_floor`): their difference is a handful of
+    problems, so no seeds-needed figure is estimable from it."""
 
     @property
     def resolved(self) -> bool:
@@ -225,6 +237,8 @@ class ComparisonResult:
             return f"not resolved: {self.note}"
         if self.difference == 0:
             return "not resolved (no difference observed)"
+        if self.both_at_floor:
+            return "not resolved: not estimable (both at the floor)"
         if self.seeds_needed is None:
             return "not resolved (more than 1000 seeds per cell would be needed at this effect)"
         return f"not resolved ({self.seeds_needed} seeds per cell would be needed at this effect)"
@@ -302,7 +316,10 @@ def compare_all(summaries: list[CellSummary], comparisons: list[Comparison]) -> 
         if results[k] is not None:
             results[k].equivalence_holm_p = adjusted
     for result in results:
-        if result is not None and result.test is not None and not result.resolved and not result.equivalent:
+        if result is not None:
+            result.both_at_floor = result.a.at_floor and result.b.at_floor
+        if result is not None and result.test is not None and not result.resolved and not result.equivalent \
+                and not result.both_at_floor:
             # at the family's Bonferroni level alpha / m, the most Holm ever asks of one comparison
             result.seeds_needed = stats.seeds_needed(result.difference, *_seed_sds(result), ALPHA / len(comparisons))
     return results
@@ -323,6 +340,16 @@ def _equivalence(result: ComparisonResult) -> stats.TestResult:
         varied, value = (b, a.mean) if a.seed_free else (a, b.mean)
         return stats.equivalence_test(varied.accuracies, value, margin, ALPHA)
     return stats.equivalence_test(a.accuracies, b.accuracies, margin, ALPHA, paired=result.design == "paired seeds")
+
+
+def _waiting_clause(results: list[ComparisonResult | None]) -> str:
+    """How the comparisons not run yet enter the family's size, in words that agree with their count."""
+    waiting = sum(r is None for r in results)
+    if waiting == 0:
+        return "every declared comparison counts in the family's size"
+    if waiting == 1:
+        return "the one not run yet counts in the family's size too"
+    return f"the {waiting} not run yet count in the family's size too"
 
 
 def _p(p: float | None) -> str:
@@ -493,6 +520,7 @@ def summarise(records: list[dict[str, Any]], order: list[str] | None = None) -> 
                                if all(key in after for key in SAMPLED_FIGURES) else None)
         summary.seat, summary.message = meta.get("seat"), meta.get("message")
         summary.commits.append(record.get("commit", ""))
+        summary.problems_evaluated.append(int(after.get("n", 0)))
     return list(cells.values())
 
 
@@ -855,7 +883,7 @@ def grid_state(grid_dir: Path, order: list[str] | None = None,
 
 
 def summary(state: GridState, title: str, order: list[str] | None = None,
-            comparisons: list[Comparison] | None = None) -> dict[str, Any]:
+            comparisons: list[Comparison] | None = None, plan: dict[str, Any] | None = None) -> dict[str, Any]:
     """The figures a front page shows of a grid (``<grid_dir>/summary.json``, written beside the
     report): the title, how many records there are and how many are counted, the machine time
     line, and every declared comparison (:func:`_comparison_entry`), so nothing has to be read
@@ -864,11 +892,13 @@ def summary(state: GridState, title: str, order: list[str] | None = None,
     return {"title": title, "records": len(records), "counted": len(counted),
             "awaiting_rerun": len(superseded_records(records, order)) if records else 0,
             "machine_time": _machine_time_line(records, counted) if records else "",
-            "comparisons": [_comparison_entry(c, r) for c, r in zip(comparisons or [], state.results)]}
+            "comparisons": [_comparison_entry(c, r) for c, r in zip(comparisons or [], state.results)],
+            **({"plan": plan} if plan else {})}
 
 
 def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None = None, description: str = "",
-           comparisons: list[Comparison] | None = None, write_plot: bool = True) -> str:
+           comparisons: list[Comparison] | None = None, write_plot: bool = True,
+           plan: dict[str, Any] | None = None) -> str:
     """The markdown of ``<grid_dir>/README.md`` from the grid's :class:`GridState`; writes the
     plot too unless ``write_plot`` is False."""
     grid_dir = Path(grid_dir)
@@ -889,7 +919,7 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
             lines += ["## Comparisons", "", *comparison_table([], comparisons, state.results), "",
                       f"Only the {len(comparisons)} comparisons declared in the grid file are tested; they were "
                       "declared before any run, and none has records yet.", ""]
-        return "\n".join(lines)
+        return "\n".join(lines + plan_lines(plan))
     counted, duplicates, summaries = state.counted, state.duplicates, state.summaries
     lines += _axis_lines(counted) + [""] + _commit_line(counted) + _caveat_lines(counted) + table(summaries) + [""]
     lines += _duplicate_lines(duplicates, records, counted)
@@ -919,7 +949,7 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
         lines += [
             f"Only the {len(comparisons)} comparisons declared in the grid file are tested; none is chosen after "
             f"the results (no \"best of\"). Holm's correction keeps the chance of any false \"resolved\" among "
-            f"them at {ALPHA:g} (one not run yet still counts). The test: a paired t test where the grid declares "
+            f"them at {ALPHA:g} ({_waiting_clause(state.results)}). The test: a paired t test where the grid declares "
             "the pair and both cells have the same seeds; a one-sample t test against a seed-free value (a greedy "
             "evaluation of the untrained model); else Welch's t test (Welch-Satterthwaite df). Beside it the exact "
             "permutation test (sign-flip when paired or against a value), which assumes no distribution but "
@@ -929,7 +959,10 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
             "Verdicts rest on the Holm-adjusted t test. \"n seeds per cell would be needed\" is a planning "
             f"estimate: the seeds per cell at which the observed difference, with the observed spread over "
             f"seeds, would give a t statistic at the family's Bonferroni level {ALPHA:g} / {len(comparisons)}; "
-            "at that n it resolves about half the time.", ""]
+            "at that n it resolves about half the time. \"not estimable (both at the floor)\": both cells' means are "
+            f"within {TAKEOFF_SE:g} binomial standard errors of zero for one evaluation of their problems (3.8 % on "
+            "100): their difference is a handful of problems, from which no seeds-needed figure means anything.", ""]
+    lines += plan_lines(plan)
     lines += [_machine_time_line(records, counted), ""]
     series = _series(counted)
     drawn = plot(series, grid_dir / PLOT, title) is not None if write_plot else bool(series)
@@ -938,15 +971,75 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
     return "\n".join(lines)
 
 
+def _signed_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def plan_lines(plan: dict[str, Any] | None) -> list[str]:
+    """The plan of a grid (``python -m baselines.grid GRID --plan``, :mod:`baselines.grid_plan`) as
+    markdown: whether it may start, and why not in one line each; each training cell's start gate;
+    each declared comparison's minimal detectable effect and exact-test floor; the machine time.
+    No lines without a plan."""
+    if not plan:
+        return []
+    made = plan.get("made", {})
+    verdict = "accepted" if plan["accepted"] else "refused"
+    lines = ["## Plan", "",
+             f"Made by `python -m baselines.grid GRID --plan` at commit {made.get('commit', '?')} (code "
+             f"{made.get('code', '?')}), {made.get('date', '?')}: **{verdict}**"
+             + (" (started anyway with --force)" if plan.get("forced") else "") + ".", ""]
+    if plan["refusals"]:
+        lines += [f"- {line}" for line in plan["refusals"]] + [""]
+    gate = plan.get("gate", {})
+    if plan["gates"]:
+        lines += [f"Start gates: the sampled team reward of each training cell's starting policy over "
+                  f"{gate.get('episodes', '?')} or more episodes of its training tasks; a cell passes when an update "
+                  "of its episodes would hold at least one rewarded episode with probability "
+                  f">= {gate.get('min_signal', '?')} (1 - (1 - rate)^episodes per update): an update with no "
+                  "rewarded episode carries no policy gradient under a 0/1 team reward.", "",
+                  "| cell | gate from | rewarded / episodes | rate, % | episodes per update | P(update rewarded) "
+                  "| gate |", "|---|---|---|---|---|---|---|"]
+        for g in plan["gates"]:
+            if g.get("rate") is None:
+                lines.append(f"| {g['cell']} | {g['source']} | - | - | {g.get('episodes_per_update', '-')} | - "
+                             f"| {g.get('note', 'not measured')} |")
+                continue
+            lines.append(f"| {g['cell']} | {g['source']} | {g['rewarded']:g} / {g['episodes']} | {100 * g['rate']:.2f} "
+                         f"| {g['episodes_per_update']} | {g['signal']:.2f} | {'pass' if g['passed'] else 'FAIL'} |")
+        lines.append("")
+    if plan["contrasts"]:
+        meaningful = plan.get("meaningful_effect")
+        lines += [f"Contrasts: {plan['family']} declared, Holm over all of them at {plan['alpha']:g}: the minimal "
+                  f"detectable effect (MDE) is the true difference a t test at the Bonferroni level "
+                  f"{plan['alpha']:g} / {plan['family']} detects with power {plan['power']:g}; \"least passing\" the "
+                  "smallest observed difference that can pass at all; the seed spread from the grid's records "
+                  "where a cell has two or more seeds that vary, else the largest a score in [0, 1] can have "
+                  "(sqrt(m (1 - m)) at the mean m the cell would have with the meaningful effect, 0.5 at most); "
+                  "the exact test's least p at the declared seeds, and after Holm's correction. Meaningful effect: "
+                  + (f"{meaningful:g} points." if meaningful is not None else "not declared."), "",
+                  "| question | a - b | design, seeds | seed sd, points (basis) | MDE, points | least passing, points "
+                  "| exact test least p (after Holm) | can answer |", "|---|---|---|---|---|---|---|---|"]
+        for c in plan["contrasts"]:
+            sds = " / ".join(_signed_pct(x) for x in c["sd"]) if c.get("sd") else "-"
+            lines.append(f"| {c['question']} | {c['a']} - {c['b']} | {c['design']}, {c['seeds']} | {sds} ({c['basis']}) "
+                         f"| {_signed_pct(c.get('mde'))} | {_signed_pct(c.get('least_passing'))} "
+                         f"| {_p(c['exact_floor'])} ({_p(c['exact_floor_holm'])}) | {'yes' if c['answers'] else 'no'} |")
+        lines.append("")
+    time = plan.get("time")
+    if time:
+        lines += [time["line"], ""]
+    return lines
+
+
 def write_report(grid_dir: Path, title: str, order: list[str] | None = None, description: str = "",
-                 comparisons: list[Comparison] | None = None) -> Path:
+                 comparisons: list[Comparison] | None = None, plan: dict[str, Any] | None = None) -> Path:
     """Regenerate ``<grid_dir>/README.md`` (and ``curves.png``, ``summary.json``); returns the
     README path."""
     grid_dir = Path(grid_dir)
     grid_dir.mkdir(parents=True, exist_ok=True)
     state = grid_state(grid_dir, order, comparisons)
-    for name, text in ((README, report(grid_dir, state, title, order, description, comparisons)),
-                       (SUMMARY, json.dumps(summary(state, title, order, comparisons), indent=1) + "\n")):
+    for name, text in ((README, report(grid_dir, state, title, order, description, comparisons, plan=plan)),
+                       (SUMMARY, json.dumps(summary(state, title, order, comparisons, plan), indent=1) + "\n")):
         path = grid_dir / name
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(text, encoding="utf-8")

@@ -21,6 +21,13 @@ that size:
   a claim of "no difference".
 - :func:`seeds_needed`: a planning estimate of the seeds per cell at which an unresolved
   comparison's observed effect, with its observed seed spread, would reach the test's alpha.
+- Planning before the runs (``python -m baselines.grid GRID --plan``):
+  :func:`minimal_detectable_effect` (the true difference a t test detects with a given power at
+  the declared seeds), :func:`minimal_equivalence_margin` (the narrowest margin a null can be
+  shown equivalent within), :func:`exact_p_floor` and :func:`holm_floors` (the least p an exact test
+  can give at those seeds, before and after the family's correction), :func:`bounded_sd` (the
+  largest seed spread a score in [0, 1] can have at a given mean, when no pilot measured one) and
+  :func:`at_floor` (a mean one evaluation cannot tell from zero).
 - :func:`took_off`, :func:`takeoff_rate` and :func:`curve_auc`: per-cell summaries of learning
   curves that a mean of final accuracies hides.
 - :func:`duplicate_runs`: records that are the same run (counted once, never twice).
@@ -309,6 +316,106 @@ def seeds_needed(difference: float, sd_a: float, sd_b: float = 0.0, alpha: float
         if abs(difference) / math.sqrt(variance / n) >= t_ppf(1.0 - alpha / 2.0, df):
             return n
     return None
+
+
+# -- planning: what a design can resolve before it runs -------------------------------------------
+DESIGNS = ("paired", "one-sample", "independent")
+"""Designs of a comparison as the grid report tests it: ``paired`` seeds (paired t, sign-flip),
+``one-sample`` against a seed-free value (one-sample t, sign-flip), ``independent`` seeds (Welch
+t, permutation)."""
+
+
+@dataclass
+class Detectable:
+    """What a t test at level ``alpha`` resolves with the planned seeds and seed spreads."""
+
+    effect: float
+    """The minimal detectable effect: the true difference that the test rejects with probability
+    ``power`` (``(t_crit + t_power) * se``, the usual normal-theory approximation with t quantiles)."""
+    least_passing: float
+    """The smallest observed difference that can pass at all (``t_crit * se``): at that true
+    difference the test resolves about half the time."""
+    se: float
+    """Standard error of the difference at the planned seeds."""
+    df: float
+    critical: float
+    """Two-sided critical t at ``alpha``."""
+
+
+def _planned_se_df(design: str, sd_a: float, n_a: int, sd_b: float, n_b: int) -> tuple[float, float]:
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
+    if n_a < 2 or (design == "independent" and n_b < 2):
+        raise ValueError(f"a t test needs >= 2 seeds per side, got {n_a} and {n_b}")
+    if design != "independent":  # paired: sd_a is the per-seed differences' sd; one-sample: b is a constant
+        return sd_a / math.sqrt(n_a), n_a - 1.0
+    va, vb = sd_a * sd_a / n_a, sd_b * sd_b / n_b
+    return math.sqrt(va + vb), _welch_df(va, n_a, vb, n_b)
+
+
+def minimal_detectable_effect(design: str, sd_a: float, n_a: int, sd_b: float = 0.0, n_b: int = 0,
+                              alpha: float = 0.05, power: float = 0.8) -> Detectable:
+    """The difference a two-sided t test at ``alpha`` detects with probability ``power`` at the
+    planned seeds: ``(t(1 - alpha / 2, df) + t(power, df)) * se``. ``paired``: ``sd_a`` is the
+    standard deviation of the per-seed differences over ``n_a`` pairs; ``one-sample``: ``sd_a``
+    and ``n_a`` are the varying cell's (the other is a constant); ``independent``: each cell's sd
+    and seeds, Welch-Satterthwaite df. For a family under Holm pass ``alpha / m``: the level the
+    first rejection must reach."""
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power must be in (0, 1), got {power}")
+    se, df = _planned_se_df(design, sd_a, n_a, sd_b, n_b)
+    critical = t_ppf(1.0 - alpha / 2.0, df)
+    return Detectable((critical + t_ppf(power, df)) * se, critical * se, se, df, critical)
+
+
+def minimal_equivalence_margin(design: str, sd_a: float, n_a: int, sd_b: float = 0.0, n_b: int = 0,
+                               alpha: float = 0.05, power: float = 0.8) -> float:
+    """The narrowest margin within which :func:`equivalence_test` (TOST at ``alpha``) shows two
+    cells with no true difference equivalent with probability ``power`` at the planned seeds:
+    ``(t(1 - alpha, df) + t(1 - (1 - power) / 2, df)) * se`` (both one-sided tests must reject)."""
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power must be in (0, 1), got {power}")
+    se, df = _planned_se_df(design, sd_a, n_a, sd_b, n_b)
+    return (t_ppf(1.0 - alpha, df) + t_ppf(1.0 - (1.0 - power) / 2.0, df)) * se
+
+
+def exact_p_floor(design: str, n_a: int, n_b: int = 0) -> float:
+    """The smallest two-sided p the grid report's exact test can give at these seeds (as
+    :func:`permutation_test` and :func:`sign_flip_test` give it with distinct values):
+    ``independent``: ``(2 if n_a == n_b else 1) / C(n_a + n_b, n_a)``; ``paired`` and ``one-sample``
+    (sign-flip over ``n_a`` differences): ``2 / 2 ** n_a``."""
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
+    if design != "independent":
+        return min(1.0, 2.0 / 2 ** n_a)
+    return min(1.0, (2 if n_a == n_b else 1) / math.comb(n_a + n_b, n_a))
+
+
+def holm_floors(floors: Sequence[float]) -> list[float]:
+    """The least Holm-adjusted p each member of a family can reach, given each one's least raw p:
+    Holm's adjusted p-values never decrease when a raw p increases, so each is least when every
+    raw p sits at its floor: ``holm(floors)``. With ``m`` equal floors ``f`` that is ``min(1, m f)``
+    for every member (5 seeds against 5: 2 / 252 = 0.0079, times 14 = 0.111)."""
+    return [1.0 if p is None else p for p in holm(list(floors))]
+
+
+def bounded_sd(mean: float) -> float:
+    """The largest standard deviation of seed scores in [0, 1] whose mean is ``mean``:
+    ``sqrt(mean * (1 - mean))`` (Bhatia-Davis; reached when every seed ends at 0 or 1, the binomial
+    case), 0.5 at most. The planning spread when no pilot measured one."""
+    mean = min(1.0, max(0.0, mean))
+    return math.sqrt(mean * (1.0 - mean))
+
+
+def at_floor(mean: float, problems: int, z: float = 2.0) -> bool:
+    """Whether a cell's mean accuracy is one that a single evaluation of ``problems`` problems
+    cannot tell from zero: within ``z`` binomial standard errors of 0 at that mean,
+    ``mean <= z * sqrt(mean * (1 - mean) / problems)``, i.e. ``mean <= z^2 / (problems + z^2)``
+    (3.8 % on 100 problems at z = 2). Between two such cells a difference, and the seeds it would
+    take, measure a handful of problems, not an effect."""
+    if problems < 1:
+        raise ValueError(f"problems must be >= 1, got {problems}")
+    return mean <= z * z / (problems + z * z)
 
 
 # -- bootstrap over seeds x problems ---------------------------------------------------------------

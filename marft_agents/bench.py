@@ -15,7 +15,7 @@ Env keywords: a config's ``env.kwargs`` + ``eval.env_kwargs`` when ``--env`` is 
 otherwise), then ``--env-kwargs``; an env with a ``split`` keyword is scored on ``split: test``
 unless a split is given (the convention of ``marft_envs/ADDING_AN_ENV.md``).
 
-The record (:class:`leaderboards.records.Record`) is written to ``<records>/<name>.json``, the
+The record (:class:`marft_agents.records.Record`) is written to ``<records>/<name>.json``, the
 current folder by default - never into the installed package - and carries marft's commit and
 version beside the env's provider (``env_package``: the plugin's distribution name and version).
 ``python -m leaderboards.build --records DIR --out DIR/README.md`` renders a folder of records as a
@@ -126,6 +126,7 @@ def evaluate_config(cfg: Any, env_id: str, env_kwargs: dict[str, Any], n_problem
     from marft_agents.trainer import build_policy
 
     agent_ids = list(_envs().make(env_id, **env_kwargs).possible_agents)
+    cfg.resolve_hardware()  # the record names the device and dtype used, not "auto"
     model, tokenizer = models.load_model_and_tokenizer(cfg.model)
     # The adapters training built (a critic only for learners that use values), as `marft eval`
     # does: a checkpoint of a critic-less learner (grpo, value_mode None) then loads strictly.
@@ -170,7 +171,7 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         checkpoint: config policies only: ``none``, ``latest``, ``best`` or a folder.
         overrides: ``{"section.key": value}`` for the config.
     """
-    from leaderboards.records import Record, env_task_revision, git_commit, write_record
+    from marft_agents.records import Record, env_task_revision, git_commit, write_record
     from marft_envs.registry import installed_marft_version
 
     marft_envs = _envs()
@@ -182,7 +183,7 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         fn, cfg = load_scripted(policy), None
         base: dict[str, Any] = {}
     else:
-        from marft_agents.config import load_config  # needs torch; a scripted policy does not
+        from marft_agents.config import load_config
 
         cfg = load_config(policy, overrides or {})
         env_id = env_id or cfg.env.id

@@ -6,24 +6,32 @@ step 0), every update is logged to ``<output_dir>/metrics.{jsonl,csv}`` and Tens
 progress bar, and the run ends with ``learning_curve.png`` and ``summary.json``. ``--resume``
 continues from the latest checkpoint in ``output_dir`` (re-running a finished run with
 ``--resume`` just re-evaluates and re-plots). SIGINT (Ctrl-C) or SIGTERM stop after the current
-update with a checkpoint (exit status 128 + the signal number). ``--set section.key=value``
+update with a checkpoint (exit status 128 + the signal number), and say how to continue: the
+same command with ``--resume`` (``make demo RESUME=1`` under make; :mod:`marft_agents.hints`
+builds every command the CLI prints, so that each works as pasted). ``--set section.key=value``
 overrides any config field (the value is parsed as YAML: ``--set schedule.num_updates=5``).
 
 A mistake of the user (a bad config value, a missing file, a bad flag) prints one line saying
-what was expected and how to fix it, with exit status 2; a traceback means a bug, and
-``marft --debug ...`` shows the traceback of user errors too.
+what was expected and how to fix it (the nearest valid key, option, profile or env id when one is
+close), with exit status 2; a traceback means a bug, and ``marft --debug ...`` shows the
+traceback of user errors too. The config is read and validated before anything heavy is
+imported (it is plain data), so such a line comes at once. Output cut short by its reader
+(``marft config --show | head``) ends quietly, with the shell's status for SIGPIPE.
 
 Without the ``agents`` extra (torch, transformers, peft) ``marft envs`` and ``marft bench`` with a
-scripted policy work; ``marft config`` lists the config keys; ``marft train``, ``eval`` and ``bench`` of a config policy say in
-one line to ``pip install 'marft[agents]'`` (exit status 2). This module imports torch-using modules
-only inside the subcommands that need them.
+scripted policy work; ``marft config`` lists and checks configs; ``marft train``, ``eval`` and
+``bench`` of a config policy say in one line how to install the extra (exit status 2). This
+module imports torch-using modules only inside the subcommands that need them.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
+import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -34,14 +42,19 @@ from typing import Any, NoReturn
 # need a model say which extra to install (``main``). ConfigError lives in the torch-free schema
 # module (``marft_agents.config`` re-exports it); UsageError and the ``--set`` parsing in
 # ``cli_args``, which ``bench`` (the ``marft bench`` subcommand) shares.
+from marft_agents import hints
 from marft_agents.cli_args import UsageError, parse_overrides
 from marft_agents.config_schema import ConfigError
 
 USER_ERROR_EXIT = 2
+INTERRUPTED_EXIT = 130
+"""Exit status of a ``marft`` stopped at once by SIGINT (the shell's 128 + 2)."""
+BROKEN_PIPE_EXIT = 141
+"""Exit status when the reader of the output went away (``| head``): the shell's 128 + SIGPIPE."""
 
 AGENTS_EXTRA_MODULES = frozenset({"torch", "transformers", "peft", "gguf", "tqdm", "matplotlib", "tensorboard"})
 """Top-level modules of the ``agents`` extra (``pip install 'marft[agents]'``): a subcommand that
-fails to import one says so in one line instead of a traceback."""
+fails to import one says so in one line instead of a traceback (:func:`hints.install_agents_hint`)."""
 
 
 USER_ERRORS: tuple[type[BaseException], ...] = (UsageError, ConfigError, FileNotFoundError, FileExistsError)
@@ -49,10 +62,43 @@ USER_ERRORS: tuple[type[BaseException], ...] = (UsageError, ConfigError, FileNot
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with one-line errors (``marft eval: error: ...; see marft eval --help``)."""
+    """argparse with one-line errors (``marft eval: error: ...; see marft eval --help``). An
+    unknown option is named as such, with the nearest known one (``--confg``: did you mean
+    ``--config``?), even where argparse would first complain that a required option is missing."""
+
+    _words: list[str] = []
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(USER_ERROR_EXIT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        prog = self.prog
+        if message.startswith(("the following arguments are required", "unrecognized arguments")):
+            prog, message = self._unknown_option() or (prog, message)
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if choice:  # a misspelt subcommand or choice: the nearest one
+            close = difflib.get_close_matches(choice[1], re.findall(r"'([^']*)'", choice[2]), n=1, cutoff=0.6)
+            message += f"; did you mean {close[0]!r}?" if close else ""
+        self.exit(USER_ERROR_EXIT, f"{prog}: error: {message} (see {prog} --help)\n")
+
+    def _unknown_option(self) -> tuple[str, str] | None:
+        """(the command, "unrecognized option '--confg'; did you mean '--config'?") for the first
+        option word that neither this parser nor the subcommand chosen knows (nor abbreviates)."""
+        prog, known = self.prog, set(self._option_string_actions)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = next((w for w in self._words if w in action.choices), None)
+                if chosen is not None:
+                    prog = action.choices[chosen].prog
+                    known |= set(action.choices[chosen]._option_string_actions)
+        for word in self._words:
+            name = word.split("=", 1)[0]
+            if not name.startswith("--") or name == "--" or any(k.startswith(name) for k in known):
+                continue
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            return prog, f"unrecognized option {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+        return None
 
 
 def _positive_int(text: str) -> int:
@@ -81,21 +127,50 @@ def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None):
     return cfg, agent_ids
 
 
+def _resume_hint(args: argparse.Namespace) -> str:
+    """The command that continues the run ``marft train`` was started for, as typed with ``--resume``."""
+    chosen = (("--no-eval-before", not args.eval_before), ("--no-tensorboard", args.no_tensorboard),
+              ("--quiet", args.quiet))
+    flags = [flag for flag, on in chosen if on]
+    return hints.resume_hint(args.config, args.set, args.output_dir, flags)
+
+
+def _refuse_used_output_dir(cfg: Any, args: argparse.Namespace) -> None:
+    """A fresh run into an ``output_dir`` with checkpoints is refused (before the model loads),
+    saying how to continue it, or, when that run is finished, how to start over."""
+    from marft_agents.checkpoint import latest_checkpoint
+
+    found = latest_checkpoint(cfg.output_dir)
+    if found is None:
+        return
+    meta = found / "meta.json"
+    counters = json.loads(meta.read_text(encoding="utf-8")).get("counters", {}) if meta.is_file() else {}
+    if counters and cfg.schedule.done(counters):
+        raise FileExistsError(f"{cfg.output_dir} holds a finished run (latest checkpoint {found.name}); to train "
+                              f"again from scratch, {hints.start_over_hint(cfg.output_dir)} (--resume would only "
+                              "re-evaluate and re-plot it)")
+    raise FileExistsError(f"{cfg.output_dir} already holds checkpoints of a run (latest: {found.name}); continue "
+                          f"it with {_resume_hint(args)}, or to start afresh {hints.start_over_hint(cfg.output_dir)}")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    cfg, _ = _load(args, {"output_dir": args.output_dir} if args.output_dir else None)
+    # the config is valid: only now the modules that import torch, transformers and peft
+    from marft_agents.distributed import process_group
     from marft_agents.protocol import STOP_STATUS, run_protocol
     from marft_agents.trainer import prepare_trainer
 
-    from marft_agents.distributed import process_group
-
-    cfg, _ = _load(args, {"output_dir": args.output_dir} if args.output_dir else None)
+    if not args.resume:
+        _refuse_used_output_dir(cfg, args)
     # Under torchrun (docs/distributed.md): join the job; ranks other than 0 log warnings only.
     with process_group() as world:
         if not world.is_main:
             logging.getLogger().setLevel(logging.WARNING)
-        trainer = prepare_trainer(cfg, args.resume, None)  # refuses a used output_dir before loading the model
-        outcome = run_protocol(trainer, resume=args.resume, eval_before=args.eval_before,
-                               tensorboard=not args.no_tensorboard, progress=not args.quiet,
-                               config_source=str(args.config), say=print)
+        # refuses a used output_dir before loading the model; the block's end closes the rollout engine
+        with prepare_trainer(cfg, args.resume, None) as trainer:
+            outcome = run_protocol(trainer, resume=args.resume, eval_before=args.eval_before,
+                                   tensorboard=not args.no_tensorboard, progress=not args.quiet,
+                                   config_source=str(args.config), say=print, resume_hint=_resume_hint(args))
     if outcome.stopped_by is not None:
         return STOP_STATUS[outcome.stopped_by]
     return 0
@@ -128,41 +203,43 @@ def _eval_checkpoint(cfg: Any, choice: str) -> Path | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    cfg, agent_ids = _load(args)
+    # the config is valid: only now the modules that import torch, transformers and peft
     from marft_agents.checkpoint import load_adapters
     from marft_agents.evaluation import evaluate
     from marft_agents.models import load_model_and_tokenizer
     from marft_agents.protocol import describe, eval_dict
     from marft_agents.trainer import build_policy, scripted_seats
 
-    cfg, agent_ids = _load(args)
+    cfg.resolve_hardware()
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
     checkpoint = _eval_checkpoint(cfg, args.checkpoint)  # before the (slow) model load
     model, tokenizer = load_model_and_tokenizer(cfg.model)
-    policy = build_policy(cfg, model, tokenizer, agent_ids)
-    if checkpoint is not None:
-        policy.load_adapter_state_dict(load_adapters(checkpoint))
-        print(f"loaded adapters from {checkpoint}")
-    else:
-        print("evaluating the untrained policy (adapters at initialisation = the base model)")
-    # the config's decoding (eval.greedy, as in training's evaluations), and sampled too with --sampled
-    modes = ([True] + ([False] if args.sampled else [])) if cfg.eval.greedy else [False]
-    report = {}
-    for greedy in modes:
-        name = "greedy" if greedy else "sampled"
-        result = evaluate(policy, cfg.env.id, env_kwargs, n_problems=args.n or cfg.eval.n_problems,
-                          greedy=greedy, seed=cfg.eval.seed if args.seed is None else args.seed,
-                          samples_per_problem=1 if greedy else cfg.eval.samples_per_problem,
-                          sampling=cfg.sampling, num_envs=cfg.eval.num_envs,
-                          progress=None if args.quiet else f"{name} eval",
-                          scripted=scripted_seats(cfg, agent_ids))
-        report[name] = eval_dict(result)
-        if args.transcripts:
-            path = Path(args.transcripts)
-            path = path if len(modes) == 1 else path.with_name(f"{path.stem}.{name}{path.suffix}")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(json.dumps(task) + "\n" for task in result.per_task), encoding="utf-8")
-            print(f"{name:>7}: transcripts of every problem in {path}")
-        print(f"{name:>7}: {describe(result)}, mean reward {result.mean_reward:.3f}")
+    with build_policy(cfg, model, tokenizer, agent_ids) as policy:  # the block's end closes the rollout engine
+        if checkpoint is not None:
+            policy.load_adapter_state_dict(load_adapters(checkpoint))
+            print(f"loaded adapters from {checkpoint}")
+        else:
+            print("evaluating the untrained policy (adapters at initialisation = the base model)")
+        # the config's decoding (eval.greedy, as in training's evaluations), and sampled too with --sampled
+        modes = ([True] + ([False] if args.sampled else [])) if cfg.eval.greedy else [False]
+        report = {}
+        for greedy in modes:
+            name = "greedy" if greedy else "sampled"
+            result = evaluate(policy, cfg.env.id, env_kwargs, n_problems=args.n or cfg.eval.n_problems,
+                              greedy=greedy, seed=cfg.eval.seed if args.seed is None else args.seed,
+                              samples_per_problem=1 if greedy else cfg.eval.samples_per_problem,
+                              sampling=cfg.sampling, num_envs=cfg.eval.num_envs,
+                              progress=None if args.quiet else f"{name} eval",
+                              scripted=scripted_seats(cfg, agent_ids))
+            report[name] = eval_dict(result)
+            if args.transcripts:
+                path = Path(args.transcripts)
+                path = path if len(modes) == 1 else path.with_name(f"{path.stem}.{name}{path.suffix}")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("".join(json.dumps(task) + "\n" for task in result.per_task), encoding="utf-8")
+                print(f"{name:>7}: transcripts of every problem in {path}")
+            print(f"{name:>7}: {describe(result)}, mean reward {result.mean_reward:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
@@ -256,6 +333,45 @@ def _warnings_and_worse(record: logging.LogRecord) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``marft`` with ``argv`` (default: the command line); returns the exit status.
+
+    As the command (``argv`` None), an interrupt (Ctrl-C before the run's handlers are in place,
+    or a second SIGINT) prints one line and returns :data:`INTERRUPTED_EXIT`; called with ``argv``
+    from Python (``baselines/run.py``, the grid), the ``KeyboardInterrupt`` reaches the caller."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # some other pipe: a bug
+        _discard_stdout()
+        return BROKEN_PIPE_EXIT
+
+
+def _stdout_closed() -> bool:
+    """Whether nothing reads standard output any more (a pipe whose reader exited, ``| head``)."""
+    try:
+        import select
+
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):  # no file behind stdout, or no poll (Windows)
+        return not hasattr(select, "poll")
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _fd, events in poller.poll(0))
+
+
+def _discard_stdout() -> None:
+    """Point standard output at the null device, so the interpreter's last flush at exit does not
+    fail again (and print "Exception ignored ... BrokenPipeError")."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+def _main(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     _quiet_noisy_loggers()
     try:
@@ -274,8 +390,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug or missing not in AGENTS_EXTRA_MODULES:
             raise
         print(f"marft {args.command} needs the agents extra (no module named {missing!r} here): "
-              "pip install 'marft[agents]'", file=sys.stderr)
+              f"{hints.install_agents_hint()}", file=sys.stderr)
         return USER_ERROR_EXIT
+    except KeyboardInterrupt as err:  # Ctrl-C at the command: one line (a second SIGINT's says what it left)
+        if args.debug or argv is not None:  # called from Python: the caller owns the interrupt
+            raise
+        print(f"marft {args.command}: {err or 'interrupted (SIGINT)'}", file=sys.stderr)
+        return INTERRUPTED_EXIT
 
 
 if __name__ == "__main__":

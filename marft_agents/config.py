@@ -10,8 +10,11 @@ silently ignored means an experiment that did not run what its author thinks:
 
 Plain data: this module holds the run-level sections (``env``, ``ppo``, ``schedule``, ``eval``);
 the model-side ones (``model``, ``lora``, ``critic``, ``sampling``) and GRPO's options are in
-:mod:`marft_agents.settings`. Importing them loads no torch; ``validate`` does, to look the learner
-class up in the registry and to resolve ``model.dtype: auto`` on the device.
+:mod:`marft_agents.settings`. Loading and validating a config imports no torch, transformers or
+peft, so every mistake in a config answers at once: the learner's capabilities come from the
+registry's declarations (``marft_agents/learners/registry.py``) without importing the learner.
+Only :meth:`TrainConfig.resolve_hardware`, called where the model is about to load, probes the
+device (torch) to replace ``model.device`` / ``model.dtype`` "auto" by what they stand for.
 
 Example::
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +39,8 @@ from typing import Any, Literal
 import yaml
 
 from marft_agents.config_schema import ConfigError, build_dataclass, field_docs, join_key, type_name
+from marft_agents.learners.registry import Capabilities, UnknownLearnerError, learner_capabilities
+from marft_agents.settings.advantage import AdvantageConfig
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.model import (
@@ -45,7 +51,7 @@ from marft_agents.settings.model import (
     alias_typo,
     attn_implementation_error,
 )
-from marft_agents.settings.sampling import SamplingConfig
+from marft_agents.settings.sampling import SCORED_ELSEWHERE, SamplingConfig
 from marft_agents.settings.vllm import VLLMConfig
 
 __all__ = ["CREDIT_STRATEGIES", "ConfigError", "CreditStrategy", "EnvConfig", "EvalConfig", "PPOConfig",
@@ -56,6 +62,10 @@ CreditStrategy = Literal["team", "step_discounted", "per_step"]
 """How the env's rewards become per-decision training rewards (``ppo.credit``;
 ``marft_agents/learners/credit.py`` implements them)."""
 CREDIT_STRATEGIES: tuple[str, ...] = typing.get_args(CreditStrategy)
+
+_DEVICE_PATTERN = re.compile(r"(?!gpu\b)[a-z_]+(:[0-9]+)?")
+"""The shape of a torch device string: a type, optionally ``:index`` ("gpu" is no torch device)."""
+_COMMON_DEVICES = ("cpu", "cuda", "mps", "xpu")
 
 # Common shorthands of dtype names, for the "did you mean" of a dtype error (not accepted as is:
 # a config says what it runs in one spelling).
@@ -160,6 +170,15 @@ class ScheduleConfig:
     """PPO updates (each = one rollout + ``ppo_epochs`` passes over it)."""
     episodes_per_update: int = 16
     """Episodes collected per update."""
+    group_size: int | None = None
+    """Episodes per task group: each task drawn is played this many times (same task, independent
+    samples), so ``episodes_per_update / group_size`` distinct tasks per update. For the MAPPO
+    learners it is the k of the group baselines (``advantage.baseline: group`` / ``group_critic``,
+    the leave-one-out mean of k - 1 other episodes) and of the critic's ceiling and baseline gain
+    (``critic/ev_ceiling``, ``critic/baseline_gain``); under ``advantage.baseline: critic`` the
+    estimator does not read groups, but its batch holds fewer distinct tasks. None: 4 for a
+    learner with a critic or a group baseline when ``episodes_per_update`` is a multiple of 4 and
+    >= 8, else 1 (``settings/advantage.py``). GRPO sets its own (``learner.group_size``)."""
     ppo_epochs: int = 1
     """Passes of the policy over each rollout."""
     critic_epochs: int | None = None
@@ -225,6 +244,21 @@ class ScheduleConfig:
                               f"schedule.episodes_per_update ({self.episodes_per_update}): updates are whole, "
                               "so the run would play more episodes than that")
 
+    def budget_spent(self, counters: dict[str, Any]) -> str | None:
+        """The first budget (:attr:`BUDGETS`) that a run's counters (``update``, ``episodes``,
+        ``tokens``, ``train_seconds``) have reached, as ``"schedule.max_episodes = 320"``; None
+        while none is."""
+        for name, counter in self.BUDGETS:
+            limit = getattr(self, name)
+            if limit is not None and counters.get(counter, 0) >= limit:
+                return f"schedule.{name} = {limit}"
+        return None
+
+    def done(self, counters: dict[str, Any]) -> bool:
+        """Whether a run with these counters has finished this schedule: every update run, or a
+        budget reached."""
+        return counters.get("update", 0) >= self.num_updates or self.budget_spent(counters) is not None
+
 
 @dataclass
 class EvalConfig:
@@ -276,6 +310,8 @@ class TrainConfig:
     """The critic: its own adapter and value head on the shared base; ``critic.mode`` chooses
     what it reads and how many there are (``centralised``, ``per_agent`` or ``local``). Built only
     for learners that use values (``value_mode``); ``null`` is accepted only by those that do not."""
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    """The MAPPO learners' baseline: ``critic``, ``group`` or ``group_critic``."""
     shared_adapter: bool = False
     """One policy adapter for all agents instead of one per agent."""
     init_adapters: str | None = None
@@ -320,12 +356,12 @@ class TrainConfig:
                               "scripted seat's utterances are not sampled and cannot be trained on")
 
     def validate(self) -> TrainConfig:
-        """Cross-field checks; returns self."""
-        self._check_learner()
-        from marft_agents.learners.registry import learner_trains
-
+        """Cross-field checks; returns self. Plain data: reads the learner's capabilities from the
+        registry without importing the learner, and loads no torch (``model.device`` and
+        ``model.dtype`` "auto" stay "auto" until :meth:`resolve_hardware`)."""
+        capabilities = self._check_learner()
         s, p = self.schedule, self.ppo
-        trains = learner_trains(self.algorithm)
+        trains = capabilities.trains
         positive = {"schedule.num_updates": s.num_updates, "schedule.episodes_per_update": s.episodes_per_update,
                     "schedule.ppo_epochs": s.ppo_epochs, "schedule.minibatch_size": s.minibatch_size,
                     "env.num_envs": self.env.num_envs, "schedule.keep_checkpoints": s.keep_checkpoints,
@@ -387,10 +423,6 @@ class TrainConfig:
         attn_error = attn_implementation_error(self.model.attn_implementation)
         if attn_error:
             raise ConfigError(attn_error)
-        if self.model.dtype == AUTO_DTYPE:  # resolved here so every record names the dtype it ran in
-            from marft_agents.models import auto_dtype  # probes the device: loads torch
-
-            self.model.dtype = auto_dtype(self.model.device)
         if self.model.dtype not in DTYPE_NAMES:
             close = ([_DTYPE_SHORTHANDS[self.model.dtype.lower()]] if self.model.dtype.lower() in _DTYPE_SHORTHANDS
                      else difflib.get_close_matches(self.model.dtype, DTYPE_NAMES, n=1, cutoff=0.5))
@@ -407,9 +439,23 @@ class TrainConfig:
         return self
 
     def _check_model_device(self) -> None:
-        """``model.device`` a torch device string; "auto" replaced by the one it stands for, so
-        every record names the device it ran on ("cuda" stays "cuda": each rank's current GPU)."""
-        from marft_agents.models import resolve_device  # loads torch
+        """``model.device`` "auto" or shaped like a torch device string (``type`` or
+        ``type:index``); whether torch knows the type is checked by :meth:`resolve_hardware`."""
+        device = str(self.model.device)
+        if device != AUTO_DEVICE and not _DEVICE_PATTERN.fullmatch(device):
+            typed = re.fullmatch(r"([a-z]+)([0-9]+)", device.lower())  # cuda0 -> cuda:0
+            close = (["cuda"] if device.lower().startswith("gpu") else [f"{typed[1]}:{typed[2]}"] if typed
+                     else difflib.get_close_matches(device.lower(), _COMMON_DEVICES, n=1, cutoff=0.5))
+            raise ConfigError(f"model.device must be 'auto' or a torch device string such as 'cpu', 'cuda' or "
+                              f"'cuda:1', got {device!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+
+    def resolve_hardware(self) -> TrainConfig:
+        """Replace ``model.device`` and ``model.dtype`` "auto" by what they stand for on this
+        machine, so that every record and checkpoint names the device and dtype the run used
+        ("cuda" stays "cuda": each rank's current GPU); returns self. Loads torch to probe the
+        device, so it runs where the model is about to load (the trainer, ``marft eval``,
+        ``marft bench``), not in :meth:`validate`."""
+        from marft_agents.models import auto_dtype, resolve_device  # loads torch
 
         try:
             device = resolve_device(self.model.device)
@@ -417,20 +463,22 @@ class TrainConfig:
             raise ConfigError(f"model.{err}") from None
         if self.model.device == AUTO_DEVICE:
             self.model.device = device.type
+        if self.model.dtype == AUTO_DTYPE:
+            self.model.dtype = auto_dtype(self.model.device)
+        return self
 
     def _check_rollout_engine(self) -> None:
         """What training with the rollout engine ``sampling.engine`` needs: an engine whose
-        log-probs are not the learner's pass (``scores_in_learner``) needs the old log-probs
-        rescored by the learner; the importance weight needs them too."""
-        from marft_agents.engine.registry import engine_class  # loads torch
-
+        log-probs are not the learner's pass (``scores_in_learner``, read without importing the
+        engine: ``SCORED_ELSEWHERE``) needs the old log-probs rescored by the learner; the importance
+        weight needs them too."""
         p = self.ppo
         if p.behaviour_is_cap is not None and not p.behaviour_is_cap > 0:
             raise ConfigError(f"ppo.behaviour_is_cap must be > 0 or null (off), got {p.behaviour_is_cap}")
         if p.behaviour_is_cap is not None and not p.recompute_old_logprobs:
             raise ConfigError("ppo.behaviour_is_cap weighs the learner's old log-probs against the sampler's, so it "
                               "needs ppo.recompute_old_logprobs: true (otherwise the two are the same numbers)")
-        if not engine_class(self.sampling.engine).scores_in_learner:
+        if self.sampling.engine not in SCORED_ELSEWHERE:
             return
         if not p.recompute_old_logprobs:
             raise ConfigError(f"sampling.engine {self.sampling.engine!r} samples with other kernels than the "
@@ -441,12 +489,11 @@ class TrainConfig:
                               f"{self.sampling.engine!r} does not run; set it to false (ppo.recompute_old_logprobs "
                               "rescores in the learner)")
 
-    def _check_learner(self) -> None:
-        """``algorithm`` names a registered learner; ``learner`` becomes its options object."""
-        from marft_agents.learners.registry import UnknownLearnerError, get_learner
-
+    def _check_learner(self) -> Capabilities:
+        """``algorithm`` names a registered learner; ``learner`` becomes its options object.
+        Returns the learner's capabilities (read without importing a shipped learner)."""
         try:
-            cls = get_learner(self.algorithm)
+            cls = learner_capabilities(self.algorithm)
         except (UnknownLearnerError, ImportError, TypeError) as err:
             raise ConfigError(f"algorithm: {err}") from None
         options_class = cls.options_class
@@ -467,6 +514,7 @@ class TrainConfig:
             raise ConfigError(f"critic.head_refit_window: algorithm {self.algorithm!r} has value_mode "
                               f"{cls.value_mode!r}, but only state values (one per decision, e.g. mappo_action) "
                               "are refit; set critic.head_refit_window: 0")
+        return cls
 
     def _check_training_policy(self) -> None:
         """What PPO's ratio needs: the sampled policy is the scored one, in the same mode."""

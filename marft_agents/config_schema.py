@@ -3,7 +3,7 @@
 :func:`build_dataclass` builds a dataclass (sections recursively) from a mapping. It refuses an
 unknown key (naming it and the valid keys), a value of the wrong type (saying which type was
 expected; ints are accepted as floats, lists as tuples, ``5e-4`` written as a YAML string as a
-float), and reports a dataclass's own ``__post_init__`` errors with the key path. Training
+float), suggesting the nearest valid key for a misspelt one, and reports a dataclass's own ``__post_init__`` errors with the key path. Training
 configs (:mod:`marft_agents.config`), grid files and learner sections all load through it.
 :func:`field_docs` reads the docstring under each field, for help texts.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import textwrap
 import types
@@ -33,9 +34,10 @@ def build_dataclass(cls: type, data: Any, where: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
     if unknown:
-        raise ConfigError(
-            f"unknown key {join_key(where, str(unknown[0]))!r} in {cls.__name__}; valid keys: {', '.join(fields)}"
-        )
+        close = difflib.get_close_matches(str(unknown[0]), list(fields), n=1, cutoff=0.6)
+        hint = f"did you mean {join_key(where, close[0])!r}? " if close else ""
+        raise ConfigError(f"unknown key {join_key(where, str(unknown[0]))!r} in {cls.__name__}; {hint}"
+                          f"valid keys: {', '.join(fields)}")
     hints = typing.get_type_hints(cls)
     kwargs = {name: _convert(hints[name], value, join_key(where, name)) for name, value in data.items()}
     try:

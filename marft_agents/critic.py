@@ -168,7 +168,7 @@ class ValueHead(nn.Module):
 
     * **Features** (``critic.feature_norm``): ``feat_shift, feat_scale [S, H]`` are the moving
       per-dimension mean and spread of the hidden states each slot read in the learner's first
-      critic pass of each update (``track_features``; folded after the update,
+      critic pass of each update (handed to :meth:`gather` by the learner; folded after the update,
       :meth:`fold_features`, so an update's state is whole when it is saved). A language
       model's last hidden states share one large component across states; what tells two tasks
       apart is a small spread around it, from which the task can still be decoded linearly
@@ -220,8 +220,6 @@ class ValueHead(nn.Module):
         self.register_buffer("feat_weight", torch.zeros(slots, dtype=torch.float64))
         self.register_buffer("pending", torch.zeros(slots, 2, hidden_size, dtype=torch.float64), persistent=False)
         self.register_buffer("pending_count", torch.zeros(slots, dtype=torch.float64), persistent=False)
-        self.track_features = False
-        """Whether forward passes add their inputs to ``pending`` (set by the learner)."""
 
     def forward(self, hidden: torch.Tensor, slots: torch.Tensor | None = None) -> torch.Tensor:
         """``hidden [..., H]``, ``slots [...]`` (long; None = slot 0 everywhere) -> ``[...]``."""
@@ -231,15 +229,24 @@ class ValueHead(nn.Module):
         if slots is None:
             slots = torch.zeros(x.shape[:-1], dtype=torch.long, device=x.device)  # [...]
         slots = slots.to(device=x.device, dtype=torch.long).expand(x.shape[:-1])  # [...]
-        if self.track_features:
-            flat = x.detach().reshape(-1, x.shape[-1]).double()  # [N, H]
-            index = slots.reshape(-1)  # [N]
-            self.pending[:, 0].index_add_(0, index, flat)
-            self.pending[:, 1].index_add_(0, index, flat * flat)
-            self.pending_count.index_add_(0, index, torch.ones_like(index, dtype=torch.float64))
         z = (x - self.feat_shift[slots]) / self.feat_scale[slots]  # [..., H]
         out = (z * self.linear.weight[slots]).sum(-1) + self.linear.bias[slots]  # [...]
         return out * self.scale + self.shift
+
+    @torch.no_grad()
+    def gather(self, hidden: torch.Tensor, slots: torch.Tensor | None = None) -> None:
+        """Add the hidden states a pass read (``hidden [..., H]``, ``slots [...]``, as given to
+        :meth:`forward`; ``scoring.HeadReads``) to the sums :meth:`fold_features` folds."""
+        x = hidden.float().contiguous()  # [..., H]
+        if slots is None:
+            slots = torch.zeros(x.shape[:-1], dtype=torch.long, device=x.device)  # [...]
+        slots = slots.to(device=x.device, dtype=torch.long).expand(x.shape[:-1])  # [...]
+        flat = x.reshape(-1, x.shape[-1]).double()  # [N, H]
+        index = slots.reshape(-1).to(self.pending.device)  # [N]
+        flat = flat.to(self.pending.device)
+        self.pending[:, 0].index_add_(0, index, flat)
+        self.pending[:, 1].index_add_(0, index, flat * flat)
+        self.pending_count.index_add_(0, index, torch.ones_like(index, dtype=torch.float64))
 
     @torch.no_grad()
     def fold_features(self, beta: float, pending: torch.Tensor | None = None,

@@ -23,7 +23,7 @@ def check_env_config(cfg: TrainConfig) -> list[str]:
     ``horizon: 0``, a missing profile) as a :class:`ConfigError` before a model is loaded, and
     checks that a single-agent algorithm gets a one-role profile. Costs one env construction.
     """
-    from marft_agents.learners import get_learner
+    from marft_agents.learners.registry import learner_capabilities
 
     variants = [("env.kwargs", dict(cfg.env.kwargs))]
     if cfg.eval.env_kwargs:
@@ -33,7 +33,7 @@ def check_env_config(cfg: TrainConfig) -> list[str]:
         env = _make_env(cfg.env.id, kwargs, where)
         agent_ids = agent_ids or list(env.possible_agents)
         env.close()
-    limit = getattr(get_learner(cfg.algorithm), "max_agents", None)
+    limit = learner_capabilities(cfg.algorithm).max_agents
     if limit is not None and len(agent_ids) > limit:
         kind = "single-agent PPO" if limit == 1 else f"a learner for at most {limit} agents"
         raise ConfigError(f"algorithm {cfg.algorithm!r} is {kind} but {cfg.env.id} with env.kwargs "

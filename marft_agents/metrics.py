@@ -5,6 +5,8 @@ or ``agent/actor_0/reward``) go to ``metrics.jsonl`` (one JSON object per line, 
 truth for plots and leaderboards), ``metrics.csv`` (one column per key ever logged: when a row brings a
 new key, e.g. the first training update after a step-0 evaluation row, the CSV is rebuilt from the
 JSONL with the wider header, atomically) and, when TensorBoard is installed, ``tb/`` event files.
+The TensorBoard writer is opened by the first ``log`` call, not before: a run interrupted before it
+logged anything (during the baseline evaluation, say) leaves no empty event file behind.
 
 The JSONL is strict JSON: a value that is not a finite number (NaN, e.g. the mean length of an
 agent that did not act this update) is written as ``null``, which :func:`read_metrics` returns as
@@ -49,16 +51,21 @@ class MetricsLogger:
         if self.csv_path.exists() and self.csv_path.stat().st_size > 0:
             with self.csv_path.open(newline="") as handle:
                 self._csv_fields = next(csv.reader(handle), None)
-        self._tb = None
-        if tensorboard:
+        self._tb: Any = None
+        self._tensorboard = tensorboard
+        # purge_step: TensorBoard hides the events of earlier sessions at or after it.
+        self._purge_step = None if keep_until is None else max(keep_until + 1, 0)
+
+    def _tensorboard_writer(self) -> Any:
+        """The TensorBoard writer, opened on first use (None: off, or tensorboard not installed)."""
+        if self._tb is None and self._tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:  # tensorboard is optional: files still get written
-                SummaryWriter = None
-            if SummaryWriter is not None:
-                # purge_step: TensorBoard hides the events of earlier sessions at or after it.
-                purge = None if keep_until is None else max(keep_until + 1, 0)
-                self._tb = SummaryWriter(log_dir=str(self.out_dir / "tb"), purge_step=purge)
+                self._tensorboard = False
+                return None
+            self._tb = SummaryWriter(log_dir=str(self.out_dir / "tb"), purge_step=self._purge_step)
+        return self._tb
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
@@ -69,11 +76,12 @@ class MetricsLogger:
         else:
             with self.csv_path.open("a", newline="") as handle:
                 csv.writer(handle).writerow([_cell(row.get(k)) for k in self._csv_fields])
-        if self._tb is not None:
+        tb = self._tensorboard_writer()
+        if tb is not None:
             for key, value in row.items():
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._tb.add_scalar(key, value, step)
-            self._tb.flush()
+                    tb.add_scalar(key, value, step)
+            tb.flush()
 
     def _truncate(self, keep_until: int) -> None:
         """Drop the rows logged after step ``keep_until`` from the JSONL and the CSV."""
@@ -105,6 +113,7 @@ class MetricsLogger:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        self._tensorboard = False  # a log after close writes the files only
 
 
 def _write_atomically(path: Path, text: str) -> None:

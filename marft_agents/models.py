@@ -19,6 +19,12 @@ on the Hub: a name close to an alias (``smollm2-135m-instrct``) gets a "did you 
 the Hub is unreachable (``HF_HUB_OFFLINE`` set, or no connection to it within
 ``HUB_PROBE_TIMEOUT_S``) a Hub id is looked up in the local Hugging Face cache only.
 
+Before loading, one line says what the run computes with: the dtype, the device and the number
+of torch threads, and why (:func:`setup_line`); the thread count is chosen for the machine as it
+is (:func:`marft_agents.engine.cpu_support.choose_threads`: ``model.threads``, ``MARFT_THREADS``,
+an explicit ``OMP_NUM_THREADS`` or ``torch.set_num_threads`` win; otherwise the cores in the
+process's affinity less the load of other work, so a busy machine gets fewer threads).
+
 The weights are read straight onto ``model.device`` (``from_pretrained(device_map=...)``, see
 :func:`load_device_map`), so that under ``torchrun`` each rank fills its own GPU without a copy of
 the model in CPU memory first; ``model.attn_implementation`` is passed to ``from_pretrained`` as is.
@@ -54,6 +60,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from marft_agents.engine.cpu_support import THREADS_VARIABLE, ThreadChoice, apply_threads, choose_threads
 from marft_agents.files import make_ordinary
 from marft_agents.settings.model import (
     AUTO_DEVICE,
@@ -417,20 +424,39 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizer
     return tokenizer
 
 
+def setup_line(dtype: torch.dtype, device: torch.device, threads: ThreadChoice,
+               fast_bf16: bool | None = None) -> str:
+    """The start-up line: ``float32 on cpu, 1 thread (2 cores in affinity, load 1.9 besides marft:
+    busy); set MARFT_THREADS or OMP_NUM_THREADS to override``, with a dtype hint on a CPU where
+    the other dtype is faster (``fast_bf16``: :func:`cpu_has_fast_bf16`, probed when None)."""
+    name = str(dtype).removeprefix("torch.")
+    hint = ""
+    if device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
+        fast = cpu_has_fast_bf16() if fast_bf16 is None else fast_bf16
+        if fast and dtype == torch.float32:
+            hint = " (this CPU has fast bf16: model.dtype bfloat16 may be faster)"
+        elif not fast and dtype == torch.bfloat16:
+            hint = " (no fast bf16 on this CPU: model.dtype float32 is faster)"
+    count = f"{threads.threads} thread{'s' if threads.threads != 1 else ''}"
+    override = f"; set {THREADS_VARIABLE} or OMP_NUM_THREADS to override" if threads.automatic else ""
+    return f"{name} on {device}{hint}, {count} ({threads.why}){override}"
+
+
 def load_model_and_tokenizer(
     cfg: ModelConfig | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer as described by ``cfg`` (eval mode, on its device)."""
     cfg = cfg or ModelConfig()
-    dtype = resolve_dtype(cfg.dtype)
+    dtype = resolve_dtype(auto_dtype(cfg.device) if cfg.dtype == AUTO_DTYPE else cfg.dtype)
     device = resolve_device(cfg.device)
     attn_error = attn_implementation_error(cfg.attn_implementation)
     if attn_error:
         raise ValueError(attn_error)
     if cfg.threads < 0:
-        raise ValueError(f"model.threads must be >= 0 (0 = torch's default), got {cfg.threads}")
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+        raise ValueError(f"model.threads must be >= 0 (0 = chosen for the machine), got {cfg.threads}")
+    threads = choose_threads(cfg.threads)
+    apply_threads(threads)
+    log.info(setup_line(dtype, device, threads))
     converting = cfg.name_or_path in PACKAGED_GGUF and not _is_converted(model_cache_dir(cfg) / cfg.name_or_path)
     source = _source_folder(cfg)
     kwargs: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code}

@@ -11,11 +11,16 @@ from marft_agents.metrics import read_metrics
 PANELS = (
     ("rollout/reward_mean", "team reward (train rollouts)"),
     ("eval/accuracy", "greedy eval accuracy"),
+    ("critic/baseline_gain", "critic's baseline gain over the group mean\n(> 0: the critic is the better baseline)"),
     ("losses/policy_loss", "policy loss"),
-    ("losses/value_loss", "value loss"),
+    ("losses/value_loss", "value loss (normalised units)"),
     ("losses/approx_kl", "approx KL"),
     ("losses/entropy", "entropy"),
 )
+"""The panels, in order (a panel without data is left out). The baseline gain
+(``learners/critic_health.py``, step 4) sits beside the accuracy: what the critic buys. The value
+loss is taken in the value head's normalised units (PopArt, ``critic.value_norm``), so its scale
+is not the returns'."""
 MAX_COLUMNS = 3
 """Panels per row: a grid stays readable when the PNG is shown scaled down (one long strip of
 six panels does not)."""
@@ -45,13 +50,23 @@ def plot_learning_curve(metrics_path: str | Path, out_path: str | Path, title: s
     for ax, (key, label) in zip(axes.flat, panels):
         points = [(r["step"], r[key], r.get("eval/stderr")) for r in rows if _number(r.get(key))]
         xs, ys, errs = zip(*points)
-        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=4)
-        if key == "eval/accuracy":
-            errs = [e if _number(e) else 0.0 for e in errs]
-            ax.fill_between(xs, [y - e for y, e in zip(ys, errs)], [y + e for y, e in zip(ys, errs)], alpha=0.2)
+        errs = [e if _number(e) else 0.0 for e in errs]
+        if len(xs) == 1:  # one point (e.g. one evaluation at the end): the value, not a line on a made-up axis
+            ax.errorbar(xs, ys, yerr=errs if key == "eval/accuracy" else None, marker="o", markersize=6, capsize=4)
+            ax.annotate(f"{ys[0]:.3g}" + (f" +- {errs[0]:.2g}" if errs[0] else "") + f" at update {xs[0]}",
+                        (xs[0], ys[0]), textcoords="offset points", xytext=(8, 6), fontsize=9)
+            ax.set_xticks([xs[0]])
+            ax.set_xlim(xs[0] - 1, xs[0] + 1)
+        else:
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=4)
+            if key == "eval/accuracy":
+                ax.fill_between(xs, [y - e for y, e in zip(ys, errs)], [y + e for y, e in zip(ys, errs)], alpha=0.2)
+        if key == "critic/baseline_gain":
+            ax.axhline(0.0, color="grey", linewidth=1)  # the group mean's level
         ax.set_title(label, fontsize=11)
         ax.set_xlabel("update", fontsize=10)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # updates are whole numbers
+        if len(xs) > 1:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # updates are whole numbers
         ax.tick_params(labelsize=9)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:

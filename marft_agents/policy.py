@@ -53,7 +53,7 @@ from marft_agents.engine import GenRequest, Generation
 from marft_agents.engine.attention import in_training_passes, training_passes, use_grouped_matmul_attention
 from marft_agents.engine.compiled_norm import use_compiled_rms_norm
 from marft_agents.engine.registry import engine_class
-from marft_agents.engine.rollout_engine import RolloutEngine
+from marft_agents.engine.rollout_engine import EngineSettings, RolloutEngine
 from marft_agents.models import prepare_tokenizer
 from marft_agents.scoring import Scorer, TokenStats
 from marft_agents.settings.critic import CriticConfig
@@ -234,9 +234,6 @@ class MultiAgentPolicy(nn.Module):
         # episode's global-state log); False = one row per input (the reference path, kept for
         # tests and the benchmarks' `plain` path).
         self.merge_prefix_rows = True
-        # a list: state_values appends the hidden states its value heads read, ``[B, H]`` in row
-        # order (the learner's value-head refit, ``learners/head_refit.py``); None = not kept
-        self.feature_sink: list[torch.Tensor] | None = None
         # the training-time forward passes (token_logprobs, state_values, ...): a collaborator
         # reading this policy through its public members
         self.scoring = Scorer(self)
@@ -443,9 +440,10 @@ class MultiAgentPolicy(nn.Module):
 
     # ------------------------------------------------------------------ the rollout engine
 
-    engine_settings: Any = None
-    """The run's ``TrainConfig`` (``trainer.build_policy`` sets it), for engines that need more
-    than the sampling config (vLLM reads ``vllm``, ``model`` and ``output_dir``); None = none."""
+    engine_settings: EngineSettings | None = None
+    """What an engine reads beyond each call's sampling config (:class:`EngineSettings`:
+    ``trainer.build_policy`` sets it from the run's config); None = none (the loops need none,
+    and :attr:`engine` then builds the default sampling config's engine)."""
     _engine: RolloutEngine | None = None
     weights_version: int = 0
     """Version of the adapters' weights, as last given to :meth:`sync_engine` (an engine built
@@ -481,6 +479,14 @@ class MultiAgentPolicy(nn.Module):
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
+
+    def __enter__(self) -> MultiAgentPolicy:
+        """``with build_policy(...) as policy:`` for a run that only evaluates: the block's end
+        closes the rollout engine (a training run owns it through its ``Trainer`` instead)."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close_engine()
 
     def generate(self, requests: Sequence[GenRequest], sampling: SamplingConfig | None = None,
                  generator: torch.Generator | None = None) -> list[Generation]:

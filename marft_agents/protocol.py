@@ -11,7 +11,9 @@ So that a run started from Python and one started from the command line leave th
    run first drops the rows logged after its checkpoint, so re-run updates appear once;
 3. **signals**: SIGINT (Ctrl-C) and SIGTERM (what schedulers and ``timeout`` send) ask the trainer
    to stop at the end of the update in progress; it writes a checkpoint and the protocol ends
-   without the final evaluation (``--resume`` continues exactly). A second signal stops at once;
+   without the final evaluation (``--resume`` continues exactly); one that arrives during the last
+   update or after it lets the run complete, and its line says so. A second signal stops at once
+   (a second SIGINT as :class:`StoppedAtOnce`, which ``marft`` prints as one line);
 4. **end**: the final evaluation (``eval_after``), ``eval_best``, counters, wall-clock time and,
    for a learner with a critic, the critic against its ceiling over the later half of the run
    (``critic_last_half``, :func:`~marft_agents.learners.critic_health.last_half`, read from the
@@ -72,9 +74,17 @@ def describe(result: EvalResult) -> str:
     return f"accuracy {result.accuracy:.3f} +- {result.stderr:.3f} (n={result.n}{repeats})"
 
 
+class StoppedAtOnce(KeyboardInterrupt):
+    """A second SIGINT: the run stops where it is, without a checkpoint. A ``KeyboardInterrupt``
+    (so code that expects Ctrl-C still sees one) whose message is the line to print; ``marft``
+    prints it instead of a traceback (exit status 130)."""
+
+
 @contextlib.contextmanager
 def stop_on_signals(trainer: Any, enabled: bool = True) -> Iterator[None]:
-    """While inside, SIGINT/SIGTERM set ``trainer.stop_requested``; a second one acts at once.
+    """While inside, SIGINT/SIGTERM set ``trainer.stop_requested`` and log what the stop will do
+    (``trainer.stop_outcome()``: after the last update the run just completes); a second one acts
+    at once: a second SIGINT raises :class:`StoppedAtOnce`, a second SIGTERM its default action.
 
     Only the main thread may install signal handlers; elsewhere (or with ``enabled=False``) the
     signals keep their usual effect.
@@ -91,12 +101,17 @@ def stop_on_signals(trainer: Any, enabled: bool = True) -> Iterator[None]:
     def on_signal(signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
         if trainer.stop_requested is not None:
-            restore()  # the second signal: no safe point, the usual behaviour
-            signal.raise_signal(signum)
+            restore()  # the second signal: no safe point
+            if signum == signal.SIGINT:  # unwinds (files closed, engine closed), then one line: StoppedAtOnce
+                last = getattr(trainer, "last_checkpoint", None)
+                raise StoppedAtOnce(f"{name} again: stopped at once, without a new checkpoint (last checkpoint: "
+                                    f"{last or 'none'})")
+            signal.raise_signal(signum)  # SIGTERM: the usual behaviour
             return
         trainer.stop_requested = name
-        log.warning("%s received: stopping after the current update, with a checkpoint (send it again to "
-                    "stop at once, without one)", name)
+        what = trainer.stop_outcome() if hasattr(trainer, "stop_outcome") else \
+            "stopping after the current update, with a checkpoint"
+        log.warning("%s received: %s (send it again to stop at once, without a new checkpoint)", name, what)
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, on_signal)
@@ -132,6 +147,7 @@ def run_protocol(
     callbacks: Sequence[Callable[[int, dict[str, float]], None]] = (),
     config_source: str | None = None,
     say: Callable[[str], None] = log.info,
+    resume_hint: str = "resume=True (train(cfg, resume=True))",
 ) -> RunOutcome:
     """Run ``trainer`` (built by ``prepare_trainer``, restored when ``resume``) as described above.
 
@@ -140,6 +156,8 @@ def run_protocol(
         callbacks: called with ``(update_index, metrics)`` after every update.
         config_source: recorded in ``summary.json`` (the CLI passes the YAML path).
         say: where the human-readable lines go (the CLI prints them; the Python API logs them).
+        resume_hint: how to continue a run a signal stopped, for the line that says so (the CLI
+            passes its own command line with ``--resume``, :func:`marft_agents.hints.resume_hint`).
     """
     from tqdm import tqdm
 
@@ -215,7 +233,7 @@ def run_protocol(
     if stopped_by is not None:
         summary["stopped_by"] = stopped_by
         say(f"stopped by {stopped_by} after {trainer.counters['update']} updates; checkpoint "
-            f"{trainer.last_checkpoint}; continue with `marft train --resume` (Python: resume=True)")
+            f"{trainer.last_checkpoint}; continue with {resume_hint}")
     if main:
         summary_path.write_text(json.dumps(summary, indent=2))
     png = None

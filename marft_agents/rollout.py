@@ -31,7 +31,8 @@ task once per epoch) and resets with ``options={"task_index": i}``; otherwise ev
 reset with its own derived seed. Either way the order depends only on the collector's seed and
 its state (``state_dict``), which checkpoints save, so a resumed run sees the same tasks.
 
-Grouped sampling (``group_size = k > 1``, asked for by a learner's ``group_size``): each
+Grouped sampling (``group_size = k > 1``, asked for by a learner's ``group_size``, i.e.
+``schedule.group_size`` or GRPO's ``learner.group_size``): each
 plan drawn from the task order is played k times, with the *same* reset seed and options (so the
 same task, and for envs without a task source the same seeded start), and independent policy
 samples. The k episodes form one group: ``EpisodeRecord.group`` and ``Decision.group`` hold its
@@ -205,7 +206,6 @@ class RolloutCollector:
 
     def _play_tick(self, turns: list[tuple[_Slot, str, dict, dict]], rollout: Rollout) -> None:
         from marft_agents.engine import GenRequest  # lazy: the decoding engine imports transformers
-        from marft_agents.engine.registry import engine_class
 
         prompts, prefix_lens = [], []
         for _slot, agent, obs, info in turns:
@@ -216,7 +216,7 @@ class RolloutCollector:
         # One generate call per adapter: all envs whose current agent shares an adapter; or one
         # call for the whole tick when the engine batches several adapters together (vLLM).
         by_adapter: dict[str, list[int]] = defaultdict(list)
-        mixed = engine_class(self.sampling.engine).mixes_adapters
+        mixed = self.policy.engine_for(self.sampling.engine).mixes_adapters  # a capability of the policy's engine
         generations: list[Any] = [None] * len(turns)
         for k, (_slot, agent, obs, info) in enumerate(turns):
             if agent in self.scripted:

@@ -57,14 +57,27 @@ def _merge_rows(parts: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
     return torch.cat(tensors)[torch.argsort(order)]
 
 
+@dataclass
+class HeadReads:
+    """What the value head read in one ``state_values`` / ``token_values`` pass (returned by the
+    pass itself, so no flag on the head or the policy decides whether it is kept)."""
+
+    inputs: list[tuple[torch.Tensor, torch.Tensor]]
+    """Per call of the head, in call order: the hidden states it read ``[..., H]`` (detached) and
+    their slots ``[...]``. Token values include the padded positions the head also ran on."""
+    rows: torch.Tensor | None = None
+    """``[B, H]`` float32: each row's valued state, in row order (state values only)."""
+
+
 class Scorer:
     """Forward passes over the rows of a ``MultiAgentPolicy`` (held as ``policy.scoring``).
 
     Reads the policy through its public members only: ``lm``, ``tokenizer``, ``device``,
     ``value_heads``, ``critic_for``, the ``using`` adapter switch, the path switches
     ``fused_head`` and ``merge_prefix_rows`` (policy attributes, which tests and benchmarks set
-    on the policy) and ``feature_sink`` (where ``state_values`` leaves the states it valued).
-    Holds no state of its own.
+    on the policy). Holds no state of its own: what a value head read in a pass is returned by
+    the pass (``*_with_reads``, :class:`HeadReads`), for the learner's feature statistics and head
+    refit.
     """
 
     def __init__(self, policy: Any):
@@ -188,6 +201,14 @@ class Scorer:
                      include_final: bool = False,
                      prefix_lens: Sequence[int] | None = None,
                      slots: Sequence[int] | None = None) -> torch.Tensor:
+        """Critic value of the state before each response token (:meth:`token_values_with_reads`)."""
+        return self.token_values_with_reads(prompt_ids, response_ids, agent_id, include_final, prefix_lens, slots)[0]
+
+    def token_values_with_reads(self, prompt_ids: Sequence[Sequence[int]],
+                                response_ids: Sequence[Sequence[int]], agent_id: str | None = None,
+                                include_final: bool = False,
+                                prefix_lens: Sequence[int] | None = None,
+                                slots: Sequence[int] | None = None) -> tuple[torch.Tensor, HeadReads]:
         """Critic value of the state before each response token: ``[B, T]`` float32 (0 past a
         row's end). ``include_final`` adds the state after the whole response: ``[B, T+1]``,
         row b's final value in column ``len(response_b)``.
@@ -201,7 +222,7 @@ class Scorer:
         extra = int(include_final)
         if not any(len(r) for r in response_ids) and not extra:
             raise ValueError("every response is empty: nothing to value")
-        parts = []
+        parts, reads = [], []
         for prefix_len, rows in self.prefix_groups(prompt_ids, prefix_lens, response_ids):
             seqs = [list(prompt_ids[r][prefix_len:]) + list(response_ids[r]) for r in rows]
             heads, where, hidden = self._chain_hidden(critic, seqs, prompt_ids[rows[0]][:prefix_len])  # [h, L, H]
@@ -215,13 +236,21 @@ class Scorer:
             valid = steps[None] < (lengths + extra)[:, None]  # [b, width]
             column = (last_prompt[:, None] + steps[None]).clamp(max=hidden.shape[1] - 1)  # [b, width]
             slot = torch.tensor([slots[r] for r in rows], device=hidden.device)[:, None]  # [b, 1]
-            values = self.policy.value_heads[critic](hidden[head_of[:, None], column], slot)  # [b, width]
+            state = hidden[head_of[:, None], column]  # [b, width, H]
+            values = self.policy.value_heads[critic](state, slot)  # [b, width]
+            reads.append((state.detach(), slot))
             parts.append((rows, values.masked_fill(~valid, 0.0)))
-        return _merge_rows(parts)
+        return _merge_rows(parts), HeadReads(reads)
 
     def state_values(self, prompt_ids: Sequence[Sequence[int]], agent_id: str | None = None,
                      prefix_lens: Sequence[int] | None = None,
                      slots: Sequence[int] | None = None) -> torch.Tensor:
+        """Critic value at the last prompt token: ``[B]`` (:meth:`state_values_with_reads`)."""
+        return self.state_values_with_reads(prompt_ids, agent_id, prefix_lens, slots)[0]
+
+    def state_values_with_reads(self, prompt_ids: Sequence[Sequence[int]], agent_id: str | None = None,
+                                prefix_lens: Sequence[int] | None = None,
+                                slots: Sequence[int] | None = None) -> tuple[torch.Tensor, HeadReads]:
         """Critic value at the last prompt token: ``[B]`` float32.
 
         Rows that are a prefix of another row (an episode's critic inputs, see
@@ -230,8 +259,7 @@ class Scorer:
         ``slots``: each row's value-head slot (``ValueHead``; None = 0)."""
         critic = self.policy.critic_for(agent_id)
         slots = [0] * len(prompt_ids) if slots is None else list(slots)
-        parts, features = [], []
-        sink = getattr(self.policy, "feature_sink", None)
+        parts, features, reads = [], [], []
         for prefix_len, rows in self.prefix_groups(prompt_ids, prefix_lens):
             suffixes = [list(prompt_ids[r][prefix_len:]) for r in rows]
             heads, where, hidden = self._chain_hidden(critic, suffixes, prompt_ids[rows[0]][:prefix_len])  # [h, P, H]
@@ -239,11 +267,9 @@ class Scorer:
             slot = torch.tensor([slots[r] for r in rows], device=hidden.device)  # [b]
             state = hidden[head_of, column]  # [b, H]
             parts.append((rows, self.policy.value_heads[critic](state, slot)))  # [b]
-            if sink is not None:
-                features.append((rows, state.detach().float()))
-        if sink is not None:
-            sink.append(_merge_rows(features))  # [B, H]
-        return _merge_rows(parts)
+            reads.append((state.detach(), slot))
+            features.append((rows, state.detach().float()))
+        return _merge_rows(parts), HeadReads(reads, _merge_rows(features))  # [B], [B, H]
 
     def _chain_hidden(self, critic: str, seqs: Sequence[Sequence[int]], prefix: Sequence[int]
                       ) -> tuple[list[int], list[tuple[int, int]], torch.Tensor]:

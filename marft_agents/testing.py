@@ -11,7 +11,10 @@
 class, on a tiny random Llama (``marft_agents.tiny_models``, no file, no download) and a
 two-agent test env (one agent when the class's ``max_agents`` is 1), on the CPU, in seconds.
 It checks, in this order (each failure is an ``AssertionError`` whose message starts with
-``learner_api_test[<check>]``, ``<check>`` one of :data:`CHECKS`):
+``learner_api_test[<check>]``, ``<check>`` one of :data:`CHECKS`; an exception raised by the
+learner's own code, in its constructor, ``update``, ``state_dict`` or ``load_state_dict``, fails the
+check in progress the same way, naming the exception, its message and the line that raised it,
+with the original exception chained):
 
 ``protocol``
     The class satisfies :class:`marft_agents.learners.protocol.Learner` (``check_learner_class``:
@@ -32,12 +35,19 @@ It checks, in this order (each failure is an ``AssertionError`` whose message st
     second half (0 for a middle one of an odd group; without groups, +1 and -1 alternate
     between episodes), paid on the episode's last decision, with every recorded critic value 0
     (so whatever baseline a learner uses, the +1 responses have the higher advantage). After
-    ``update(rollout, 0)`` the advantage-weighted change of the responses' log-probs,
-    ``sum(reward_i * (log p_after(response_i) - log p_before(response_i)))`` over the decisions of
-    the agents ``trainable_agents(0)`` names, must be > 0: the +1 responses became more likely
-    relative to the -1 ones. To first order the change is ``lr * |gradient|`` for a learner whose
-    loss goes the right way, and its negative for one whose sign is flipped. For a class with
+    ``update(rollout, 0)``, for *each* agent that ``trainable_agents(0)`` names, its adapter must
+    have changed and the advantage-weighted change of its responses' log-probs,
+    ``sum(reward_i * (log p_after(response_i) - log p_before(response_i)))`` over that agent's
+    decisions, must be > 0: its +1 responses became more likely relative to its -1 ones. Checked
+    per agent, so a learner that never trains one agent fails even when the other agent's change
+    carries the sum. To first order the change is ``lr * |gradient|`` for a learner whose loss
+    goes the right way, and its negative for one whose sign is flipped. For a class with
     ``trains = False`` the check is instead that no adapter parameter changed.
+``frozen base``
+    The same update must leave every weight of the base model bit-identical (the base is shared
+    by every agent and is the reference model of KL terms; a learner trains adapters only:
+    ``policy.adapter_parameters``). Checked right after the update, before its direction, so a
+    learner that moves the base fails here whatever its direction.
 ``state round trip``
     A fresh learner that loads a trained learner's ``state_dict()`` (after ``torch.save`` /
     ``torch.load``) returns an equal ``state_dict()``.
@@ -45,7 +55,10 @@ It checks, in this order (each failure is an ``AssertionError`` whose message st
     Learner A updates twice; learner B, built fresh, gets A's adapters and ``state_dict()`` after
     the first update (and the global RNG states, as ``Trainer.restore`` does) and runs the second
     update on the same rollout: every adapter and value-head tensor must be bit-identical to
-    A's. This fails for a learner that does not save its optimizer state or its RNG.
+    A's. These two updates' rewards are +1 and -0.5 (:func:`fix_rewards`'s ``high`` and ``low``),
+    whose mean is not 0, so that running statistics a learner keeps (a reward baseline, a
+    normaliser) move during the first update. This fails for a learner that does not save its
+    optimizer state, its RNG or such running state.
 
 A learner whose defaults cannot run here passes ``options`` (its ``learner:`` section) or
 ``overrides`` (dotted config keys, e.g. ``{"schedule.actor_lr": 1e-3}``); see
@@ -73,8 +86,14 @@ import torch
 import marft_envs
 from marft_envs import RoundOutcome, Task, TextTaskEnv
 
-CHECKS: tuple[str, ...] = ("protocol", "options", "update direction", "state round trip", "exact resume")
-"""The names a failure message starts with (``learner_api_test[<check>]``), in the order run."""
+CHECKS: tuple[str, ...] = ("protocol", "options", "update direction", "frozen base", "state round trip",
+                           "exact resume")
+"""The names a failure message starts with (``learner_api_test[<check>]``), in the order listed in
+the module docstring (``frozen base`` is checked on the update of ``update direction``, first)."""
+
+RESUME_REWARDS = (1.0, -0.5)
+"""The (high, low) team rewards of the ``exact resume`` updates: their mean is not 0, so a
+learner's running statistics of rewards move (:func:`fix_rewards`)."""
 
 API_TEST_ENV = "marft-testing/Echo-v0"
 """The env :func:`learner_api_test` plays (registered on first use): short tasks, one round."""
@@ -115,6 +134,38 @@ def _fail(check: str, label: str, message: str) -> AssertionError:
     return AssertionError(f"learner_api_test[{check}] {label}: {message}")
 
 
+def _raised_where(err: BaseException) -> str:
+    """``file:line in function`` of the innermost frame of ``err``'s traceback outside installed
+    packages and the standard library (the learner's own code, as far as it can be told), else
+    the innermost frame."""
+    import sysconfig
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return "?"
+    library = tuple(str(Path(sysconfig.get_paths()[key]).resolve()) for key in ("purelib", "platlib", "stdlib"))
+    own = [f for f in frames if not str(Path(f.filename).resolve()).startswith(library)]
+    frame = (own or frames)[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+@contextlib.contextmanager
+def _learner_code(check: str, label: str, what: str) -> Iterator[None]:
+    """Inside, an exception of the learner's code (``what``, e.g. ``"update(rollout, 0)"``) fails
+    ``check``: ``learner_api_test[<check>] <label>: <what> raised <Type>: <message> (at
+    <file:line in function>)``, the original exception chained."""
+    try:
+        yield
+    except AssertionError as err:
+        if str(err).startswith("learner_api_test["):  # a failure of this test already
+            raise
+        raise _fail(check, label, f"{what} raised AssertionError: {err} (at {_raised_where(err)})") from err
+    except Exception as err:  # noqa: BLE001 - any exception here is the learner's to explain
+        message = str(err).splitlines()[0] if str(err) else ""
+        raise _fail(check, label, f"{what} raised {type(err).__name__}: {message} (at {_raised_where(err)})") from err
+
+
 def learner_api_test(learner_class: type, options: Mapping[str, Any] | None = None, *,
                      bad_options: Sequence[Mapping[str, Any]] = (), overrides: Mapping[str, Any] | None = None,
                      device: str = "cpu", seed: int = 0) -> dict[str, Any]:
@@ -133,8 +184,9 @@ def learner_api_test(learner_class: type, options: Mapping[str, Any] | None = No
 
     Returns:
         What was measured: ``{"name", "group_size", "direction", "positive_change",
-        "negative_change", "decisions"}`` (``direction`` is the advantage-weighted log-prob change,
-        None for a class with ``trains = False``).
+        "negative_change", "decisions", "per_agent"}`` (``direction`` is the advantage-weighted
+        log-prob change over every trained agent, ``per_agent`` the same per agent; None and
+        ``{}`` for a class with ``trains = False``).
 
     Raises:
         AssertionError: ``learner_api_test[<check>] <class>: <what is wrong>``.
@@ -264,10 +316,13 @@ class _Run:
         model, tokenizer = tiny_model_and_tokenizer(seed=self.seed, hidden_size=32, num_layers=1)
         return model.to(self.device), tokenizer
 
-    def trainer(self, minibatch: int = 64) -> Any:
+    def trainer(self, check: str, minibatch: int = 64) -> Any:
+        """A Trainer around the class (a failure while building it fails ``check``)."""
         from marft_agents.trainer import Trainer
 
-        return Trainer(self.config(minibatch=minibatch), self.model())
+        cfg, model = self.config(minibatch=minibatch), self.model()
+        with _learner_code(check, self.label, "building a Trainer around the learner"):
+            return Trainer(cfg, model)
 
     # -- options -------------------------------------------------------------------------------
     def check_options(self, bad_options: Sequence[Mapping[str, Any]]) -> None:
@@ -336,115 +391,148 @@ class _Run:
         cfg = self.config()
         agent_ids = list(marft_envs.make(API_TEST_ENV, **cfg.env.kwargs).possible_agents)
         model, tokenizer = self.model()
-        try:  # make_learner checks the instance too (learners.protocol.check_learner_instance)
-            learner = make_learner(self.name, build_policy(cfg, model, tokenizer, agent_ids), cfg, agent_ids)
-        except TypeError as err:
-            raise _fail("protocol", self.label, f"building the learner as the Trainer does: {err}") from None
+        policy = build_policy(cfg, model, tokenizer, agent_ids)
+        with _learner_code("protocol", self.label, "building the learner as the Trainer does"):
+            try:  # make_learner checks the instance too (learners.protocol.check_learner_instance)
+                learner = make_learner(self.name, policy, cfg, agent_ids)
+            except TypeError as err:
+                raise _fail("protocol", self.label, f"building the learner as the Trainer does: {err}") from None
         _check_instance(learner, self.name, self.label, agent_ids)
-        _torch_round_trip(learner.state_dict(), self.label)
+        with _learner_code("protocol", self.label, "state_dict()"):
+            state = learner.state_dict()
+        _torch_round_trip(state, self.label)
         k = learner.group_size
         self.episodes = k * (2 if k > 1 else 4)  # an even number of groups with both signs of reward
         return k
 
-    # -- update direction ----------------------------------------------------------------------
+    # -- update direction and frozen base -------------------------------------------------------
     def check_update_direction(self) -> dict[str, Any]:
-        trainer = self.trainer()
+        trainer = self.trainer("update direction")
         learner, policy = trainer.learner, trainer.policy
         _check_instance(learner, self.name, self.label, trainer.agent_ids)
         rollout = trainer.collector.collect(self.episodes)
-        signs = fix_rewards(rollout)
-        trained = set(learner.trainable_agents(0))
+        rewards = fix_rewards(rollout)
+        trained = list(learner.trainable_agents(0))
         rows = [i for i, d in enumerate(rollout.decisions)
-                if d.response_ids and signs[i] != 0 and d.agent_id in trained]
+                if d.response_ids and rewards[i] != 0 and d.agent_id in trained]
         decisions = [rollout.decisions[i] for i in rows]
         temperature = float(trainer.cfg.sampling.temperature)
-        adapters_before = policy.adapter_state_dict()
+        adapters_before, base_before = policy.adapter_state_dict(), base_weights(policy)
         before = sequence_logprobs(policy, decisions, temperature)
-        _check_metrics(learner.update(rollout, 0), self.label)
+        with _learner_code("update direction", self.label, "update(rollout, 0)"):
+            metrics = learner.update(rollout, 0)
+        _check_metrics(metrics, self.label)
+        moved_base = _changed_tensors(base_before, base_weights(policy))
+        if moved_base:
+            raise _fail("frozen base", self.label, (
+                f"update() changed {len(moved_base)} weights of the frozen base model (e.g. {moved_base[:3]}); "
+                "a learner trains adapter parameters only (policy.adapter_parameters(name), policy.set_trainable): "
+                "the base is shared by every agent and is the reference model of KL terms"))
         after = sequence_logprobs(policy, decisions, temperature)
         changed = _changed_tensors(adapters_before, policy.adapter_state_dict())
-        out = {"direction": None, "positive_change": None, "negative_change": None, "decisions": len(rows)}
+        out: dict[str, Any] = {"direction": None, "positive_change": None, "negative_change": None,
+                               "decisions": len(rows), "per_agent": {}}
         if not _trains(self.cls):
             if changed:
                 raise _fail("update direction", self.label, f"trains is False but update() changed {changed[:3]}")
             return out
-        lora_changed = [k for k in changed if k.startswith("lora/")]
-        if not lora_changed:
-            raise _fail("update direction", self.label, "trains is True but one update on a rollout with rewards "
-                                                        "+1 and -1 changed no adapter parameter")
-        sign = torch.tensor([signs[i] for i in rows], dtype=torch.float64)
+        sign = torch.tensor([rewards[i] for i in rows], dtype=torch.float64)
         delta = after - before
-        if not ((sign > 0).any() and (sign < 0).any()):
-            raise _fail("update direction", self.label, "the fixed rollout has no trained responses of both "
-                                                        "signs to compare (empty responses?)")
+        agent_of = [d.agent_id for d in decisions]
+        for agent in trained:
+            adapter = policy.adapter_for(agent)
+            if not any(k.startswith(f"lora/{adapter}/") for k in changed):
+                raise _fail("update direction", self.label, (
+                    f"trainable_agents(0) names {agent!r}, but one update on a rollout with rewards +1 and -1 "
+                    f"changed no parameter of its adapter {adapter!r}: is it in the optimizer, and does its "
+                    "loss reach it?"))
+            mine = torch.tensor([a == agent for a in agent_of], dtype=torch.bool)
+            if not ((sign[mine] > 0).any() and (sign[mine] < 0).any()):
+                raise _fail("update direction", self.label, f"the fixed rollout has no responses of {agent!r} of "
+                                                            "both signs to compare (empty responses?)")
+            score = float((sign[mine] * delta[mine]).sum())
+            up, down = float(delta[mine & (sign > 0)].mean()), float(delta[mine & (sign < 0)].mean())
+            out["per_agent"][agent] = score
+            if not (math.isfinite(score) and score > 0):
+                raise _fail("update direction", self.label, (
+                    f"after one update on fixed rewards (+1 / -1 per episode of each task group, critic values 0) "
+                    f"the advantage-weighted change of agent {agent!r}'s response log-probs is {score:.4g} (mean "
+                    f"change {up:+.4g} on its +1 responses, {down:+.4g} on its -1 ones, {int(mine.sum())} "
+                    "decisions); it must be > 0 for every trained agent. The update pushes against the advantage "
+                    "(is the loss's sign, or the advantage's, flipped?) or does not reach this agent's responses"))
         score = float((sign * delta).sum())
         out.update(direction=score, positive_change=float(delta[sign > 0].mean()),
                    negative_change=float(delta[sign < 0].mean()))
-        if not (math.isfinite(score) and score > 0):
-            raise _fail("update direction", self.label, (
-                f"after one update on fixed rewards (+1 / -1 per episode of each task group, critic values 0) "
-                f"the advantage-weighted change of the responses' log-probs is {score:.4g} (mean change "
-                f"{out['positive_change']:+.4g} on the +1 responses, {out['negative_change']:+.4g} on the -1 "
-                f"ones, {len(rows)} decisions); it must be > 0. The update pushes against the advantage: "
-                "is the loss's sign (or the advantage's) flipped?"))
         return out
 
     # -- state round trip and exact resume -----------------------------------------------------
     def check_resume(self) -> None:
         from marft_agents.checkpoint import capture_rng_state, restore_rng_state
 
+        high, low = RESUME_REWARDS
         # Small minibatches: several optimizer steps per update, in an order the learner's RNG draws.
-        a = self.trainer(minibatch=2)
+        a = self.trainer("exact resume", minibatch=2)
         first = a.collector.collect(self.episodes)
-        fix_rewards(first)
-        a.learner.update(first, 0)
+        fix_rewards(first, high, low)
+        with _learner_code("exact resume", self.label, "update(rollout, 0)"):
+            a.learner.update(first, 0)
         adapters = a.policy.adapter_state_dict()
-        saved = _torch_round_trip(a.learner.state_dict(), self.label)
+        with _learner_code("state round trip", self.label, "state_dict()"):
+            saved = _torch_round_trip(a.learner.state_dict(), self.label)
         second = a.collector.collect(self.episodes)
-        fix_rewards(second)
+        fix_rewards(second, high, low)
         replay = copy.deepcopy(second)
         rng = capture_rng_state()
-        a.learner.update(second, 1)
+        with _learner_code("exact resume", self.label, "update(rollout, 1)"):
+            a.learner.update(second, 1)
         want = a.policy.adapter_state_dict()
 
-        b = self.trainer(minibatch=2)
+        b = self.trainer("exact resume", minibatch=2)
         b.policy.load_adapter_state_dict(adapters)
-        b.learner.load_state_dict(_torch_round_trip(saved, self.label))
-        where = _first_difference(saved, _torch_round_trip(b.learner.state_dict(), self.label))
+        with _learner_code("state round trip", self.label, "load_state_dict(state)"):
+            b.learner.load_state_dict(_torch_round_trip(saved, self.label))
+        with _learner_code("state round trip", self.label, "state_dict() after load_state_dict"):
+            where = _first_difference(saved, _torch_round_trip(b.learner.state_dict(), self.label))
         if where is not None:
             raise _fail("state round trip", self.label, f"a fresh learner given load_state_dict(state) returns a "
                                                         f"different state_dict(): {where}")
         restore_rng_state(rng)
-        b.learner.update(replay, 1)
+        with _learner_code("exact resume", self.label, "update(rollout, 1) of the resumed learner"):
+            b.learner.update(replay, 1)
         differ = _changed_tensors(want, b.policy.adapter_state_dict())
         if differ:
             raise _fail("exact resume", self.label, (
                 f"update 1 of a learner resumed from update 0's state_dict() gives other adapters than the "
                 f"uninterrupted learner's ({len(differ)} tensors differ, e.g. {differ[:3]}); save every "
-                "optimizer and RNG state in state_dict() and restore it in load_state_dict()"))
+                "optimizer state, RNG state and running statistic (a reward baseline, a normaliser: the "
+                f"rewards here, {high:+g} / {low:+g}, move them) in state_dict() and restore it in "
+                "load_state_dict()"))
 
 
 # -- pieces a hand-written learner test can reuse ---------------------------------------------------
-def fix_rewards(rollout: Any) -> list[float]:
+def fix_rewards(rollout: Any, high: float = 1.0, low: float = -1.0) -> list[float]:
     """Give ``rollout`` fixed rewards (see ``update direction`` in the module docstring) in place.
 
-    Per task group: the first half of its episodes gets team reward +1, the second half -1 (a
-    middle episode of an odd group 0); when every group has one episode, +1 and -1 alternate
-    between episodes. The reward is the episode's ``team_return`` and every agent's return, paid
-    on its last decision (``team_reward``); per-agent rewards become 0 and every recorded critic
-    value (``value``, ``token_values``) 0. Returns each decision's reward.
+    Per task group: the first half of its episodes gets team reward ``high`` (+1), the second
+    half ``low`` (-1; a middle episode of an odd group 0); when every group has one episode,
+    ``high`` and ``low`` alternate between episodes. The reward is the episode's ``team_return``
+    and every agent's return, paid on its last decision (``team_reward``); per-agent rewards
+    become 0 and every recorded critic value (``value``, ``token_values``) 0. Returns each
+    decision's reward (its episode's).
     """
+    if not high > 0 > low:
+        raise ValueError(f"fix_rewards needs high > 0 > low, got high={high}, low={low}")
     groups = rollout.groups()
     reward: dict[int, float] = {}
     if all(len(episodes) == 1 for episodes in groups.values()):
         ordered = [groups[g][0] for g in sorted(groups)]
         for n, e in enumerate(ordered):
-            reward[e] = 0.0 if n == len(ordered) - 1 and len(ordered) % 2 else (1.0 if n % 2 == 0 else -1.0)
+            reward[e] = 0.0 if n == len(ordered) - 1 and len(ordered) % 2 else (high if n % 2 == 0 else low)
     else:
         for episodes in groups.values():
             half = len(episodes) // 2
             for n, e in enumerate(episodes):
-                reward[e] = 1.0 if n < half else (-1.0 if n >= len(episodes) - half else 0.0)
+                reward[e] = high if n < half else (low if n >= len(episodes) - half else 0.0)
     for e, episode in enumerate(rollout.episodes):
         r = reward.get(e, 0.0)
         episode.team_return = r
@@ -476,6 +564,13 @@ def sequence_logprobs(policy: Any, decisions: Sequence[Any], temperature: float)
         for j, (i, d) in enumerate(zip(idx, ds)):
             out[i] = logprobs[j, : len(d.response_ids)].sum()
     return out
+
+
+def base_weights(policy: Any) -> dict[str, torch.Tensor]:
+    """A copy of every parameter of the policy's model that belongs to no adapter (the frozen
+    base), by name: what the ``frozen base`` check compares before and after an update."""
+    adapter = {id(p) for name in policy.adapter_names for p in policy.adapter_parameters(name)}
+    return {name: p.detach().clone() for name, p in policy.model.named_parameters() if id(p) not in adapter}
 
 
 def _changed_tensors(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor]) -> list[str]:
@@ -563,4 +658,5 @@ def _single_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-__all__ = ["API_TEST_ENV", "CHECKS", "ApiTestEnv", "fix_rewards", "learner_api_test", "sequence_logprobs"]
+__all__ = ["API_TEST_ENV", "CHECKS", "RESUME_REWARDS", "ApiTestEnv", "base_weights", "fix_rewards", "learner_api_test",
+           "sequence_logprobs"]

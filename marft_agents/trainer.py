@@ -11,7 +11,7 @@ update's metrics. One update:
    ``env.num_envs`` env instances (generation batched across envs per adapter);
 2. the learner (``cfg.algorithm``) runs its PPO epochs on them, inside the rollout engine's
    ``suspend()`` (vLLM sleeps), after which the engine is synced to the new adapters
-   (``engine/rollout_engine.py``; a restore syncs too, and the run closes the engine at its end);
+   (``engine/rollout_engine.py``; a restore syncs too);
 3. every ``eval.interval`` updates (and at the end) the policy is scored on a fixed problem set,
    its per-problem outcomes kept in ``<output_dir>/evals/``; an evaluation that beats every
    earlier one saves its adapters to ``<output_dir>/best/`` (``eval.keep_best``);
@@ -31,6 +31,12 @@ is a resume that changes the evaluation setting (``eval.n_problems``, ``eval.see
 Setting ``Trainer.stop_requested`` (the protocol's signal handlers do) ends the loop after the
 update in progress, with a checkpoint, so a preempted run resumes exactly; a stop requested once
 the last update has started leaves a complete run (:attr:`Trainer.finished`).
+
+One lifecycle: a :class:`Trainer` is a context manager, and every entry point (``train``,
+``iter_train``, ``marft train``, ``baselines/run.py`` and the grid through it, the benchmarks)
+holds it as ``with prepare_trainer(cfg, resume) as trainer:``; leaving the block, on error too,
+closes the rollout engine (vLLM's memory and exported adapter folders). An evaluation without
+training holds its policy the same way (``with build_policy(...) as policy:``).
 """
 
 from __future__ import annotations
@@ -107,14 +113,17 @@ def scripted_seats(cfg: TrainConfig, agent_ids: Sequence[str]) -> dict[str, Any]
 
 def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequence[str]) -> Any:
     """The run's ``MultiAgentPolicy``: with a critic only if the learner uses values (training
-    and ``marft eval`` build the same adapters, so checkpoints load strictly)."""
+    and ``marft eval`` build the same adapters, so checkpoints load strictly), and the engine
+    settings of the run (:class:`~marft_agents.engine.rollout_engine.EngineSettings`). A caller
+    that only evaluates holds it as ``with build_policy(...) as policy:`` (closes its engine)."""
+    from marft_agents.engine.rollout_engine import EngineSettings
     from marft_agents.policy import MultiAgentPolicy
 
     needs_critic = get_learner(cfg.algorithm).value_mode is not None
     policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
                               critic=cfg.critic if needs_critic else None,
                               gradient_checkpointing=cfg.schedule.gradient_checkpointing)
-    policy.engine_settings = cfg  # the rollout engine's options (vllm:, model:, output_dir)
+    policy.engine_settings = EngineSettings.of(cfg)  # what an engine reads besides each call's sampling
     return policy
 
 
@@ -180,7 +189,11 @@ class Trainer:
     """Holds the envs, policy, learner and collector of one run; see the module docstring.
 
     Setting ``stop_requested`` (to the reason, e.g. ``"SIGTERM"``) makes :meth:`run` stop at the
-    next safe point, the end of the update in progress, after writing a checkpoint.
+    next safe point, the end of the update in progress, after writing a checkpoint
+    (:meth:`stop_outcome` says which it will be now).
+
+    A context manager: ``with Trainer(...) as trainer:`` (or ``prepare_trainer``) closes the
+    rollout engine when the block ends, on error too (:meth:`close`).
 
     Args:
         cfg: the run's configuration.
@@ -189,11 +202,13 @@ class Trainer:
     """
 
     stop_requested: str | None = None
+    in_update: int | None = None
+    """The index of the update in progress (rollout and learner update); None between updates."""
 
     def __init__(self, cfg: TrainConfig, model_and_tokenizer: tuple[Any, Any] | None = None):
         from marft_agents.models import load_model_and_tokenizer
 
-        self.cfg = cfg.validate()
+        self.cfg = cfg.validate().resolve_hardware()  # "auto" device/dtype named before the model loads
         trains = learner_trains(cfg.algorithm)
         if (trains and cfg.model.dtype != "float32" and not cfg.ppo.recompute_old_logprobs
                 and not cfg.sampling.recompute_logprobs):
@@ -385,6 +400,7 @@ class Trainer:
                 log.info("budget %s already used; no update to run", self.budget_spent())
                 break
             update = self.counters["update"]
+            self.in_update = update
             t0 = time.perf_counter()
             rollout = distributed.collect(self, s.episodes_per_update)
             t1 = time.perf_counter()
@@ -394,6 +410,7 @@ class Trainer:
             t2 = time.perf_counter()
             metrics.update(rollout_metrics(rollout, self.agent_ids))
             self.counters["update"] += 1
+            self.in_update = None
             self.counters["episodes"] += len(rollout.episodes)
             self.counters["decisions"] += len(rollout.decisions)
             self.counters["tokens"] += rollout.num_tokens
@@ -430,24 +447,38 @@ class Trainer:
         builds a new one if asked to generate again."""
         self.policy.close_engine()
 
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stop_outcome(self) -> str:
+        """What a stop requested now leads to, in words (the signal handler's line says it):
+        once the schedule is done (:attr:`finished`: the last update's evaluation, the final one)
+        or during the last update, the run completes; otherwise it stops at the next safe point
+        with a checkpoint."""
+        if self.finished:
+            return "every update is done: finishing the run (final evaluation, summary), nothing left to stop"
+        if self.in_update is not None and self.in_update + 1 >= self.cfg.schedule.num_updates:
+            return "the last update is running: the run completes it and its final evaluation"
+        if self.in_update is not None:
+            return "stopping after the current update, with a checkpoint"
+        return "stopping before the next update, with a checkpoint"
+
     @property
     def finished(self) -> bool:
         """Whether the schedule is done (every update run, or a budget reached). A stop signal
         that arrives once it is (during the last update or its evaluation) stops nothing: the run
         is complete, and the protocol records it as such."""
-        return self.counters["update"] >= self.cfg.schedule.num_updates or self.budget_spent() is not None
+        return self.cfg.schedule.done(self.counters)
 
     def budget_spent(self) -> str | None:
         """The first budget of the schedule (seconds, episodes, sampled tokens:
         :attr:`~marft_agents.config.ScheduleConfig.BUDGETS`) the counters have reached, as
         ``"schedule.max_episodes = 320"``; None while none is. With ``max_episodes`` a multiple of ``episodes_per_update`` (the config
         requires it) the run stops after exactly that many episodes."""
-        s = self.cfg.schedule
-        for name, counter in s.BUDGETS:
-            limit = getattr(s, name)
-            if limit is not None and self.counters.get(counter, 0) >= limit:
-                return f"schedule.{name} = {limit}"
-        return None
+        return self.cfg.schedule.budget_spent(self.counters)
 
 
 def prepare_trainer(cfg: TrainConfig, resume: bool = False,
@@ -462,25 +493,27 @@ def prepare_trainer(cfg: TrainConfig, resume: bool = False,
     if found is not None and not resume:
         raise FileExistsError(
             f"{cfg.output_dir} already holds checkpoints of a run (latest: {found.name}); continue it with "
-            f"`marft train --resume` (Python: train(..., resume=True); make: `make demo RESUME=1`), or start "
-            "afresh in another output_dir (--output-dir) or after deleting that folder"
+            "resume=True (train(cfg, resume=True) or prepare_trainer(cfg, resume=True)), or start afresh in "
+            "another output_dir or after deleting that folder"
         )
     if found is not None and resume:  # a changed evaluation setting is refused before the model loads
         check_eval_setting_unchanged(load_checkpoint_config(found), cfg, found)
     trainer = Trainer(cfg, model_and_tokenizer)
-    if resume and not trainer.restore():
-        log.warning("resume requested but %s has no checkpoint; starting a fresh run", trainer.output_dir)
+    try:
+        if resume and not trainer.restore():
+            log.warning("resume requested but %s has no checkpoint; starting a fresh run", trainer.output_dir)
+    except BaseException:
+        trainer.close()  # a restore that fails: the caller never gets the trainer to close
+        raise
     return trainer
 
 
 def iter_train(cfg: TrainConfig, resume: bool = False,
                model_and_tokenizer: tuple[Any, Any] | None = None) -> Iterator[dict[str, float]]:
-    """Generator form of :func:`train`: yields every update's metrics as soon as it is done."""
-    trainer = prepare_trainer(cfg, resume, model_and_tokenizer)
-    try:
+    """Generator form of :func:`train`: yields every update's metrics as soon as it is done
+    (closing the generator, or finishing it, closes the rollout engine)."""
+    with prepare_trainer(cfg, resume, model_and_tokenizer) as trainer:
         yield from trainer.run()
-    finally:
-        trainer.close()
 
 
 def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] = (),
@@ -498,12 +531,9 @@ def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] 
     from marft_agents.protocol import run_protocol
 
     check_env_config(cfg)
-    trainer = prepare_trainer(cfg, resume, model_and_tokenizer)
-    try:
+    with prepare_trainer(cfg, resume, model_and_tokenizer) as trainer:  # closes the engine after the final evaluation
         outcome = run_protocol(trainer, resume=resume, eval_before=eval_before, tensorboard=tensorboard, plot=plot,
                                handle_signals=handle_signals, callbacks=callbacks)
-    finally:
-        trainer.close()  # the rollout engine, after the final evaluation (and on error)
     return TrainResult(history=outcome.history, output_dir=trainer.output_dir,
                        last_checkpoint=trainer.last_checkpoint, final_eval=outcome.final_eval,
                        best_eval=trainer.best_eval, counters=dict(trainer.counters), policy=trainer.policy,

@@ -305,6 +305,10 @@ def test_class_ceiling_reaches_the_ceiling_only_when_the_difficulty_is_the_size_
     tasks of 8 Bernoulli episodes, so each share has an s.e. of a few hundredths."""
     import random
 
+    import numpy as np
+
+    from marft_agents.learners.critic_health import between_task_split
+
     sys.path.insert(0, str(REPO / "benchmarks"))
     import class_ceiling
 
@@ -314,15 +318,50 @@ def test_class_ceiling_reaches_the_ceiling_only_when_the_difficulty_is_the_size_
     visible, hidden = results[str(tmp_path / "visible")], results[str(tmp_path / "hidden")]
     assert visible["updates"] == 4 and visible["ceiling"] > 0.3 and hidden["ceiling"] > 0.3
     assert visible["class_share"] == pytest.approx(1.0, abs=0.15) and abs(hidden["class_share"]) < 0.15, results
+    # the footing: an all-class world with many tasks per update scores the whole ceiling
+    rng = np.random.default_rng(0)
+    between = by_class = 0.0
+    for _ in range(200):  # updates of 16 tasks x 8 episodes, success 0.7 (small) or 0.05 (big)
+        classes = rng.integers(0, 2, 16)
+        p = np.where(classes == 1, 0.05, 0.7)
+        returns = (rng.random((16, 8)) < p[:, None]).astype(float)
+        split = between_task_split(returns.tolist())
+        between += split.between
+        by_class += class_ceiling.class_component(returns.mean(1).tolist(), classes.tolist(), split.within / 8)
+    assert 0.95 <= by_class / between <= 1.05, by_class / between
     with pytest.raises(SystemExit, match="FIRST-LAST"):
         class_ceiling.main([str(tmp_path / "visible"), "--updates", "9"])
 
 
 def test_class_component_against_hand_computed_values():
     """Task means 0.6, 0.8 (small) and 0.0, 0.1 (big): SS between classes 4 x 0.325^2 = 0.4225,
-    residual mean square 0.025 / 2, so (0.4225 - 0.0125) / 4; one class: 0."""
+    residual mean square 0.025 / 2, so (0.4225 - 0.0125) / (4 - 1); one class: 0."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import class_ceiling
 
-    assert class_ceiling.class_component([0.6, 0.8, 0.0, 0.1], [0, 0, 1, 1], 0.0) == pytest.approx(0.1025)
+    assert class_ceiling.class_component([0.6, 0.8, 0.0, 0.1], [0, 0, 1, 1], 0.0) == pytest.approx(0.41 / 3)
     assert class_ceiling.class_component([0.6, 0.8, 0.1], [0, 0, 0], 0.0) == 0.0
+
+
+def test_baseline_variance_pools_each_baselines_residual_over_the_later_half(tmp_path, capsys):
+    """Two positions over four updates; the later half (updates 3-4) pooled by hand: position 0
+    returns 0.25, LOO 0.3, critic 0.2 -> reductions -0.2 / 0.2 and a gain of 1 - 0.2 / 0.3."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import baseline_variance
+
+    def row(step, ret, loo, critic, anchored):
+        return {"step": step, **{f"critic/{key}/pos{p}": value for p in (0, 1) for key, value in (
+            ("group_return_var", ret), ("loo_residual_var", loo), ("critic_residual_var", critic),
+            ("anchored_residual_var", anchored))}}
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": 0, "eval/accuracy": 0.1}, row(1, 9, 9, 9, 9), row(2, 9, 9, 9, 9),
+            row(3, 0.2, 0.3, 0.1, 0.3), row(4, 0.3, 0.3, 0.3, 0.2)]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    table = baseline_variance.main([str(run)])[str(run)]
+    assert table[0] == pytest.approx({"none": 0.25, "group": 0.3, "critic": 0.2, "group_critic": 0.25})
+    assert "| run | 0 | 0.2500 | 0.3000 | 0.2000 | 0.2500 | -0.200 / 0.200 / 0.000 | 0.333 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="group_size >= 2"):
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "losses/value_loss": 0.1}))
+        baseline_variance.main([str(run)])

@@ -89,5 +89,32 @@ def test_model_commands_name_the_extra_in_one_line(tmp_path, argv):
     assert done.returncode != 0
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert lines[0].startswith(f"marft {argv[0]} needs the agents extra"), lines[0]
-    assert "pip install 'marft[agents]'" in lines[0]
+    # run from this source checkout (not from the folder it is in): the editable install of it
+    assert lines[0].endswith(f"pip install -e '{REPO}[agents]'"), lines[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["train", "--config", "nope.yaml"], "config file 'nope.yaml' does not exist"),
+    (["train", "--config", "run.yaml", "--set", "schedule.actor_lrr=1e-4"], "did you mean 'schedule.actor_lr'?"),
+    (["train", "--config", "run.yaml", "--set", "schedule.num_updates=many"], "schedule.num_updates must be int"),
+    (["train", "--config", "run.yaml", "--set", "algorithm=mapo_action"], "unknown algorithm 'mapo_action'"),
+    (["train", "--config", "run.yaml", "--set", "env.kwargs.profile=duel"], "did you mean 'dual'?"),
+    (["eval", "--config", "run.yaml", "--set", "model.dtype=bf16"], "did you mean 'bfloat16'?"),
+    (["bench", "--policy", "run.yaml", "--set", "learner.group_size=4"], "declares no learner options"),
+    (["config", "--config", "run.yaml", "--set", "sampling.engine=vlm"], "sampling.engine must be one of"),
+])
+def test_a_config_mistake_is_found_before_anything_heavy_is_imported(tmp_path, argv, expected):
+    # Without torch installed the mistake is still the one line reported: the config is read and
+    # validated first (plain data), so it answers at once whatever the extra would cost to import.
+    (tmp_path / "run.yaml").write_text("env: {id: marft/Arithmetic-v0, kwargs: {profile: dual}}\noutput_dir: out\n")
+    done = _marft(tmp_path, *argv)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith(f"marft {argv[0]}: error:") and expected in lines[0], lines[0]
+
+
+def test_a_shipped_config_is_listed_with_its_values_without_torch(tmp_path):
+    done = _marft(tmp_path, "config", "--config", str(REPO / "baselines" / "configs" / "demo.yaml"))
+    assert done.returncode == 0, done.stderr
+    assert "algorithm: str (value: " in done.stdout and "model.dtype: str (value: " in done.stdout

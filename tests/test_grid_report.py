@@ -197,6 +197,62 @@ def test_holm_runs_over_the_declared_set_and_the_verdicts_say_what_is_resolved(t
     assert rows[5] == "| not run | marft_t_shared | solo_ppo | not run yet | | | | | | | |"
 
 
+def test_two_cells_at_the_floor_get_no_seeds_needed_figure(tmp_path):
+    # 100 problems per evaluation: means of 0.4 % and 1.0 % are within 2 binomial s.e. of zero
+    # (the floor is 4 / 104 = 3.8 %); 6.6 % is not
+    summaries = _summaries(tmp_path, {"marft_a": [0.01, 0.0, 0.0, 0.0, 0.01], "shared": [0.0, 0.0, 0.0, 0.0, 0.05],
+                                      "solo_ppo": [0.12, 0.0, 0.10, 0.01, 0.10]})
+    by_name = {s.cell: s for s in summaries}
+    assert by_name["marft_a"].at_floor and by_name["shared"].at_floor and not by_name["solo_ppo"].at_floor
+    comparisons = [Comparison(a="marft_a", b="shared", question="floor vs floor"),
+                   Comparison(a="marft_a", b="solo_ppo", question="floor vs not")]
+    floor, one_side = compare_all(summaries, comparisons)
+    assert floor.both_at_floor and floor.seeds_needed is None
+    assert floor.verdict() == "not resolved: not estimable (both at the floor)"
+    assert not one_side.both_at_floor and one_side.seeds_needed is not None
+    assert "seeds per cell would be needed" in one_side.verdict()
+    rows = comparison_table(summaries, comparisons)
+    assert rows[2].endswith("| not resolved: not estimable (both at the floor) |")
+
+
+def test_the_family_sentence_agrees_with_the_number_not_run(tmp_path):
+    _summaries(tmp_path / "g", {"a": [0.3, 0.4], "b": [0.1, 0.2]})
+    ran = Comparison(a="a", b="b", question="ran")
+
+    def text(comparisons):
+        return write_report(tmp_path / "g", "Grid g", ["a", "b"], comparisons=comparisons).read_text()
+
+    assert "(every declared comparison counts in the family's size)" in text([ran])
+    assert "(the one not run yet counts in the family's size too)" in text([ran, Comparison(a="a", b="c")])
+    assert "(the 2 not run yet count in the family's size too)" in text(
+        [ran, Comparison(a="a", b="c"), Comparison(a="c", b="b")])
+    assert "one not run yet still counts" not in text([ran])
+
+
+def test_a_plan_is_shown_in_the_report_and_the_summary(tmp_path):
+    plan = {"made": {"commit": "abc1234", "code": "c0de", "date": "2026-12-01 10:00 UTC"}, "accepted": False,
+            "refusals": ["cell team: its starting policy earned the reward in 0 of 128 sampled episodes"],
+            "alpha": 0.05, "family": 1, "power": 0.8, "meaningful_effect": 10,
+            "gate": {"episodes": 128, "min_signal": 0.25},
+            "gates": [{"cell": "team", "source": "pilot", "episodes": 128, "rewarded": 0, "rate": 0.0,
+                       "episodes_per_update": 32, "signal": 0.0, "passed": False}],
+            "contrasts": [{"question": "q", "a": "a", "b": "b", "design": "paired", "seeds": "5", "sd": [0.1],
+                           "basis": "records, paired", "mde": 0.2192, "least_passing": 0.1771,
+                           "exact_floor": 0.0625, "exact_floor_holm": 0.0625, "answers": False}],
+            "time": {"line": "Machine time: 1.00 h recorded for the 2 runs done; 0.00 h estimated for the 0 to run."}}
+    comparisons = [Comparison(a="a", b="b", question="q", paired=True)]
+    _summaries(tmp_path / "g", {"a": [0.3, 0.4], "b": [0.1, 0.2]})
+    text = write_report(tmp_path / "g", "Grid g", ["a", "b"], comparisons=comparisons, plan=plan).read_text()
+    assert "## Plan" in text and "**refused**" in text and f"- {plan['refusals'][0]}" in text
+    assert "| team | pilot | 0 / 128 | 0.00 | 32 | 0.00 | FAIL |" in text
+    assert "| q | a - b | paired, 5 | 10.0 (records, paired) | 21.9 | 17.7 | 0.062 (0.062) | no |" in text
+    assert json.loads((tmp_path / "g" / "summary.json").read_text())["plan"] == plan
+    assert "## Plan" not in write_report(tmp_path / "g", "Grid g", ["a", "b"], comparisons=comparisons).read_text()
+    # a grid with no records yet shows its plan too
+    assert "## Plan" in write_report(tmp_path / "empty", "Grid e", ["a", "b"], comparisons=comparisons,
+                                     plan=plan).read_text()
+
+
 def test_the_bootstrap_resamples_problems_when_every_seed_has_its_outcomes(tmp_path):
     records = tmp_path / "records"
     a = [[1, 1, 0, 1, 0, 1, 1, 0], [1, 0, 0, 1, 0, 1, 1, 1], [1, 1, 1, 1, 0, 1, 1, 0]]
@@ -416,17 +472,20 @@ def test_committed_grid_reports_match_their_records(grid_file, monkeypatch):
     """The tables and plot under leaderboards/grids/ are what the records and the grid file give
     (regenerate with ``python -m baselines.grid GRID --report-only``)."""
     from baselines.grid import load_grid, records_dir, spec_title
+    from baselines.grid_plan import load_plan
 
     monkeypatch.chdir(REPO)
     spec = load_grid(grid_file.relative_to(REPO))
     folder = records_dir(spec).parent
     order = [c.name for c in spec.cells]
     state = grid_state(folder, order, spec.comparisons)
-    expected = report(folder, state, spec_title(spec), order, spec.description, spec.comparisons, write_plot=False)
+    plan = load_plan(spec)  # the grid's last plan (--plan), shown in its report
+    expected = report(folder, state, spec_title(spec), order, spec.description, spec.comparisons, write_plot=False,
+                      plan=plan)
     text = (folder / "README.md").read_text(encoding="utf-8")
     assert text == expected
     assert json.loads((folder / "summary.json").read_text(encoding="utf-8")) == \
-        summary(state, spec_title(spec), order, spec.comparisons)
+        summary(state, spec_title(spec), order, spec.comparisons, plan)
     series = curve_series(grid_records(folder / "records"), order)
     if series:
         assert plotted_series(folder / "curves.png") == series

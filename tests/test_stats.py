@@ -275,3 +275,60 @@ def test_a_rerun_under_another_name_is_the_same_config():
     duplicates = stats.duplicate_runs([record, other_seed, again])
     assert [(d.kept, d.dropped, d.reason, d.config_differences) for d in duplicates] == [
         (record["name"], "renamed_seed0", "same config", [])]
+
+
+def test_minimal_detectable_effect_by_hand():
+    # 5 paired seeds, sd of the differences 0.1, Holm over 3 at 0.05, power 0.8:
+    # (t(1 - 0.05 / 6, 4) + t(0.8, 4)) * 0.1 / sqrt(5)
+    planned = stats.minimal_detectable_effect("paired", 0.1, 5, alpha=0.05 / 3, power=0.8)
+    critical, power_t = scipy_stats.t.ppf(1 - 0.05 / 6, 4), scipy_stats.t.ppf(0.8, 4)
+    assert planned.se == pytest.approx(0.1 / math.sqrt(5)) and planned.df == 4
+    assert planned.critical == pytest.approx(critical, rel=1e-9)
+    assert planned.effect == pytest.approx((critical + power_t) * 0.1 / math.sqrt(5), rel=1e-9)
+    assert planned.least_passing == pytest.approx(critical * 0.1 / math.sqrt(5), rel=1e-9)
+    # Holm over 14 at 5 seeds: a paired t must reach 6.14 at 4 df
+    assert stats.minimal_detectable_effect("paired", 0.1, 5, alpha=0.05 / 14).critical == pytest.approx(6.138, abs=1e-3)
+    # independent seeds, equal spreads: Welch's df is 2n - 2 and se = sd sqrt(2 / n)
+    welch = stats.minimal_detectable_effect("independent", 0.2, 5, 0.2, 5, alpha=0.05, power=0.8)
+    assert welch.df == pytest.approx(8) and welch.se == pytest.approx(0.2 * math.sqrt(2 / 5))
+    assert welch.effect == pytest.approx((scipy_stats.t.ppf(0.975, 8) + scipy_stats.t.ppf(0.8, 8)) * welch.se)
+    # against a constant: the varying cell alone
+    one = stats.minimal_detectable_effect("one-sample", 0.2, 5, alpha=0.05)
+    assert one.effect == pytest.approx((scipy_stats.t.ppf(0.975, 4) + scipy_stats.t.ppf(0.8, 4)) * 0.2 / math.sqrt(5))
+    # a t test at the planned seeds detects the MDE with the planned power (noncentral t)
+    power = (scipy_stats.nct.sf(welch.critical, 8, welch.effect / welch.se)
+             + scipy_stats.nct.cdf(-welch.critical, 8, welch.effect / welch.se))
+    assert power == pytest.approx(0.8, abs=0.02)
+    with pytest.raises(ValueError, match=">= 2 seeds"):
+        stats.minimal_detectable_effect("independent", 0.1, 5, 0.1, 1)
+    # TOST: with no true difference both one-sided tests must reject
+    margin = stats.minimal_equivalence_margin("paired", 0.1, 8, alpha=0.05, power=0.8)
+    assert margin == pytest.approx((scipy_stats.t.ppf(0.95, 7) + scipy_stats.t.ppf(0.9, 7)) * 0.1 / math.sqrt(8))
+
+
+def test_exact_p_floors_before_and_after_holm_by_hand():
+    # 5 seeds against 5: 2 of the C(10, 5) = 252 splits are as extreme; 5 paired seeds: 2 of 2^5 sign patterns
+    assert stats.exact_p_floor("independent", 5, 5) == pytest.approx(2 / 252) == pytest.approx(0.0079365, abs=1e-7)
+    assert stats.exact_p_floor("independent", 3, 2) == pytest.approx(1 / 10)
+    assert stats.exact_p_floor("paired", 5) == stats.exact_p_floor("one-sample", 5) == pytest.approx(1 / 16)
+    # the same floors the tests themselves report
+    assert stats.exact_p_floor("independent", 3, 3) == pytest.approx(
+        stats.permutation_test([0.9, 0.91, 0.92], [0.0, 0.01, 0.02]).min_p)
+    assert stats.exact_p_floor("paired", 3) == pytest.approx(stats.sign_flip_test([0.3, 0.4, 0.35]).min_p)
+    # after Holm over 14 such comparisons: 14 x 2 / 252 = 0.111, which can never pass 0.05
+    assert stats.holm_floors([2 / 252] * 14) == pytest.approx([14 * 2 / 252] * 14)
+    # mixed floors: 0.01 x 3 = 0.03; then 0.1 x 2 = 0.2 for both others (ranked second, kept monotone)
+    assert stats.holm_floors([0.01, 0.1, 0.1]) == pytest.approx([0.03, 0.2, 0.2])
+    assert stats.holm_floors([2 / 252] * 6) == pytest.approx([12 / 252] * 6)  # 0.048: 6 can pass, 7 cannot
+    assert stats.holm_floors([2 / 252] * 7)[0] > 0.05
+
+
+def test_bounded_sd_and_the_floor_by_hand():
+    assert stats.bounded_sd(0.5) == 0.5 and stats.bounded_sd(0.1) == pytest.approx(0.3)
+    assert stats.bounded_sd(-0.2) == 0.0 and stats.bounded_sd(1.0) == 0.0
+    # the largest spread at a mean: seeds at 0 and 1 only
+    seeds = [1.0] + [0.0] * 9
+    assert stats.bounded_sd(0.1) == pytest.approx(np.std(seeds))
+    # 100 problems, z = 2: the floor is 4 / 104 = 3.85 %
+    assert stats.at_floor(0.038, 100) and not stats.at_floor(0.039, 100)
+    assert stats.at_floor(0.0, 100) and stats.at_floor(0.004, 100) and not stats.at_floor(0.066, 100)

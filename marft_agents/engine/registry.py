@@ -10,19 +10,23 @@ import functools
 
 from marft_agents.engine.rollout_engine import LoopEngine, RolloutEngine
 from marft_agents.engine.vllm_engine import VLLMEngine
-from marft_agents.settings.sampling import ENGINES, ROLLOUT_ENGINES
+from marft_agents.settings.sampling import ENGINES, ROLLOUT_ENGINES, SCORED_ELSEWHERE
 
 __all__ = ["engine_class", "engine_classes"]
 
 
 @functools.cache
 def engine_classes() -> dict[str, type[RolloutEngine]]:
-    """Every engine name of ``ROLLOUT_ENGINES`` and its class."""
+    """Every engine name of ``ROLLOUT_ENGINES`` and its class (checked against ``SCORED_ELSEWHERE``,
+    which config validation reads instead of the classes)."""
     classes: dict[str, type[RolloutEngine]] = {name: LoopEngine for name in ENGINES}
     classes["vllm"] = VLLMEngine
     missing = set(ROLLOUT_ENGINES) ^ set(classes)
     if missing:
         raise RuntimeError(f"engines without a class, or classes of unknown engines: {sorted(missing)}")
+    disagree = sorted(name for name, cls in classes.items() if cls.scores_in_learner != (name in SCORED_ELSEWHERE))
+    if disagree:
+        raise RuntimeError(f"settings.sampling.SCORED_ELSEWHERE disagrees with scores_in_learner of {disagree}")
     return classes
 
 

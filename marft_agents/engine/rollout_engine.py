@@ -12,9 +12,17 @@ The trainer drives the engine's life cycle around each update:
 3. ``sync(version)``: after every update and after a checkpoint restore; the next ``generate``
    must sample with the policy's adapters as they are now. ``version`` increases with every
    update (the trainer passes the number of updates done);
-4. ``close()``: at the end of a run (on error too), releasing what the engine holds.
+4. ``close()``: at the end of a run (on error too), releasing what the engine holds. Every
+   entry point owns its trainer through one context (``with prepare_trainer(cfg) as trainer:``,
+   ``Trainer.__exit__`` closes the engine) or, for an evaluation only, its policy (``with
+   build_policy(...) as policy:``).
 
-Capabilities are class attributes, read by the config checks and the trainer (never names):
+An engine reads the policy and, for what the per-call sampling config does not say, the policy's
+:class:`EngineSettings` (``policy.engine_settings``): the few run settings an engine needs, not
+the whole run config.
+
+Capabilities are class attributes, read by the config checks, the trainer and the collector
+(``policy.engine_for(name).mixes_adapters``: it asks the policy's engine, never its name):
 
 * ``scores_in_learner``: True when the engine's log-probs come from another implementation
   than the learner's forward pass (vLLM's kernels), so the learner must score the old log-probs
@@ -38,6 +46,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -45,9 +54,33 @@ import torch
 from marft_agents.engine import GenRequest, Generation, sample
 from marft_agents.engine.attention import training_passes
 from marft_agents.engine.layout import effective_prefix_len
+from marft_agents.settings.model import ModelConfig
 from marft_agents.settings.sampling import SamplingConfig
+from marft_agents.settings.vllm import VLLMConfig
 
-__all__ = ["LoopEngine", "RolloutEngine"]
+__all__ = ["EngineSettings", "LoopEngine", "RolloutEngine"]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What a rollout engine may read beyond each call's sampling config (``policy.engine_settings``,
+    set by ``trainer.build_policy`` from the run's config with :meth:`of`): the run's sampling
+    config, the ``vllm:`` options, where the base model comes from and the run folder. A policy
+    built without them gets the defaults (the loops need none of it)."""
+
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """The run's sampling config: :attr:`MultiAgentPolicy.engine` builds the engine it names."""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    """The ``vllm:`` section (read by the vLLM engine only)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The ``model:`` section: the vLLM engine loads the same base weights from it."""
+    output_dir: str = "."
+    """The run folder (the vLLM engine exports adapter versions under it by default)."""
+
+    @classmethod
+    def of(cls, cfg: Any) -> EngineSettings:
+        """The engine settings of a run config (a ``TrainConfig``): four of its sections, no more."""
+        return cls(sampling=cfg.sampling, vllm=cfg.vllm, model=cfg.model, output_dir=str(cfg.output_dir))
 
 
 class RolloutEngine(ABC):

@@ -5,34 +5,47 @@ learner registered by name.
 ``make_learner(name, policy, cfg, agent_ids)`` builds the learner registered as ``name``
 (``learners/registry.py``); the interface every learner implements is
 ``learners/protocol.py`` (guide: ``marft_agents/ADDING_A_LEARNER.md``).
+
+Importing this package imports no learner: the names below load their modules on first use, so
+that the registry (which a config's validation reads) stays free of torch.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
-from marft_agents.learners.base import BaseLearner, Sample
-from marft_agents.learners.credit import assign_credit
-from marft_agents.learners.eval_only import EvalOnly
-from marft_agents.learners.grpo import GRPO
-from marft_agents.learners.mappo_action import ActionLevelMAPPO
-from marft_agents.learners.mappo_token import TokenLevelMAPPO
-from marft_agents.learners.protocol import VALUE_MODES, Learner, check_learner_instance
-from marft_agents.learners.registry import (
-    BUILTIN_LEARNERS,
-    ENTRY_POINT_GROUP,
-    UnknownLearnerError,
-    get_learner,
-    list_learners,
-    register_learner,
-)
-from marft_agents.learners.single_agent import SingleAgentPPO, SingleAgentTokenPPO
+_LAZY = {
+    "ActionLevelMAPPO": "marft_agents.learners.mappo_action",
+    "BUILTIN_LEARNERS": "marft_agents.learners.registry",
+    "BaseLearner": "marft_agents.learners.base",
+    "Capabilities": "marft_agents.learners.registry",
+    "ENTRY_POINT_GROUP": "marft_agents.learners.registry",
+    "EvalOnly": "marft_agents.learners.eval_only",
+    "GRPO": "marft_agents.learners.grpo",
+    "Learner": "marft_agents.learners.protocol",
+    "LearnerSpec": "marft_agents.learners.registry",
+    "Sample": "marft_agents.learners.base",
+    "SingleAgentPPO": "marft_agents.learners.single_agent",
+    "SingleAgentTokenPPO": "marft_agents.learners.single_agent",
+    "TokenLevelMAPPO": "marft_agents.learners.mappo_token",
+    "UnknownLearnerError": "marft_agents.learners.registry",
+    "VALUE_MODES": "marft_agents.learners.protocol",
+    "assign_credit": "marft_agents.learners.credit",
+    "get_learner": "marft_agents.learners.registry",
+    "learner_capabilities": "marft_agents.learners.registry",
+    "list_learners": "marft_agents.learners.registry",
+    "register_learner": "marft_agents.learners.registry",
+}
 
 
 def make_learner(name: str, policy: Any, cfg: Any, agent_ids: Sequence[str]) -> Any:
     """Build the learner registered as ``name`` for ``agent_ids`` (checks its ``max_agents``, and
     that the learner built has every member of :class:`Learner`, ``group_size`` included)."""
+    from marft_agents.learners.protocol import check_learner_instance
+    from marft_agents.learners.registry import get_learner
+
     cls = get_learner(name)
     limit = getattr(cls, "max_agents", None)
     if limit is not None and len(agent_ids) > limit:
@@ -47,7 +60,16 @@ def make_learner(name: str, policy: Any, cfg: Any, agent_ids: Sequence[str]) -> 
     return learner
 
 
-__all__ = ["ActionLevelMAPPO", "BUILTIN_LEARNERS", "BaseLearner", "ENTRY_POINT_GROUP",
-           "EvalOnly", "GRPO", "Learner", "Sample", "SingleAgentPPO", "SingleAgentTokenPPO", "TokenLevelMAPPO",
-           "UnknownLearnerError", "VALUE_MODES", "assign_credit", "get_learner", "list_learners",
-           "make_learner", "register_learner"]
+__all__ = sorted([*_LAZY, "make_learner"])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # looked up once
+        return value
+    raise AttributeError(f"module 'marft_agents.learners' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -47,16 +47,16 @@ What else the engine guarantees
   others are frozen (no gradients, no optimizer step), then the next agent, rotating. The critic
   trains every update; the policy waits for ``critic_warmup_updates`` updates (value-only
   updates on the first rollouts: the actors' adapters stay bit-identical).
-* **The critic's regression.** ``schedule.critic_epochs`` passes (default: the policy's
-  ``ppo_epochs``) over whole-episode minibatches; with ``critic.value_norm`` (PopArt) the
-  targets' moving mean and spread are folded into the value head before the first pass and the
-  loss is taken in normalised units (:meth:`marft_agents.critic.ValueHead.update_normaliser`).
-* **Critic health.** Every update of a value learner reports how much of the return variance
-  the collection-time values explain, against the ceiling measured on the same rollout
-  (``learners/critic_health.py``: ``critic/ev_first``, ``critic/ev_ceiling``, ...), and warns
-  when the critic has explained almost nothing for ``critic.health_window`` updates. For the
-  ceiling, a value learner asks the collector for ``critic.ceiling_group_size`` episodes per task.
   ``agent/<id>/trained`` is 1 only for an agent whose adapter took policy steps this update.
+* **The critic** is a collaborator, :class:`marft_agents.learners.value_fit.ValueFit`
+  (``self.value_fit``; None without a critic): its health figures against the ceiling and the
+  group baseline, PopArt, its whole-episode minibatches and value loss, the feature fold and
+  the head refit. The engine only schedules it: ``schedule.critic_epochs`` passes (default:
+  the policy's ``ppo_epochs``, early stop included), stepped by the same guarded optimizer step.
+* **Groups.** ``group_size`` (the episodes per task the collector plays) is
+  ``schedule.group_size`` (:func:`marft_agents.settings.advantage.resolve_group_size`); the
+  estimator decides what groups mean for it (``advantage.baseline``, declared by a learner's
+  ``baselines``).
 * **No silent skips.** Gradients are clipped per adapter; a non-finite loss or gradient norm
   skips that optimizer step, zeroes the gradients, logs a warning and counts it in
   ``guard/skipped_steps``. With ``target_kl`` set, the epochs stop early once an epoch's mean
@@ -91,20 +91,19 @@ import torch
 from marft_agents import ppo_math as pm
 from marft_agents.distributed import SINGLE_PROCESS, DataParallel, SingleProcess
 from marft_agents.engine.attention import training_passes
-from marft_agents.learners.critic_health import CriticWatch, critic_health
-from marft_agents.learners.head_refit import Batch, RefitBuffer, refit_head
 from marft_agents.learners.logprob_targets import LogprobTargets
 from marft_agents.learners.samples import (
     PolicyUnits,
     Sample,
     behaviour_weights,
     episode_key,
-    episode_minibatches,
     pad_stack,
     response_mask,
     sample_from_decision,
 )
+from marft_agents.learners.value_fit import ValueFit
 from marft_agents.episodes import Rollout
+from marft_agents.settings.advantage import GROUP_BASELINES, resolve_group_size
 
 __all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask", "sample_from_decision"]
 
@@ -123,7 +122,12 @@ class BaseLearner(LogprobTargets):
     trains: bool = True
     """Whether an update changes adapters, so that the training-only config checks apply."""
     group_size: int = 1
-    """Episodes per task group the collector plays (1: every episode its own task)."""
+    """Episodes per task group the collector plays (1: every episode its own task); set from
+    ``schedule.group_size`` at construction."""
+    baselines: tuple[str, ...] = ("critic",)
+    """The ``advantage.baseline`` choices this learner's estimator implements (the MAPPO learners:
+    all of ``settings.advantage.BASELINES``). Under ``group`` the learner runs without a critic:
+    its instance's ``value_mode`` is None (no values at collection, no critic pass)."""
     unit = "decision"
     """What the policy loss averages over: ``"decision"`` or ``"token"`` (see ``units``)."""
     data_parallel: DataParallel | SingleProcess = SINGLE_PROCESS
@@ -145,31 +149,28 @@ class BaseLearner(LogprobTargets):
         for name in sorted({policy.adapter_for(a) for a in self.agent_ids}):
             self.optimizers[name] = self._make_optimizer(name, self.schedule.actor_lr)
         self.critic_cfg = getattr(cfg, "critic", None)
-        self.watch: CriticWatch | None = None
-        self.refit: RefitBuffer | None = None
-        self._captured: list[tuple[str, Batch]] = []  # this update's first-pass points (head refit)
-        self._task_keys: dict[int, Any] = {}  # episode -> task key of the update being trained
+        advantage = getattr(cfg, "advantage", None)
+        self.baseline = advantage.baseline if advantage is not None else "critic"
+        if self.baseline not in self.baselines:
+            raise ValueError(f"advantage.baseline {self.baseline!r}: algorithm {getattr(cfg, 'algorithm', '?')!r} "
+                             f"implements {', '.join(self.baselines)}")
+        if self.baseline == "group":
+            self.value_mode = None  # the group mean is the baseline: no critic runs
+        self.value_fit: ValueFit | None = None
         if self.value_mode is not None:
             for name in sorted({policy.critic_for(a) for a in self.agent_ids}):
                 self.optimizers[name] = self._make_optimizer(name, self.schedule.critic_lr,
                                                              head_lr=self.schedule.value_head_lr)
-            if self.critic_cfg is not None:
-                self.group_size = self._ceiling_group_size()
-                self.watch = CriticWatch(self.critic_cfg.health_window, self.critic_cfg.health_min_ev)
-                if self.critic_cfg.head_refit_window > 0 and self.value_mode == "state":
-                    self.refit = RefitBuffer(self.critic_cfg.head_refit_window)
-
-    def _ceiling_group_size(self) -> int:
-        """Episodes per task for the critic's EV ceiling (``critic.ceiling_group_size``)."""
-        k = self.critic_cfg.ceiling_group_size
-        if k is not None:
-            return k
-        episodes = self.schedule.episodes_per_update
-        if episodes % 4 == 0 and episodes >= 8:
-            return 4
-        log.info("critic ceiling not measured: schedule.episodes_per_update (%d) is not a multiple of 4 "
-                 "that is >= 8; set critic.ceiling_group_size to a divisor > 1 of it to measure it", episodes)
-        return 1
+            self.value_fit = ValueFit(policy, cfg, self.value_mode, self.rng, self.baseline)
+        critic_groups = self.value_mode is not None and self.critic_cfg is not None
+        self.group_size = resolve_group_size(
+            getattr(self.schedule, "group_size", None), self.schedule.episodes_per_update,
+            uses_groups=critic_groups or self.baseline in GROUP_BASELINES,
+            deprecated=self.critic_cfg.ceiling_group_size if critic_groups else None)
+        if self.baseline in GROUP_BASELINES and self.group_size < 2:
+            raise ValueError(f"advantage.baseline: {self.baseline} compares the episodes of a task group; set "
+                             f"schedule.group_size >= 2 (a divisor of episodes_per_update "
+                             f"{self.schedule.episodes_per_update})")
 
     def _make_optimizer(self, adapter: str, lr: float, head_lr: float | None = None) -> torch.optim.Optimizer:
         """AdamW over ``adapter``'s parameters; a critic's value head gets ``head_lr`` (its own
@@ -233,10 +234,10 @@ class BaseLearner(LogprobTargets):
         self.policy.set_trainable(set(trainable) if train_policy else set(), critic=critic)
         samples = self.build_samples(rollout)
         metrics: dict[str, float] = {"losses/explained_variance": self.explained_variance(samples)}
-        if critic and self.critic_cfg is not None:
-            metrics.update(self._critic_health(rollout, samples, update, metrics["losses/explained_variance"]))
-            if self.critic_cfg.value_norm:
-                metrics.update(self._update_value_normalisers(samples))
+        fit = self.value_fit if critic else None
+        if fit is not None:
+            metrics.update(fit.prepare(rollout, samples, update, metrics["losses/explained_variance"]))
+        metrics.update(self.diagnostics(rollout))
         policy_samples = [s for s in samples if s.agent_id in trainable] if train_policy else []
         if self.ppo.normalize_advantages and policy_samples:
             self._whiten_advantages(policy_samples)
@@ -250,21 +251,13 @@ class BaseLearner(LogprobTargets):
         # critic_epochs unset: the critic follows the policy's epochs, early stop included
         follow = self.schedule.critic_epochs is None
         critic_epochs = policy_epochs if follow else self.schedule.critic_epochs
-        gather = critic and self.critic_cfg is not None and self.critic_cfg.feature_norm
-        capture = critic and self.refit is not None
-        if capture:  # a task seen in several updates is one task; an unnamed one is its episode
-            self._task_keys = {d.episode: d.task_id or (update, d.episode) for d in rollout.decisions}
         for epoch in range(max(policy_epochs, critic_epochs)):
-            critic_batches = self._critic_minibatches(samples) if critic and epoch < critic_epochs else []
-            self._track_features(gather and epoch == 0)  # the first pass's states, once each
-            self.policy.feature_sink = [] if capture and epoch == 0 else None
+            critic_batches = fit.minibatches(samples) if fit is not None and epoch < critic_epochs else []
             for batch in critic_batches:
-                stats = self._step(sorted({s.critic for s in batch}), batch, critic=True)
+                stats = self._step(sorted({s.critic for s in batch}), batch, critic=True, first_pass=epoch == 0)
                 for key, value in stats.items():
                     sums[key] += value
                     counts[key] += 1
-            self._track_features(False)
-            self.policy.feature_sink = None
             if early_stopped or epoch >= policy_epochs:
                 continue
             epochs_run += 1
@@ -287,10 +280,8 @@ class BaseLearner(LogprobTargets):
                 early_stopped = 1.0
                 if follow:
                     break
-        if gather:
-            self._fold_feature_statistics()
-        if capture:
-            metrics.update(self._refit_value_heads())
+        if fit is not None:
+            metrics.update(fit.finish(self.data_parallel))
         metrics.update({k: sums[k] / counts[k] for k in sums})
         for key in ("losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac"):
             metrics.setdefault(key, float("nan"))  # nan = no policy step this update (warm-up)
@@ -314,53 +305,9 @@ class BaseLearner(LogprobTargets):
         returns = torch.cat([s.returns.reshape(-1) for s in samples])
         return float(pm.explained_variance(values, returns))
 
-    def _critic_health(self, rollout: Rollout, samples: list[Sample], update: int, ev: float) -> dict[str, float]:
-        """``critic/*`` health figures of this update and the not-learning warning."""
-        first_values = [d.value if d.value is not None else (d.token_values[0] if d.token_values else None)
-                        for d in rollout.decisions]
-        advantages = torch.cat([s.advantages.reshape(-1) for s in samples]) if samples else None  # [N units]
-        out = critic_health(rollout, first_values, self.ppo.credit, self.ppo.gamma, advantages)
-        if self.watch is not None:
-            self.watch.observe(update, ev, out.get("critic/ev_ceiling", float("nan")))
-        return out
-
-    def _track_features(self, on: bool) -> None:
-        for head in self.policy.value_heads.values():
-            head.track_features = on
-
-    def _fold_feature_statistics(self) -> None:
-        """Fold the hidden states each value head read in this update's first critic pass into
-        its feature statistics (summed over ranks: each rank ran its share of the passes)."""
-        beta = self.critic_cfg.value_norm_beta
-        for name in sorted(set(self.policy.value_heads.keys())):
-            head = self.policy.value_heads[name]
-            parts = self.data_parallel.gather((head.pending.cpu(), head.pending_count.cpu()))
-            head.fold_features(beta, sum(p for p, _ in parts), sum(c for _, c in parts))
-
-    def _refit_value_heads(self) -> dict[str, float]:
-        """Keep this update's first-pass points (every rank's) and refit each value head on the
-        kept window (``learners/head_refit.py``); after the feature fold, so the head is refit in
-        the feature statistics it will value the next rollout with."""
-        parts = [item for rank in self.data_parallel.gather(self._captured) for item in rank]
-        self._captured = []
-        out: dict[str, float] = {}
-        for name in sorted({critic for critic, _ in parts}):
-            self.refit.add(name, Batch.concat([b for critic, b in parts if critic == name]))
-            for key, value in refit_head(self.policy.value_heads[name], self.refit.points(name)).items():
-                out.setdefault(key, value)  # the first critic's figures (one critic unless per_agent)
-        return out
-
-    def _update_value_normalisers(self, samples: list[Sample]) -> dict[str, float]:
-        """Fold this update's targets into each critic's PopArt statistics (before any critic
-        step; every rank holds the global rollout, so every rank folds the same numbers)."""
-        beta = self.critic_cfg.value_norm_beta
-        out = {}
-        for name in sorted({s.critic for s in samples}):
-            head = self.policy.value_heads[name]
-            head.update_normaliser(torch.cat([s.returns.reshape(-1) for s in samples if s.critic == name]), beta)
-            out.setdefault("critic/norm_mean", float(head.shift))
-            out.setdefault("critic/norm_std", float(head.scale))
-        return out
+    def diagnostics(self, rollout: Rollout) -> dict[str, float]:
+        """Figures a learner adds to every update's metrics beyond the critic's (none here)."""
+        return {}
 
     def _whiten_advantages(self, samples: list[Sample]) -> None:
         flat = torch.cat([s.advantages.reshape(-1) for s in samples])  # [N units]
@@ -383,10 +330,6 @@ class BaseLearner(LogprobTargets):
         order = self.rng.permutation(len(samples))
         size = self.schedule.minibatch_size
         return [[samples[i] for i in order[start: start + size]] for start in range(0, len(order), size)]
-
-    def _critic_minibatches(self, samples: list[Sample]) -> list[list[Sample]]:
-        """The value loss's minibatches: whole episodes in a random order (``episode_minibatches``)."""
-        return episode_minibatches(samples, self.rng, self.schedule.minibatch_size)
 
     def _micro_batches(self, samples: list[Sample], by: str = "adapter") -> list[list[Sample]]:
         """Split by adapter (``by="critic"``: by critic adapter), then into chunks of at most
@@ -501,39 +444,10 @@ class BaseLearner(LogprobTargets):
         out["ppo/behaviour_is_clipfrac"] = float(((is_weight >= cap).to(weight.dtype) * weight).sum()) / norm["units"]
         return weight * is_weight, out
 
-    def _critic_micro(self, micro: list[Sample], norm: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
-        """This micro-batch's share of the minibatch's value loss and its stat sums."""
-        ids = [s.critic_input[0] for s in micro]
-        prefix_lens = [s.critic_input[1] for s in micro]
-        agent = micro[0].agent_id  # all samples of a micro-batch share one critic adapter
-        actors = [s.agent_id for s in micro]  # each decision's value-head slot
-        if self.value_mode == "token":
-            values = self.policy.token_values(ids, [s.response_ids for s in micro], agent,
-                                              prefix_lens=prefix_lens, actors=actors).float()  # [B, T]
-            length = values.shape[1]
-            mask = response_mask(micro, length).to(values.device)  # [B, T]
-            old = pad_stack([s.old_values for s in micro], length).to(values.device)  # [B, T]
-            returns = pad_stack([s.returns for s in micro], length).to(values.device)  # [B, T]
-        else:
-            values = self.policy.state_values(ids, agent, prefix_lens=prefix_lens, actors=actors).float()  # [B]
-            mask = torch.ones_like(values)  # [B]
-            old = torch.stack([s.old_values for s in micro]).to(values.device)  # [B]
-            returns = torch.stack([s.returns for s in micro]).to(values.device)  # [B]
-            if self.policy.feature_sink:  # the first critic pass of a head-refit update
-                self._captured.append((micro[0].critic, Batch(
-                    self.policy.feature_sink.pop().cpu(),  # [B, H]
-                    torch.tensor(self.policy.value_slots(actors, agent, len(micro)), dtype=torch.long),  # [B]
-                    returns.detach().float().cpu(),  # [B]
-                    [self._task_keys.get(s.episode, ("episode", id(s))) for s in micro])))
-        scale = self.policy.value_heads[micro[0].critic].scale.detach()  # [] PopArt's sigma (1 without)
-        per_unit, clipped = pm.value_loss_elements(values / scale, old / scale, returns / scale,
-                                                   self.ppo.value_clip, self.ppo.huber_delta)
-        loss = pm.masked_sum(per_unit, mask) / norm["units"]
-        return loss, {"losses/value_clipfrac": float(pm.masked_sum(clipped.to(mask.dtype), mask)) / norm["units"]}
-
-    def _accumulate(self, batch: list[Sample], critic: bool) -> tuple[float, dict[str, float]]:
+    def _accumulate(self, batch: list[Sample], critic: bool, first_pass: bool = False) -> tuple[float, dict[str, float]]:
         """Backward every micro-batch of ``batch`` (of this rank's share of it, with several
-        ranks); returns the minibatch loss and stats."""
+        ranks); returns the minibatch loss and stats. Critic micro-batches are the
+        :class:`ValueFit`'s (``first_pass``: the update's first critic epoch)."""
         if critic:
             norm = {"units": sum(self.value_units(s) for s in batch)}
         else:
@@ -545,21 +459,23 @@ class BaseLearner(LogprobTargets):
         dp = self.data_parallel  # an episode's critic inputs share a row: keep them on one rank
         local = dp.share_groups(batch, episode_key) if critic else dp.share(batch)
         for micro in self._micro_batches(local, by="critic" if critic else "adapter"):
-            loss, stats = self._critic_micro(micro, norm) if critic else self._policy_micro(micro, norm)
+            loss, stats = (self.value_fit.micro_loss(micro, norm, first_pass) if critic
+                           else self._policy_micro(micro, norm))
             loss.backward()
             loss_total += float(loss.detach())
             for key, value in stats.items():
                 sums[key] += value
         return loss_total, dict(sums)
 
-    def _step(self, adapters: list[str], batch: list[Sample], critic: bool) -> dict[str, float]:
+    def _step(self, adapters: list[str], batch: list[Sample], critic: bool, first_pass: bool = False
+              ) -> dict[str, float]:
         """Accumulate gradients over the micro-batches of ``batch``, then one guarded step."""
         optimizers = [self.optimizers[a] for a in adapters]
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
         if not batch:
             return {}
-        loss_total, sums = self._accumulate(batch, critic)
+        loss_total, sums = self._accumulate(batch, critic, first_pass)
         # the global minibatch's gradient, loss and statistics (as they are, in one process)
         loss_total, sums = self.data_parallel.reduce_step(optimizers, loss_total, sums)
         norms = {}
@@ -593,7 +509,7 @@ class BaseLearner(LogprobTargets):
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "rng": self.rng.bit_generator.state,
             "skipped_steps": self.skipped_steps,
-            **({"head_refit": self.refit.state_dict()} if self.refit is not None else {}),
+            **(self.value_fit.state_dict() if self.value_fit is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -611,5 +527,5 @@ class BaseLearner(LogprobTargets):
                 group["lr"] = lr
         self.rng.bit_generator.state = state["rng"]
         self.skipped_steps = int(state.get("skipped_steps", 0))
-        if self.refit is not None:  # a checkpoint from before the refit was turned on: an empty window
-            self.refit.load_state_dict(state.get("head_refit", {}))
+        if self.value_fit is not None:
+            self.value_fit.load_state_dict(state)

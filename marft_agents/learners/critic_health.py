@@ -14,7 +14,7 @@ needs to judge that, measured on the update's own rollout and the values recorde
    is the task's expected return under the current policy, p_i, and the best explained variance
    of first-decision values is the **between-task share** of the return variance,
    ``sigma_b^2 / (sigma_b^2 + sigma_w^2)`` (Var p_i over the within-task variance). With ``k``
-   episodes of each of ``g`` tasks (grouped sampling, ``critic.ceiling_group_size``) the one-way
+   episodes of each of ``g`` tasks (grouped sampling, ``schedule.group_size``) the one-way
    ANOVA mean squares ``MSB = k sum_i (mean_i - mean)^2 / (g - 1)`` and
    ``MSW = sum_ij (G_ij - mean_i)^2 / (g (k - 1))`` give unbiased ``sigma_w^2 = MSW`` and
    ``sigma_b^2 = (MSB - MSW) / k``: the finite-k correction, without which the spread of k-sample
@@ -25,18 +25,41 @@ needs to judge that, measured on the update's own rollout and the values recorde
    is at least the first decision's; it is not estimated (it would need repeated continuations
    of the same parent output), and ``critic/ev_later`` is reported without one.
 3. The critic's figures. ``critic/ev_first``: explained variance of the first decisions' recorded
-   values for their returns (comparable with the ceiling); ``critic/value_return_corr``: their
-   Pearson correlation; ``critic/ev_later``: the same EV for the other decisions;
-   ``critic/return_std`` and ``critic/adv_abs_mean`` (mean |advantage| of the update's samples,
-   before whitening): with a useless critic the second is about the first's size;
-   ``critic/value_std``: the spread of the first decisions' values (0: a constant critic).
-4. The warning (:class:`CriticWatch`): ``losses/explained_variance`` below ``health_min_ev`` for
-   ``health_window`` updates in a row logs one line, once until the critic recovers.
-5. The run's figure (:func:`last_half`): over the later half of a run's updates, the first
+   values for their returns, on the ceiling's footing: under grouped sampling
+   ``1 - (residual total) / (sigma_b^2 + sigma_w^2)``, both the unbiased random-effects totals of
+   step 2 (``critic/residual_total_var``: step 2's split of ``G - V``). The in-update variance
+   of grouped returns undercounts the between-task part by ``(N - k) / (N - 1)``, so on it a
+   critic with ``V = p_i`` scores only ~0.93-0.96 of the ceiling at 8 tasks per update; on this
+   footing it scores the ceiling and a constant critic 0, both in expectation. Ungrouped,
+   ``1 - Var(G - V) / Var(G)``, the usual EV. ``critic/value_return_corr``: their Pearson correlation; ``critic/ev_later``:
+   the usual EV for the other decisions; ``critic/return_var``, ``critic/residual_var_first``
+   and ``critic/return_std``: in-update (population) figures of the first decisions;
+   ``critic/adv_abs_mean`` (mean |advantage| of the update's samples, before whitening): with
+   a useless critic about ``critic/return_std``; ``critic/value_std``: the spread of the first
+   decisions' values (0: a constant critic).
+4. Against the free baseline (:mod:`marft_agents.learners.baselines`, step 5). With grouped
+   sampling the leave-one-out (LOO) group mean is a baseline that costs nothing, so every
+   update reports, per decision position p, ``critic/loo_residual_var/pos<p>``,
+   ``critic/critic_residual_var/pos<p>`` (the residual of the baseline the run uses with its
+   critic: ``Var(G - V)`` under ``advantage.baseline: critic``, the anchored baseline's under
+   ``group_critic``), ``critic/anchored_residual_var/pos<p>`` (what ``group_critic`` would leave
+   with these values), ``critic/group_return_var/pos<p>`` (no baseline) and
+   ``critic/baseline_gain/pos<p> = 1 - critic residual / LOO residual``, with
+   ``critic/baseline_gain`` pooled over positions (decision-weighted). > 0: the critic is the
+   better baseline; a critic that knows each task's success probability scores ``1/k`` at
+   position 0, where the LOO mean already is the task's value up to its k - 1 samples.
+5. The warnings (:class:`CriticWatch`): ``losses/explained_variance`` below ``health_min_ev`` for
+   ``health_window`` updates in a row logs one line, once until the critic recovers; so does
+   ``critic/baseline_gain < 0`` for ``health_window`` updates in a row, naming the setting to
+   change (``advantage.baseline: group``).
+6. The run's figure (:func:`last_half`): over the later half of a run's updates, the first
    decisions' explained variance pooled as ``1 - mean(residual var) / mean(return var)`` against
    the pooled ceiling, and their ratio: how much of what any critic could explain this one did.
-   ``summary.json`` (``critic_last_half``) and the grid reports carry it; below
-   :data:`MIN_CEILING` the ceiling is too small for the ratio to mean anything.
+   Rows with ``critic/residual_total_var`` pool it on the ceiling's footing (over
+   ``between + within``); older rows, the in-update
+   ``critic/residual_var_first`` over ``critic/return_var``. ``summary.json``
+   (``critic_last_half``) and the grid reports carry it; below :data:`MIN_CEILING` the ceiling
+   is too small for the ratio to mean anything.
 """
 
 from __future__ import annotations
@@ -51,6 +74,7 @@ import torch
 
 from marft_agents import ppo_math as pm
 from marft_agents.episodes import Rollout
+from marft_agents.learners.baselines import pooled_gain, residual_variances
 from marft_agents.learners.credit import assign_credit
 
 log = logging.getLogger(__name__)
@@ -58,9 +82,25 @@ log = logging.getLogger(__name__)
 HEALTH_KEYS: tuple[str, ...] = (
     "critic/ev_first", "critic/ev_ceiling", "critic/ev_later", "critic/value_return_corr",
     "critic/return_var", "critic/between_task_var", "critic/within_task_var", "critic/residual_var_first",
-    "critic/return_std", "critic/value_std", "critic/adv_abs_mean",
+    "critic/return_std", "critic/value_std", "critic/adv_abs_mean", "critic/residual_total_var",
 )
 """The per-update critic-health metrics, declared once (records and docs read this list)."""
+
+POSITION_KEYS: tuple[str, ...] = (
+    "critic/group_return_var", "critic/loo_residual_var", "critic/critic_residual_var",
+    "critic/anchored_residual_var", "critic/baseline_gain",
+)
+"""The per-position baseline figures (module docstring, step 4), each logged as ``<key>/pos<p>``."""
+GAIN_KEY = "critic/baseline_gain"
+"""The pooled baseline gain of an update (module docstring, step 4)."""
+RECORD_KEYS: tuple[str, ...] = (GAIN_KEY, "critic/baseline_gain/pos0", "critic/baseline_gain/pos1",
+                                "critic/ev_first", "critic/ev_ceiling")
+"""What a leaderboard record carries of the critic, per run (pooled by :func:`gain_summary`)."""
+
+
+def position_key(key: str, position: int) -> str:
+    """``critic/loo_residual_var`` at position 2 -> ``critic/loo_residual_var/pos2``."""
+    return f"{key}/pos{position}"
 
 MIN_CEILING = 0.05
 """A pooled ceiling below this is too small to judge a critic against (a ratio of two noises)."""
@@ -133,6 +173,11 @@ class CriticSummary:
     corr_min: float
     corr_max: float
     """Range of the per-update value-return correlation."""
+    baseline_gain: float = float("nan")
+    """Pooled ``1 - sum(critic residual) / sum(LOO residual)`` over the updates and positions
+    (module docstring, step 4); NaN when the rows carry no baseline figures."""
+    gain_by_position: tuple[float, ...] = ()
+    """The same per decision position (0, 1, ...)."""
 
     @property
     def ratio(self) -> float:
@@ -142,16 +187,22 @@ class CriticSummary:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for JSON: NaN (not measurable) as None."""
-        return {k: None if isinstance(v, float) and not math.isfinite(v) else v
-                for k, v in {**asdict(self), "ratio": self.ratio}.items()}
+        def plain(v: Any) -> Any:
+            if isinstance(v, tuple):
+                return [plain(x) for x in v]
+            return None if isinstance(v, float) and not math.isfinite(v) else v
+
+        return {k: plain(v) for k, v in {**asdict(self), "ratio": self.ratio}.items()}
 
     def line(self) -> str:
         """One line for a run's end."""
         head = (f"critic over updates {self.first_update}-{self.last_update}: first-decision explained variance "
                 f"{self.ev_first:.3f} against a ceiling of {self.ceiling:.3f}")
+        gain = (f"; baseline gain over the group mean {self.baseline_gain:.3f}"
+                if math.isfinite(self.baseline_gain) else "")
         if not math.isfinite(self.ratio):
-            return head + f" (below {MIN_CEILING}: too small to judge the critic against)"
-        return head + f", {self.ratio:.2f} of it"
+            return head + f" (below {MIN_CEILING}: too small to judge the critic against)" + gain
+        return head + f", {self.ratio:.2f} of it" + gain
 
 
 def _number(row: Mapping[str, Any], key: str) -> float:
@@ -159,25 +210,55 @@ def _number(row: Mapping[str, Any], key: str) -> float:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else float("nan")
 
 
+def _positions(row: Mapping[str, Any]) -> list[int]:
+    """The decision positions a row logged baseline figures for."""
+    prefix = "critic/loo_residual_var/pos"
+    return sorted(int(k[len(prefix):]) for k in row if k.startswith(prefix) and k[len(prefix):].isdigit())
+
+
+def _pooled_gain(rows: Sequence[Mapping[str, Any]], positions: Sequence[int] | None) -> float:
+    """``1 - sum critic residual / sum LOO residual`` over ``rows`` and ``positions`` (None: all)."""
+    critic = loo = 0.0
+    for r in rows:
+        for p in _positions(r) if positions is None else positions:
+            c = _number(r, position_key("critic/critic_residual_var", p))
+            b = _number(r, position_key("critic/loo_residual_var", p))
+            if math.isfinite(c) and math.isfinite(b):
+                critic, loo = critic + c, loo + b
+    return 1.0 - critic / loo if loo > 0 else float("nan")
+
+
 def last_half(rows: Sequence[Mapping[str, Any]], step_key: str = "step") -> CriticSummary | None:
     """:class:`CriticSummary` of the later half of ``rows`` (per-update metrics with the update
     number under ``step_key``, e.g. ``metrics.jsonl``'s rows) that logged the critic's variance
-    parts; for an odd count the middle update counts in the later half. None without such rows."""
+    parts; for an odd count the middle update counts in the later half. None without such rows.
+    Rows with the per-position parts (step 4) are pooled on the ceiling's footing (step 6)."""
     logged = {int(r[step_key]): r for r in rows
               if math.isfinite(_number(r, "critic/return_var")) and math.isfinite(_number(r, "critic/residual_var_first"))}
     ordered = [logged[k] for k in sorted(logged)]
     late = ordered[len(ordered) // 2:]
     if not late:
         return None
-    return_var = sum(_number(r, "critic/return_var") for r in late) / len(late)
-    residual = sum(_number(r, "critic/residual_var_first") for r in late) / len(late)
+    between = [_number(r, "critic/between_task_var") for r in late]
+    within = [_number(r, "critic/within_task_var") for r in late]
+    footed = [(b + w, _number(r, "critic/residual_total_var"))
+              for r, b, w in zip(late, between, within)]
+    footed = [(t, c) for t, c in footed if math.isfinite(t) and math.isfinite(c)]
+    if footed:  # the ceiling's footing: both random-effects totals
+        total = sum(t for t, _ in footed) / len(footed)
+        residual = sum(c for _, c in footed) / len(footed)
+    else:  # rows from before the baseline figures: in-update variances
+        total = sum(_number(r, "critic/return_var") for r in late) / len(late)
+        residual = sum(_number(r, "critic/residual_var_first") for r in late) / len(late)
     corr = [c for c in (_number(r, "critic/value_return_corr") for r in late) if math.isfinite(c)]
+    positions = sorted({p for r in late for p in _positions(r)})
     return CriticSummary(
         first_update=int(late[0][step_key]), last_update=int(late[-1][step_key]), updates=len(late),
-        ceiling=pooled_share([_number(r, "critic/between_task_var") for r in late],
-                             [_number(r, "critic/within_task_var") for r in late]),
-        ev_first=1.0 - residual / return_var if return_var > 0 else float("nan"),
-        corr_min=min(corr, default=float("nan")), corr_max=max(corr, default=float("nan")))
+        ceiling=pooled_share(between, within),
+        ev_first=1.0 - residual / total if total > 0 else float("nan"),
+        corr_min=min(corr, default=float("nan")), corr_max=max(corr, default=float("nan")),
+        baseline_gain=_pooled_gain(late, None),
+        gain_by_position=tuple(_pooled_gain(late, [p]) for p in positions))
 
 
 def monte_carlo_returns(rewards: Sequence[float], gammas: Sequence[float]) -> list[float]:
@@ -205,9 +286,46 @@ def _corr(x: list[float], y: list[float]) -> float:
     return float((a * b).sum()) / denom if denom > 0 else float("nan")
 
 
+def episode_returns(rollout: Rollout, credit: str, gamma: float) -> list[list[float]]:
+    """Step 1: every episode's Monte Carlo returns, per decision position."""
+    out = []
+    for decisions in rollout.episode_decisions():
+        rewards, gammas = assign_credit(decisions, credit, gamma) if decisions else ([], [])
+        out.append(monte_carlo_returns(rewards, gammas))
+    return out
+
+
+def equal_groups(rollout: Rollout) -> list[list[int]] | None:
+    """The rollout's task groups when there are >= 2 of one common size >= 2 (grouped sampling),
+    else None."""
+    groups = [members for members in rollout.groups().values()]
+    sizes = {len(m) for m in groups}
+    return groups if len(groups) >= 2 and len(sizes) == 1 and min(sizes) >= 2 else None
+
+
+def baseline_figures(returns: Sequence[Sequence[float]], groups: Sequence[Sequence[int]],
+                     values: Sequence[Sequence[float]] | None, baseline: str = "critic") -> dict[str, float]:
+    """Step 4's per-position figures and the pooled gain (``baseline``: the run's
+    ``advantage.baseline``: under ``group_critic`` the critic's residual is the anchored one)."""
+    anchored = baseline == "group_critic"
+    positions = residual_variances(returns, groups, values)
+    out: dict[str, float] = {}
+    for r in positions:
+        critic = r.anchored if anchored else r.critic
+        out[position_key("critic/group_return_var", r.position)] = r.return_var
+        out[position_key("critic/loo_residual_var", r.position)] = r.loo
+        if values is not None:
+            out[position_key("critic/critic_residual_var", r.position)] = critic
+            out[position_key("critic/anchored_residual_var", r.position)] = r.anchored
+            out[position_key(GAIN_KEY, r.position)] = r.gain(critic)
+    if values is not None and positions:
+        out[GAIN_KEY] = pooled_gain(positions, anchored)
+    return out
+
+
 def critic_health(rollout: Rollout, first_values: Sequence[float | None], credit: str, gamma: float,
-                  advantages: torch.Tensor | None = None) -> dict[str, float]:
-    """The health metrics of one update (module docstring, steps 1-3).
+                  advantages: torch.Tensor | None = None, baseline: str = "critic") -> dict[str, float]:
+    """The health metrics of one update (module docstring, steps 1-4).
 
     Args:
         rollout: the update's episodes (``Rollout.episode_decisions``, ``Rollout.groups``).
@@ -216,18 +334,16 @@ def critic_health(rollout: Rollout, first_values: Sequence[float | None], credit
             None where none was recorded.
         credit, gamma: the learner's credit assignment (``ppo.credit``, ``ppo.gamma``).
         advantages: ``[N]`` the update's advantages before whitening (for ``critic/adv_abs_mean``).
+        baseline: the run's ``advantage.baseline`` (which residual the gain compares).
     """
     index = {id(d): i for i, d in enumerate(rollout.decisions)}
+    returns = episode_returns(rollout, credit, gamma)
+    values: list[list[float]] = []
     first_v, first_g, later_v, later_g = [], [], [], []
-    episode_first_return: dict[int, float] = {}
     for e, decisions in enumerate(rollout.episode_decisions()):
-        if not decisions:
-            continue
-        rewards, gammas = assign_credit(decisions, credit, gamma)
-        returns = monte_carlo_returns(rewards, gammas)
-        episode_first_return[e] = returns[0]
-        for k, (d, g) in enumerate(zip(decisions, returns)):
-            v = first_values[index[id(d)]]
+        row = [first_values[index[id(d)]] for d in decisions]
+        values.append([float("nan") if v is None else float(v) for v in row])
+        for k, (v, g) in enumerate(zip(row, returns[e])):
             if v is None:
                 continue
             (first_v if k == 0 else later_v).append(float(v))
@@ -241,13 +357,19 @@ def critic_health(rollout: Rollout, first_values: Sequence[float | None], credit
         out["critic/return_std"] = float(g.std(unbiased=False))
         out["critic/value_std"] = float(v.std(unbiased=False))
         out["critic/residual_var_first"] = float((g - v).var(unbiased=False))
-    groups = [[episode_first_return[e] for e in members if e in episode_first_return]
-              for members in rollout.groups().values()]
-    sizes = {len(m) for m in groups}
-    if len(groups) >= 2 and len(sizes) == 1 and min(sizes) >= 2:
-        split = between_task_split(groups)
+    groups = equal_groups(rollout)
+    first_returns = [r[0] for r in returns if r]
+    if groups is not None and len(first_returns) == len(returns):
+        split = between_task_split([[returns[e][0] for e in members] for members in groups])
         out.update({"critic/between_task_var": split.between, "critic/within_task_var": split.within,
                     "critic/ev_ceiling": split.share})
+        total = split.between + split.within
+        if len(first_g) == len(first_returns) and total > 0:  # step 3: the ceiling's footing
+            residual = between_task_split([[returns[e][0] - values[e][0] for e in members] for members in groups])
+            out["critic/residual_total_var"] = residual.between + residual.within
+            out["critic/ev_first"] = 1.0 - out["critic/residual_total_var"] / total
+        known = all(math.isfinite(v) for row in values for v in row)
+        out.update(baseline_figures(returns, groups, values if known else None, baseline))
     if advantages is not None and advantages.numel():
         out["critic/adv_abs_mean"] = float(advantages.abs().mean())
     return out
@@ -277,4 +399,29 @@ class CriticWatch:
         log.warning("update %d: the critic has explained < %.0f%% of the return variance for %d updates "
                     "(explained variance %.3f): the critic is not learning; MAPPO is behaving like REINFORCE%s",
                     update, 100 * self.min_ev, self.streak, explained_variance, hint)
+        return True
+
+
+class GainWatch:
+    """Warns once when the critic has been a worse baseline than the leave-one-out group mean
+    (``critic/baseline_gain < 0``) for ``window`` updates in a row (again after a recovery)."""
+
+    def __init__(self, window: int):
+        self.window = window
+        self.streak, self.warned = 0, False
+
+    def observe(self, update: int, gain: float, baseline: str = "critic") -> bool:
+        """Count one update; returns True when it logged the warning."""
+        if not math.isfinite(gain):
+            return False
+        if gain >= 0:
+            self.streak, self.warned = 0, False
+            return False
+        self.streak += 1
+        if self.streak < self.window or self.warned:
+            return False
+        self.warned = True
+        log.warning("update %d: the critic (advantage.baseline: %s) has been a worse baseline than the group mean for "
+                    "%d updates (critic/baseline_gain %.3f); set advantage.baseline: group to drop it", update, baseline,
+                    self.streak, gain)
         return True

@@ -3,8 +3,9 @@
 Registered as ``algorithm: grpo``; options in the ``learner:`` section
 (:class:`marft_agents.settings.grpo.GRPOOptions`).
 
-1. Sampling. The learner asks for ``group_size`` episodes of every task (its ``group_size``
-   attribute): same task, independent samples (``rollout.py``, grouped sampling).
+1. Sampling. The learner asks for ``learner.group_size`` episodes of every task (its
+   ``group_size`` attribute, in place of ``schedule.group_size``): same task, independent
+   samples (``rollout.py``, grouped sampling).
 2. Advantages. Every decision gets one scalar advantage from ``marft_agents.group_math``: its
    unit's score (team return, per agent, or per agent and turn: ``grouping``) against the other
    units with the same key, normalised as ``normalisation`` says. No critic is built, no value is
@@ -47,6 +48,10 @@ class GRPO(BaseLearner):
                              "gradient of KL(pi || ref)), not ppo.kl_coef")
         if cfg.ppo.critic_warmup_updates > 0:
             raise ValueError("algorithm grpo has no critic to warm up; set ppo.critic_warmup_updates: 0")
+        chosen = getattr(cfg.schedule, "group_size", None)
+        if chosen is not None and chosen != opts.group_size:
+            raise ValueError(f"algorithm grpo sets its group size with learner.group_size ({opts.group_size}); "
+                             f"remove schedule.group_size ({chosen})")
         super().__init__(policy, cfg, agent_ids)
         self.options = opts
         self.group_size = opts.group_size

@@ -17,6 +17,17 @@
    are per decision (the engine's units, ``policy_units``); entropy (bonus) and KL to the
    reference are token means over the minibatch (``learners/base.py``).
 3. Value loss. Clipped, Huber (two-sided) regression of V(critic input_k) on the GAE return.
+4. The baseline (``advantage.baseline``; :mod:`marft_agents.learners.baselines` has the maths
+   and its relation to GiGPO's anchor states and AT-GRPO's per-turn groups). ``critic``: steps
+   1-3. ``group``: decision k's advantage is its Monte Carlo return minus the leave-one-out mean
+   of the returns at position k in the other episodes of its task group (``schedule.group_size``
+   episodes per task); no critic is valued or trained (step 3 does not run). ``group_critic``:
+   the same LOO anchor, plus, from the second decision on, ``V(s_k)`` minus the LOO mean of the
+   other episodes' ``V`` at position k: the first decision (whose state the group shares) is the
+   anchor exactly, and the critic, regressed on the return's residual over the anchor, values
+   only what the group mean cannot see (a teammate's message, a feedback round). Both group
+   baselines use Monte Carlo returns (``ppo.lam`` unused) and reduce to each other when the
+   critic outputs a constant.
 
 Single-agent PPO is this learner on a one-role profile (e.g. ``profile: solo``): the decision
 sequence is then one agent's sequence of rounds.
@@ -28,17 +39,20 @@ import torch
 
 from marft_agents import ppo_math as pm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack, sample_from_decision
+from marft_agents.learners.baseline_choice import GroupBaselines
 from marft_agents.learners.credit import assign_credit
 from marft_agents.episodes import Rollout
 
 
-class ActionLevelMAPPO(BaseLearner):
+class ActionLevelMAPPO(GroupBaselines, BaseLearner):
     """MAPPO with one action per utterance (MARFT-A)."""
 
     value_mode = "state"
     unit = "decision"
 
     def build_samples(self, rollout: Rollout) -> list[Sample]:
+        if self.baseline != "critic":
+            return self._group_samples(rollout)
         episodes = [ep for ep in rollout.episode_decisions() if ep]
         if not episodes:
             return []
@@ -59,6 +73,16 @@ class ActionLevelMAPPO(BaseLearner):
         return [sample_from_decision(d, self.policy.critic_for(d.agent_id), values[e, k].clone(),
                                      advantages[e, k].clone(), returns[e, k].clone())
                 for e, decisions in enumerate(episodes) for k, d in enumerate(decisions)]
+
+    def _group_samples(self, rollout: Rollout) -> list[Sample]:
+        """Step 4's samples: the group advantage, and under ``group_critic`` the recorded value
+        and the residual target of the critic (no critic under ``group``: zeros, unused)."""
+        critic = self.value_mode is not None
+        zero = torch.zeros(())
+        return [sample_from_decision(d, self.policy.critic_for(d.agent_id) if critic else "",
+                                     torch.tensor(float(d.value)) if critic else zero,
+                                     torch.tensor(advantage), torch.tensor(target) if critic else zero)
+                for d, advantage, target in self.group_targets(rollout, (lambda d: d.value) if critic else None)]
 
     def policy_units(self, samples: list[Sample], logprobs: torch.Tensor, mask: torch.Tensor) -> PolicyUnits:
         """One unit per decision: the utterance's (sum or mean) log-prob."""

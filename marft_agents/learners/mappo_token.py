@@ -20,6 +20,12 @@
 3. Value loss. Clipped, Huber (two-sided) regression of every token value on its GAE return; a
    token's value is the critic's on its recorded input (``Decision.critic_prompt_ids``) with the
    response up to that token appended.
+4. The baseline (``advantage.baseline``): as MARFT-A's step 4 (``learners/mappo_action.py``,
+   maths in :mod:`marft_agents.learners.baselines`), per utterance: every token of an utterance
+   carries its utterance's group advantage. Under ``group_critic`` the critic's term is the
+   utterance's first-token value (the state before the utterance) against the LOO mean of the
+   other episodes' at that position, and every token value is regressed on the utterance's
+   residual over the anchor.
 
 Single-agent token-level PPO is this learner on a one-role profile.
 """
@@ -32,6 +38,7 @@ import torch
 
 from marft_agents import ppo_math as pm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack, sample_from_decision
+from marft_agents.learners.baseline_choice import GroupBaselines
 from marft_agents.learners.credit import assign_credit
 from marft_agents.episodes import Decision, Rollout
 
@@ -61,13 +68,15 @@ def fold_empty_utterances(decisions: Sequence[Decision], rewards: Sequence[float
     return keep, out_r, out_g, out_d
 
 
-class TokenLevelMAPPO(BaseLearner):
+class TokenLevelMAPPO(GroupBaselines, BaseLearner):
     """MAPPO with one action per token (MARFT-T)."""
 
     value_mode = "token"
     unit = "token"
 
     def build_samples(self, rollout: Rollout) -> list[Sample]:
+        if self.baseline != "critic":
+            return self._group_samples(rollout)
         inputs, kept = [], []
         for decisions in rollout.episode_decisions():
             rewards, gammas = assign_credit(decisions, self.ppo.credit, self.ppo.gamma)
@@ -84,6 +93,21 @@ class TokenLevelMAPPO(BaseLearner):
                                      advantages, returns)  # [L] each
                 for decisions, per_utterance in zip(kept, results)
                 for d, (advantages, returns) in zip(decisions, per_utterance)]
+
+    def _group_samples(self, rollout: Rollout) -> list[Sample]:
+        """Step 4's samples (utterances without tokens have nothing to train: skipped)."""
+        critic = self.value_mode is not None
+        out = []
+        for d, advantage, target in self.group_targets(
+                rollout, (lambda d: d.token_values[0] if d.token_values else 0.0) if critic else None):
+            n = len(d.response_ids)
+            if not n:
+                continue
+            values = torch.tensor(d.token_values, dtype=torch.float32) if critic else torch.zeros(n)  # [L]
+            out.append(sample_from_decision(d, self.policy.critic_for(d.agent_id) if critic else "", values,
+                                            torch.full((n,), float(advantage)),  # [L]
+                                            torch.full((n,), float(target)) if critic else torch.zeros(n)))  # [L]
+        return out
 
     def policy_units(self, samples: list[Sample], logprobs: torch.Tensor, mask: torch.Tensor) -> PolicyUnits:
         """One unit per response token."""

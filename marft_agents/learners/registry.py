@@ -3,8 +3,8 @@
 Three sources, one namespace:
 
 * the learners marft ships (``BUILTIN_LEARNERS``);
-* ``marft_agents.register_learner(name, cls)`` at run time (a class, or a ``"module:Class"``
-  string imported on first use);
+* ``marft_agents.register_learner(name, cls)`` at run time (a class, a ``"module:Class"`` string
+  imported on first use, or a :class:`LearnerSpec`);
 * the entry-point group ``marft_agents.learners`` of any installed package, read once, the first
   time a name is looked up or listed; nothing is imported until a learner is used::
 
@@ -14,16 +14,25 @@ Three sources, one namespace:
 
 So ``marft train``, ``marft eval`` and ``python -m baselines.run`` find an installed plugin with
 no import flag. A name registered at run time wins over an entry point of the same name.
+
+Config validation reads a learner's capabilities (``value_mode``, ``options_class``, ``trains``,
+``max_agents``: :class:`Capabilities`) without building it, and for the shipped learners without
+importing them: their modules import torch, while a config is plain data. So each shipped
+learner is declared here as a :class:`LearnerSpec`, the class to import on first use plus the
+capabilities validation needs, its options class named by a torch-free module; the first
+:func:`get_learner` of it checks that the class agrees with its spec. A plugin is imported to
+read its capabilities, unless it registers (or its entry point names) a :class:`LearnerSpec`.
+
+This module and the options classes it names import no torch.
 """
 
 from __future__ import annotations
 
 import pkgutil
 import warnings
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
-
-from marft_agents.learners.protocol import check_learner_class
 
 ENTRY_POINT_GROUP = "marft_agents.learners"
 
@@ -31,17 +40,57 @@ EVAL_ONLY = "eval_only"
 """The name of the evaluation-only baseline (:class:`~marft_agents.learners.eval_only.EvalOnly`),
 which records of runs that train nothing name as their algorithm (a grid's untrained cells)."""
 
-BUILTIN_LEARNERS: dict[str, str] = {
-    "mappo_action": "marft_agents.learners.mappo_action:ActionLevelMAPPO",  # MARFT-A
-    "mappo_token": "marft_agents.learners.mappo_token:TokenLevelMAPPO",  # MARFT-T
-    "ppo": "marft_agents.learners.single_agent:SingleAgentPPO",  # one-role profiles only
-    "ppo_token": "marft_agents.learners.single_agent:SingleAgentTokenPPO",  # one-role profiles only
-    EVAL_ONLY: "marft_agents.learners.eval_only:EvalOnly",  # no training
-    "grpo": "marft_agents.learners.grpo:GRPO",  # critic-free, group-relative
-}
-"""The shipped learners (``module:Class``; imported on first use): the one list of their names."""
 
-_registry: dict[str, Any] = dict(BUILTIN_LEARNERS)  # name -> class or "module:Class"
+@dataclass(frozen=True)
+class Capabilities:
+    """What a config's validation and the trainer read of a learner class before building it: the
+    class attributes of the learner interface (:mod:`marft_agents.learners.protocol`)."""
+
+    value_mode: str | None
+    """One of ``VALUE_MODES``; None: no critic."""
+    options_class: type | None
+    """The dataclass of the config's ``learner:`` section; None: the learner takes no options."""
+    trains: bool = True
+    """False for a learner that never trains (the evaluation-only baseline)."""
+    max_agents: int | None = None
+    """The env may have at most this many agents; None: any number."""
+
+    @classmethod
+    def of(cls, learner_class: type) -> Capabilities:
+        """The capabilities ``learner_class`` declares (``trains`` and ``max_agents`` optional)."""
+        return cls(learner_class.value_mode, learner_class.options_class,
+                   bool(getattr(learner_class, "trains", True)), getattr(learner_class, "max_agents", None))
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """A learner declared without importing it: the class (``"module:Class"``, imported on first
+    use) and the capabilities validation reads, ``options`` naming the options dataclass in a
+    module that imports no torch (``"module:Class"``; None: no options)."""
+
+    target: str
+    value_mode: str | None
+    options: str | None = None
+    trains: bool = True
+    max_agents: int | None = None
+
+    def capabilities(self) -> Capabilities:
+        options = pkgutil.resolve_name(self.options) if self.options is not None else None
+        return Capabilities(self.value_mode, options, self.trains, self.max_agents)
+
+
+BUILTIN_LEARNERS: dict[str, LearnerSpec] = {
+    "mappo_action": LearnerSpec("marft_agents.learners.mappo_action:ActionLevelMAPPO", "state"),  # MARFT-A
+    "mappo_token": LearnerSpec("marft_agents.learners.mappo_token:TokenLevelMAPPO", "token"),  # MARFT-T
+    "ppo": LearnerSpec("marft_agents.learners.single_agent:SingleAgentPPO", "state", max_agents=1),
+    "ppo_token": LearnerSpec("marft_agents.learners.single_agent:SingleAgentTokenPPO", "token", max_agents=1),
+    EVAL_ONLY: LearnerSpec("marft_agents.learners.eval_only:EvalOnly", None, trains=False),  # no training
+    "grpo": LearnerSpec("marft_agents.learners.grpo:GRPO", None,  # critic-free, group-relative
+                        options="marft_agents.settings.grpo:GRPOOptions"),
+}
+"""The shipped learners, each imported on first use: the one list of their names."""
+
+_registry: dict[str, Any] = dict(BUILTIN_LEARNERS)  # name -> class, LearnerSpec or "module:Class"
 _origin: dict[str, str] = {name: "marft" for name in BUILTIN_LEARNERS}
 _plugins_loaded = False
 
@@ -51,17 +100,20 @@ class UnknownLearnerError(ValueError):
 
 
 def register_learner(name: str, cls: Any, replace: bool = False) -> None:
-    """Make ``cls`` (a learner class or a ``"module:Class"`` string) available as ``name``.
+    """Make ``cls`` (a learner class, a ``"module:Class"`` string or a :class:`LearnerSpec`)
+    available as ``name``.
 
     Registering a taken name raises unless ``replace``; classes are checked against
-    :class:`~marft_agents.learners.protocol.Learner` now, strings when first used.
+    :class:`~marft_agents.learners.protocol.Learner` now, strings and specs when first used.
     """
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"a learner name must be a non-empty string, got {name!r}")
     if name in _registry and not replace and _registry[name] is not cls:
         raise ValueError(f"a learner named {name!r} is already registered ({_describe(name)}); "
                          "pass replace=True to override it")
-    if not isinstance(cls, str):
+    if not isinstance(cls, (str, LearnerSpec)):
+        from marft_agents.learners.protocol import check_learner_class
+
         check_learner_class(name, cls)
     _registry[name] = cls
     _origin[name] = "register_learner"
@@ -74,7 +126,42 @@ def list_learners() -> list[str]:
 
 
 def get_learner(name: str) -> type:
-    """The learner class registered as ``name`` (importing it if it was given as a string)."""
+    """The learner class registered as ``name`` (importing it if it was given as a string or spec)."""
+    from marft_agents.learners.protocol import check_learner_class
+
+    target = _lookup(name)
+    if isinstance(target, str):
+        target = _import(name, target)
+    spec = None
+    if isinstance(target, LearnerSpec):
+        spec, target = target, _import(name, target.target)
+    check_learner_class(name, target)
+    if spec is not None and Capabilities.of(target) != spec.capabilities():
+        raise TypeError(f"learner {name!r}: {spec.target} declares {Capabilities.of(target)}, but its "
+                        f"registered spec says {spec.capabilities()}; make the two agree")
+    _registry[name] = target
+    return target
+
+
+def learner_capabilities(name: str) -> Capabilities:
+    """What the learner registered as ``name`` declares (:class:`Capabilities`), read from its spec
+    without importing it where it was registered as one (every shipped learner), else from its class."""
+    target = _lookup(name)
+    if isinstance(target, str):
+        target = _import(name, target)
+        _registry[name] = target
+    if isinstance(target, LearnerSpec):
+        return target.capabilities()
+    return Capabilities.of(get_learner(name))
+
+
+def learner_trains(name: str) -> bool:
+    """Whether the learner registered as ``name`` trains: its class attribute ``trains`` (optional
+    for plugins, True when absent; the evaluation-only baseline sets False)."""
+    return learner_capabilities(name).trains
+
+
+def _lookup(name: str) -> Any:
     _load_plugins()
     if name not in _registry:
         raise UnknownLearnerError(
@@ -82,21 +169,10 @@ def get_learner(name: str) -> type:
             f"from the {ENTRY_POINT_GROUP!r} entry-point group of installed packages or from "
             "marft_agents.register_learner(name, cls); see marft_agents/ADDING_A_LEARNER.md"
         )
-    target = _registry[name]
-    if isinstance(target, str):
-        target = _import(name, target)
-        check_learner_class(name, target)
-        _registry[name] = target
-    return target
+    return _registry[name]
 
 
-def learner_trains(name: str) -> bool:
-    """Whether the learner registered as ``name`` trains: its class attribute ``trains`` (optional
-    for plugins, True when absent; the evaluation-only baseline sets False). Imports the class."""
-    return bool(getattr(get_learner(name), "trains", True))
-
-
-def _import(name: str, spec: str) -> type:
+def _import(name: str, spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ValueError(f"learner {name!r}: entry point {spec!r} must look like 'package.module:Class'")
@@ -110,7 +186,10 @@ def _import(name: str, spec: str) -> type:
 
 def _describe(name: str) -> str:
     target = _registry.get(name)
-    where = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
+    if isinstance(target, LearnerSpec):
+        where = target.target
+    else:
+        where = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
     return f"{where}, from {_origin.get(name, '?')}"
 
 

@@ -44,7 +44,7 @@ class Sample:
     """Shared-prefix length of ``critic_prompt_ids`` as valued at collection time."""
     episode: int = -1
     """The decision's episode in its rollout (``Decision.episode``; -1 = unknown): the value
-    loss's minibatches keep an episode's decisions together (``BaseLearner._critic_minibatches``)."""
+    loss's minibatches keep an episode's decisions together (``ValueFit.minibatches``)."""
     behaviour_logprobs: torch.Tensor | None = None
     """``[L]`` log-probs of the response tokens as the sampler computed them (the behaviour
     policy's); None at construction = ``old_logprobs`` as given, which every learner builds from

@@ -5,11 +5,14 @@ Plain data; what the modes mean is in :mod:`marft_agents.critic` (its module doc
 
 from __future__ import annotations
 
+import logging
 import typing
 from dataclasses import dataclass
 from typing import Literal
 
 from marft_agents.settings.lora import LoraSpec
+
+log = logging.getLogger(__name__)
 
 CriticMode = Literal["centralised", "per_agent", "local"]
 """What the critic reads and how many there are (see :mod:`marft_agents.critic`)."""
@@ -60,11 +63,9 @@ class CriticConfig:
     agent's task spread small and the critic learns several times slower (docs/results.md).
     False: one head for every decision, as before this option existed."""
     ceiling_group_size: int | None = None
-    """Episodes per task the collector plays for a value learner, so that each update measures
-    the critic's **explained-variance ceiling** (``critic/ev_ceiling``, see
-    ``learners/critic_health.py``). None: 4 when ``schedule.episodes_per_update`` is a multiple of
-    4 and at least 8, else 1 (no ceiling; one log line says so). 1 turns it off; k > 1 must divide
-    ``episodes_per_update``."""
+    """Deprecated: use ``schedule.group_size`` (grouped sampling is a setting of the schedule, which
+    decides the training data, not of a diagnostic). Still read, with one warning line, when
+    ``schedule.group_size`` is unset."""
     head_refit_window: int = 0
     """After each update, also solve for the value head by ridge regression on the hidden states
     and returns of the last this-many updates, the ridge strength chosen by cross-validation over
@@ -74,7 +75,9 @@ class CriticConfig:
     State values only (MARFT-A, single-agent PPO). 0 = off: only gradient steps train the head."""
     health_window: int = 10
     """Updates in a row with ``losses/explained_variance`` below ``health_min_ev`` before the
-    learner warns that the critic is not learning (once per run, again after a recovery)."""
+    learner warns that the critic is not learning (once per run, again after a recovery); also
+    the updates in a row with ``critic/baseline_gain < 0`` (the critic a worse baseline than the
+    group mean) before the learner says to set ``advantage.baseline: group``."""
     health_min_ev: float = 0.05
     """Explained variance under which an update counts towards the warning."""
     max_state_chars: int = 16_000
@@ -98,9 +101,12 @@ class CriticConfig:
             raise ValueError(f"value_head_init_std must be >= 0, got {self.value_head_init_std}")
         if not 0.0 <= self.value_norm_beta < 1.0:
             raise ValueError(f"value_norm_beta must be in [0, 1), got {self.value_norm_beta}")
-        if self.ceiling_group_size is not None and self.ceiling_group_size < 1:
-            raise ValueError(f"ceiling_group_size must be >= 1 (1 = no ceiling) or null (auto), "
-                             f"got {self.ceiling_group_size}")
+        if self.ceiling_group_size is not None:
+            if self.ceiling_group_size < 1:
+                raise ValueError(f"ceiling_group_size must be >= 1 or null, got {self.ceiling_group_size}; "
+                                 "it is deprecated: set schedule.group_size instead")
+            log.warning("critic.ceiling_group_size is deprecated: set schedule.group_size: %d instead",
+                        self.ceiling_group_size)
         if self.head_refit_window < 0:
             raise ValueError(f"head_refit_window must be >= 0 (0 = off), got {self.head_refit_window}")
         if self.health_window < 1:

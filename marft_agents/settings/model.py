@@ -2,7 +2,8 @@
 
 Plain data (no torch): loading is :mod:`marft_agents.models`, which also resolves ``dtype: auto``
 (:func:`marft_agents.models.auto_dtype`, it probes the device) and ``device: auto``
-(:func:`marft_agents.models.resolve_device`).
+(:func:`marft_agents.models.resolve_device`), as ``TrainConfig.resolve_hardware`` does before a
+model loads.
 """
 
 from __future__ import annotations
@@ -43,11 +44,12 @@ class ModelConfig:
     (GPU only in
     practice), or "auto": bfloat16 where the device computes it faster than float32 (CUDA with bf16,
     CPUs with AMX or Arm BF16; not AVX512-BF16 alone, which ran slower), else float32. "auto" is
-    replaced by the concrete name when the config is validated, so runs record what they used."""
+    replaced by the concrete name before the model loads (``TrainConfig.resolve_hardware``), so
+    runs record what they used."""
     device: str = AUTO_DEVICE
     """Any torch device string ("cpu", "cuda", "cuda:1", "mps"), or "auto": "cuda" when CUDA is
-    present, else "cpu". "auto" is replaced by the concrete name when the config is validated, so
-    runs record what they used. It becomes "cuda", not "cuda:0": under ``torchrun`` each rank has
+    present, else "cpu". "auto" is replaced by the concrete name before the model loads
+    (``TrainConfig.resolve_hardware``), so runs record what they used. It becomes "cuda", not "cuda:0": under ``torchrun`` each rank has
     made its own GPU the current one (``marft_agents.distributed``), and "cuda" means that one.
     The weights are loaded straight onto this device (``device_map``), not into CPU memory first."""
     attn_implementation: str | None = None
@@ -65,10 +67,12 @@ class ModelConfig:
     """Where converted aliases are stored; None = ``$MARFT_CACHE/models`` if the variable is
     set, else ``~/.cache/marft/models``."""
     threads: int = 0
-    """torch CPU threads, set when the model is loaded; 0 keeps torch's default (one per core).
-    Use 1 on a machine shared with other jobs: OpenMP threads that spin-wait for pre-empted
-    siblings make a multi-thread step far slower than a 1-thread one on a loaded box
-    (figures: docs/performance.md, "Figures behind design choices")."""
+    """torch CPU threads, set when the model is loaded. 0 = chosen for the machine as it is:
+    ``MARFT_THREADS``, ``OMP_NUM_THREADS`` or an earlier ``torch.set_num_threads`` if set, else
+    the cores in the process's affinity less the load of other work (a busy machine gets fewer:
+    OpenMP threads that spin-wait for pre-empted siblings make a multi-thread step far slower
+    than a 1-thread one on a loaded box); the start-up line says which and why
+    (``marft_agents.engine.cpu_support.choose_threads``)."""
 
 
 def alias_typo(name: str) -> str | None:

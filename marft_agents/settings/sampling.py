@@ -16,6 +16,10 @@ ROLLOUT_ENGINES = (*ENGINES, "vllm")
 """Every rollout engine ``SamplingConfig.engine`` can name: the loops, and ``vllm``
 (``engine.vllm_engine.VLLMEngine``, the optional extra ``marft[vllm]``).
 ``engine.rollout_engine.ENGINE_CLASSES`` maps each to its class."""
+SCORED_ELSEWHERE: frozenset[str] = frozenset({"vllm"})
+"""The rollout engines whose log-probs come from other kernels than the learner's forward pass
+(their class's ``scores_in_learner``), declared here so that a config is validated without
+importing the engines (torch); ``engine.registry.engine_classes`` checks the two agree."""
 
 
 @dataclass(frozen=True)

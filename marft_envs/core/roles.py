@@ -32,6 +32,7 @@ File format::
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -149,9 +150,12 @@ def profile_source(name: str) -> str:
 
 
 def _not_found_message(spec: Any) -> str:
+    names = available_profiles()
+    close = difflib.get_close_matches(str(spec), names, n=1)
     return (
-        f"profile {str(spec)!r} is neither an existing .yaml/.yml/.json file nor a known profile "
-        f"name ({', '.join(available_profiles())}); shipped profiles live in marft_envs/profiles, "
+        f"profile {str(spec)!r} is neither an existing .yaml/.yml/.json file nor a known profile name"
+        + (f"; did you mean {close[0]!r}?" if close else "")
+        + f" (known: {', '.join(names)}); shipped profiles live in marft_envs/profiles, "
         f"others come from ${PROFILE_PATH_VAR} folders or the {PROFILE_ENTRY_POINT_GROUP!r} entry points"
     )
 

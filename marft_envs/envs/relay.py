@@ -97,7 +97,7 @@ from marft_envs.tasks.relay import (TASK_REVISION, TASK_REVISIONS, RelayTasks, d
 MESSAGE_CHARS = 40
 """Default cut of a teammate's message as the answerer reads it: enough for the values ("A = 17,
 C = 45"), not for the rambling a small model appends, which it otherwise copies instead of
-answering (measured with SmolLM2-135M, docs/cooperative_tasks.md)."""
+answering (measured with SmolLM2-135M)."""
 
 NO_NUMBER = "(no number)"
 """What the number channel passes from an utterance without an integer."""

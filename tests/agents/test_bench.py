@@ -58,6 +58,22 @@ def test_scripted_bench_writes_into_the_current_folder(tmp_path, monkeypatch, ca
     assert "leaderboard record:" in capsys.readouterr().out
 
 
+def test_a_bench_record_is_an_ordinary_file_not_a_private_one(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    monkeypatch.chdir(tmp_path)
+    previous = os.umask(0o022)
+    try:
+        assert main(["bench", "--env", "marft/Arithmetic-v0", "--policy", "scripted:test_bench:say_letters", "--n", "1",
+                     "--name", "shared", "--env-kwargs", "{profile: solo, horizon: 1}"]) == 0
+    finally:
+        os.umask(previous)
+    # the mode open() gives (0644 under umask 022), not the temp file's 0600: others can read it
+    assert stat.S_IMODE((tmp_path / "shared.json").stat().st_mode) == 0o644
+    assert not list(tmp_path.glob("*.tmp"))
+
+
 def test_a_bench_record_names_its_task_revision_so_only_older_splits_are_flagged(tmp_path, monkeypatch):
     from leaderboards.records import load_records
     from marft_envs.envs.relay import RelayEnv

@@ -119,10 +119,27 @@ def test_every_shipped_config_loads_and_validates(path):
 
 
 @pytest.mark.parametrize("native, expected", [(True, "bfloat16"), (False, "float32")])
-def test_auto_dtype_is_resolved_at_validation_to_what_the_cpu_runs_natively(monkeypatch, native, expected):
+def test_auto_dtype_is_resolved_before_the_model_loads_to_what_the_cpu_runs_natively(monkeypatch, native, expected):
     from marft_agents import models
 
     monkeypatch.setattr(models, "cpu_has_fast_bf16", lambda cpuinfo=None: native)
-    cfg = C.config_from_dict({"model": {"dtype": "auto", "device": "cpu"}})
-    assert cfg.model.dtype == expected  # the record names the dtype the run used, never "auto"
-    assert C.config_from_dict({"model": {"dtype": "float32"}}).model.dtype == "float32"  # explicit wins
+    cfg = C.config_from_dict({"model": {"dtype": "auto", "device": "auto"}})
+    assert (cfg.model.dtype, cfg.model.device) == ("auto", "auto")  # validation is plain data: no device probe
+    assert cfg.resolve_hardware() is cfg
+    assert (cfg.model.dtype, cfg.model.device) == (expected, "cpu")  # the record names what the run used
+    explicit = C.config_from_dict({"model": {"dtype": "float32", "device": "cpu"}}).resolve_hardware()
+    assert (explicit.model.dtype, explicit.model.device) == ("float32", "cpu")  # explicit wins
+
+
+@pytest.mark.parametrize("device, expected", [
+    ("cuda0", "did you mean 'cuda:0'"), ("gpu", "did you mean 'cuda'"), ("CUDA", "did you mean 'cuda'"),
+    ("cuda:x", "torch device string")])
+def test_a_malformed_device_is_refused_at_validation(device, expected):
+    with pytest.raises(C.ConfigError, match=expected):
+        C.config_from_dict({"model": {"device": device}})
+
+
+def test_a_device_torch_does_not_know_is_refused_when_resolved():
+    cfg = C.config_from_dict({"model": {"device": "nosuchdevice"}})  # shaped like one: torch decides
+    with pytest.raises(C.ConfigError, match="model.device must be 'auto' or a torch device string"):
+        cfg.resolve_hardware()

@@ -77,3 +77,74 @@ def test_plain_kernels_decode_the_same_bfloat16_tokens_and_logprobs_bit_for_bit(
         torch.manual_seed(3)
         plain = policy.generate(_requests(policy), sampled)
     assert [g.response_ids for g in plain] == [g.response_ids for g in probed]
+
+
+# -- threads chosen for the machine as it is -----------------------------------------------------------
+def _choose(**kwargs):
+    """``choose_threads`` with a quiet environment, 2 cores in affinity, torch at its default."""
+    defaults = {"environ": {}, "cores": 2, "load": 0.0, "own": 0.0, "current": 2}
+    return cpu_support.choose_threads(**{**defaults, **kwargs})
+
+
+def test_an_idle_machine_gets_every_core_in_the_affinity_mask():
+    choice = _choose(load=0.3)
+    assert (choice.threads, choice.apply, choice.automatic) == (2, True, True)
+    assert choice.why == "2 cores in affinity, load 0.3 besides marft: idle"
+    assert _choose(cores=16, current=16, load=0.0).threads == 16
+
+
+def test_a_busy_machine_gets_fewer_threads_and_is_called_busy():
+    assert _choose(load=1.9).threads == 1 and _choose(load=1.9).why.endswith("load 1.9 besides marft: busy")
+    assert _choose(load=6.5).threads == 1  # never fewer than one
+    assert _choose(cores=16, current=16, load=4.2).threads == 12
+    # the process's own part of the load average is not "other work"
+    assert _choose(load=0.9, own=0.8).threads == 2
+
+
+def test_the_affinity_mask_not_the_machine_sets_the_core_count(monkeypatch):
+    monkeypatch.setattr(cpu_support.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    monkeypatch.setattr(cpu_support.os, "cpu_count", lambda: 64)
+    assert cpu_support.cores_in_affinity() == 1
+    choice = cpu_support.choose_threads(environ={}, load=0.0, own=0.0, current=1)
+    assert choice.threads == 1 and choice.why.startswith("1 core in affinity")
+
+
+def test_explicit_settings_win_in_order():
+    assert _choose(configured=3, environ={"MARFT_THREADS": "5"}, load=1.9).threads == 3  # model.threads
+    marft = _choose(environ={"MARFT_THREADS": "5", "OMP_NUM_THREADS": "1"}, load=1.9)
+    assert (marft.threads, marft.why, marft.apply, marft.automatic) == (5, "MARFT_THREADS", True, False)
+    omp = _choose(environ={"OMP_NUM_THREADS": "2"}, load=1.9)  # busy, but the user said 2
+    assert (omp.threads, omp.why, omp.apply) == (2, "OMP_NUM_THREADS=2", False)
+    torch_set = _choose(current=1, load=0.0)  # someone called torch.set_num_threads(1)
+    assert (torch_set.threads, torch_set.apply) == (1, False) and "torch.set_num_threads" in torch_set.why
+    with pytest.raises(ValueError, match="MARFT_THREADS must be a whole number >= 1, got 'many'"):
+        _choose(environ={"MARFT_THREADS": "many"})
+
+
+def test_a_count_marft_set_earlier_is_chosen_again(monkeypatch):
+    monkeypatch.setattr(cpu_support, "_applied", None)
+    threads = torch.get_num_threads()
+    try:
+        cpu_support.apply_threads(_choose(load=1.9))  # the first model load of the process
+        assert torch.get_num_threads() == 1
+        again = _choose(current=torch.get_num_threads(), load=0.0)  # a later load, the machine idle now
+        assert (again.threads, again.apply) == (2, True)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_no_load_average_means_every_core():
+    choice = _choose(load=lambda: None)
+    assert (choice.threads, choice.why) == (2, "2 cores in affinity")
+
+
+def test_the_start_up_line_says_dtype_device_threads_and_why():
+    from marft_agents.models import setup_line
+
+    line = setup_line(torch.float32, torch.device("cpu"), _choose(load=1.9), fast_bf16=False)
+    assert line == ("float32 on cpu, 1 thread (2 cores in affinity, load 1.9 besides marft: busy); "
+                    "set MARFT_THREADS or OMP_NUM_THREADS to override")
+    line = setup_line(torch.bfloat16, torch.device("cpu"), _choose(environ={"OMP_NUM_THREADS": "2"}), fast_bf16=False)
+    assert line == ("bfloat16 on cpu (no fast bf16 on this CPU: model.dtype float32 is faster), 2 threads "
+                    "(OMP_NUM_THREADS=2)")
+    assert "may be faster" in setup_line(torch.float32, torch.device("cpu"), _choose(), fast_bf16=True)

@@ -110,16 +110,24 @@ def test_critic_health_figures_by_hand():
     out = critic_health(perfect, first, "team", 1.0, torch.tensor([0.5, -0.5]))
     flat = torch.tensor([1, 1, 0, 0, 0, 0, 0, 1], dtype=torch.float64)
     residual = flat - torch.tensor([0.5] * 4 + [0.25] * 4, dtype=torch.float64)
-    assert out["critic/ev_first"] == pytest.approx(1 - float(residual.var(unbiased=False) / flat.var(unbiased=False)))
+    split = between_task_split(returns)  # grouped: the ceiling's footing, random-effects totals of G - V and of G
+    # residuals 0.5, 0.5, -0.5, -0.5 | -0.25, -0.25, -0.25, 0.75: group means 0, MSW = 1.75 / 6, total = MSW (1 - 1/4)
+    assert out["critic/residual_total_var"] == pytest.approx(1.75 / 6 * 0.75)
+    assert out["critic/ev_first"] == pytest.approx(1 - 1.75 / 6 * 0.75 / (split.between + split.within))
+    assert out["critic/residual_var_first"] == pytest.approx(float(residual.var(unbiased=False)))  # in-update figure
     assert out["critic/ev_ceiling"] == pytest.approx(between_task_split(returns).share)
     assert out["critic/return_std"] == pytest.approx(float(flat.std(unbiased=False)))
     assert out["critic/adv_abs_mean"] == pytest.approx(0.5)
     assert out["critic/value_return_corr"] > 0
-    assert out["critic/ev_later"] == pytest.approx(out["critic/ev_first"])  # same values, same returns
+    assert out["critic/ev_later"] == pytest.approx(1 - float(residual.var() / flat.var()))  # the usual EV
     constant = critic_health(perfect, [0.3] * len(first), "team", 1.0)
-    assert constant["critic/ev_first"] == 0.0  # a constant explains nothing (EV ignores a bias)
+    assert constant["critic/ev_first"] == pytest.approx(0.0)  # a constant explains nothing, on this footing too
+    assert constant["critic/ev_later"] == 0.0  # a constant explains nothing (EV ignores a bias)
     ungrouped = _rollout([[1], [0], [1]], values=[0.1, 0.2, 0.3])
-    assert "critic/ev_ceiling" not in critic_health(ungrouped, [0.1, 0.2, 0.3], "team", 1.0)
+    plain = critic_health(ungrouped, [0.1, 0.2, 0.3], "team", 1.0)
+    assert "critic/ev_ceiling" not in plain and "critic/baseline_gain" not in plain
+    g, v = torch.tensor([1.0, 0, 1], dtype=torch.float64), torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
+    assert plain["critic/ev_first"] == pytest.approx(1 - float((g - v).var() / g.var()))  # ungrouped: the usual EV
 
 
 def test_the_watch_warns_once_after_the_window_and_again_after_a_recovery(caplog):
@@ -168,14 +176,12 @@ def test_popart_preserves_outputs_and_tracks_the_targets():
 def test_feature_standardisation_preserves_outputs_and_standardises_what_it_saw():
     gen = torch.Generator().manual_seed(1)
     head = ValueHead(8, init_std=0.3, bias=0.1, generator=gen)
-    head.track_features = True
     # a large shared component plus a small spread: what a language model's last states look like
     states = 50.0 + 0.01 * torch.randn(200, 8, generator=gen)  # [N, H]
     with torch.no_grad():
         before = head(states)
-    assert float(head.pending_count) == 200
-    head.track_features = False
-    head(states)  # not tracking: nothing gathered
+    assert float(head.pending_count) == 0  # a forward pass gathers nothing: the caller hands the states over
+    head.gather(states)
     assert float(head.pending_count) == 200
     assert head.fold_features(beta=0.9) and float(head.pending_count) == 0
     after = head(states)
@@ -274,9 +280,9 @@ def test_critic_epochs_run_independently_of_the_policy_epochs(tiny, monkeypatch)
     calls = {"critic": 0, "policy": 0}
     original = BaseLearner._step
 
-    def counting(self, adapters, batch, critic):
+    def counting(self, adapters, batch, critic, **kwargs):
         calls["critic" if critic else "policy"] += 1
-        return original(self, adapters, batch, critic)
+        return original(self, adapters, batch, critic, **kwargs)
 
     monkeypatch.setattr(BaseLearner, "_step", counting)
     _known_value_run(tiny, updates=1, **{"schedule.critic_epochs": 3, "ppo.critic_warmup_updates": 0})
@@ -311,15 +317,12 @@ def test_a_linear_head_finds_a_small_spread_only_with_standardised_features(stan
     p = torch.sigmoid(tasks @ direction)  # [T] success probability, a function of the task
     states = 20.0 + 0.02 * tasks  # [T, H]
     head = ValueHead(256)
-    head.track_features = standardise
     opt = torch.optim.AdamW(head.parameters(), lr=1e-4, weight_decay=0.0, eps=1e-8)
     for _ in range(40):  # 40 updates of 4 episodes per task: values recorded, then regression
         idx = torch.arange(16).repeat(4)
         returns = (torch.rand(idx.numel(), generator=gen) < p[idx]).float()
-        head.track_features = standardise  # the learner gathers its first critic pass's states
-        with torch.no_grad():
-            head(states[idx])
-        head.track_features = False
+        if standardise:  # the learner hands over its first critic pass's states
+            head.gather(states[idx])
         head.fold_features(0.9)
         head.update_normaliser(returns, 0.9)
         for _ in range(4):
@@ -366,10 +369,7 @@ def test_a_slot_per_agent_lets_the_head_find_each_agents_task_spread(slots):
     slot = torch.cat([torch.zeros(len(idx)), torch.full((len(idx),), slots - 1.0)]).long()  # [2N]
     for _ in range(40):
         returns = (torch.rand(idx.numel(), generator=gen) < p[idx]).float().repeat(2)  # [2N]
-        head.track_features = True
-        with torch.no_grad():
-            head(states, slot)
-        head.track_features = False
+        head.gather(states, slot)
         head.fold_features(0.9)
         head.update_normaliser(returns, 0.9)
         for _ in range(4):
@@ -394,10 +394,7 @@ def test_each_slot_standardises_what_it_read_and_keeps_its_outputs():
     states, slot = torch.cat([a, b]), torch.cat([torch.zeros(100), torch.ones(50)]).long()
     with torch.no_grad():
         before = head(states, slot)
-    head.track_features = True
-    with torch.no_grad():
-        head(states, slot)
-    head.track_features = False
+    head.gather(states, slot)
     assert head.pending_count.tolist() == [100.0, 50.0]
     assert head.fold_features(beta=0.9)
     with torch.no_grad():

@@ -198,16 +198,16 @@ def test_merged_token_values_and_gradients_equal_row_by_row(tiny):
 
 
 def test_critic_minibatches_keep_an_episodes_decisions_together():
-    from marft_agents.learners.base import BaseLearner
+    from marft_agents.learners.value_fit import ValueFit
 
     samples = [SimpleNamespace(episode=e, step=k) for e in range(8) for k in range(2)]
     engine = SimpleNamespace(rng=np.random.default_rng(0), schedule=SimpleNamespace(minibatch_size=4))
-    batches = BaseLearner._critic_minibatches(engine, samples)  # the engine's own call
+    batches = ValueFit.minibatches(engine, samples)  # the critic's own call
     flat = [s for b in batches for s in b]
     assert sorted(map(id, flat)) == sorted(map(id, samples)) and [len(b) for b in batches] == [4] * 4
     for batch in batches:
         assert all(sum(t.episode == s.episode for t in batch) == 2 for s in batch)  # with its partner
     assert [s.episode for s in flat] != sorted(s.episode for s in flat)  # episodes shuffled
     unknown = [SimpleNamespace(episode=-1, step=k) for k in range(5)]  # no episode: each on its own
-    flat = [s for b in BaseLearner._critic_minibatches(engine, unknown) for s in b]
+    flat = [s for b in ValueFit.minibatches(engine, unknown) for s in b]
     assert sorted(map(id, flat)) == sorted(map(id, unknown)) and flat != unknown

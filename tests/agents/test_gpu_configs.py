@@ -6,6 +6,7 @@ calibrated here by its own CPU measurement at each model's width."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -95,3 +96,49 @@ def test_the_gpu_recipe_documents_every_size_override():
         assert f"model.name_or_path={model}" in text
     for key, value in FAST_SMALL.items():
         assert f"{key}={str(value).lower()}" in text
+
+
+FAKE_VLLM = '''
+import atexit, sys, types
+from dataclasses import dataclass
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    max_tokens: int = 16
+    ignore_eos: bool = False
+    logprobs: int | None = None
+    seed: int | None = None
+    detokenize: bool = True
+
+
+class LLM:
+    def __init__(self, model, **kwargs):
+        print("INFO vLLM engine core starting", flush=True)  # vLLM logs to stdout
+        atexit.register(print, "INFO [shutdown] EngineCore: exiting busy loop")  # and after the child's last word
+
+    def generate(self, prompts, params, lora_request=None, use_tqdm=True):
+        out = types.SimpleNamespace(token_ids=list(range(params.max_tokens)))
+        return [types.SimpleNamespace(outputs=[out]) for _ in prompts]
+'''
+
+
+def test_the_bare_vllm_figures_come_back_through_a_file_not_the_last_stdout_line(tmp_path, monkeypatch):
+    """vLLM prints its logs, and its engine process its shutdown lines, on the child's stdout after
+    the figures: the hand-off must not depend on which line comes last."""
+    fake = tmp_path / "fake"
+    (fake / "vllm" / "lora").mkdir(parents=True)
+    (fake / "vllm" / "__init__.py").write_text(FAKE_VLLM)
+    (fake / "vllm" / "lora" / "__init__.py").write_text("")
+    (fake / "vllm" / "lora" / "request.py").write_text(
+        "from dataclasses import dataclass\n\n\n@dataclass\nclass LoRARequest:\n"
+        "    lora_name: str\n    lora_int_id: int\n    lora_path: str\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_check
+
+    job = {"model": "m", "prompts": [[1, 2], [3]], "adapters": ["/a/x", "/a/y"], "new_tokens": 5,
+           "max_lora_rank": 8, "memory": {}, "max_model_len": 64, "enforce_eager": True, "dtype": "float32"}
+    figures = gpu_check.run_bare_vllm(job, tmp_path, timeout=120)
+    assert figures["tokens"] == 10 and figures["tokens_per_s"] > 0

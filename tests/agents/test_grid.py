@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -27,13 +29,15 @@ def tiny_models(monkeypatch):
 
 def _grid(tmp_path, cells, seeds=(0, 1), budget=None, **extra):
     """A grid file over the tiny test config (2 episodes per update); its budget is one update
-    unless ``budget`` (grid keys: ``budget``, ``eval_every``, or the former ``time_budget_s``) says otherwise."""
+    unless ``budget`` (grid keys: ``budget``, ``eval_every``, or the former ``time_budget_s``) says
+    otherwise; its start gates pilot 4 episodes and pass whatever they find unless ``gate`` says otherwise."""
     cfg = small_config(tmp_path, **{"schedule.num_updates": 100, "eval.at_end": True})
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump(config_to_dict(cfg)))
     spec = {"name": "tiny", "base": str(base), **(budget if budget is not None else {"budget": {"episodes": 2}}),
             "seeds": list(seeds),
             "cells": cells, "records": str(tmp_path / "board" / "records"), "output_root": str(tmp_path / "runs"),
+            "gate": {"episodes": 4, "min_signal": 0},  # a short pilot that refuses nothing, unless a test says
             **extra}
     path = tmp_path / "tiny_grid.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -427,3 +431,123 @@ def test_a_demo_grid_exercises_every_part_of_the_protocol(grid_file, monkeypatch
     paired = [c for c in spec.comparisons if c.paired]
     assert paired and all(seeds[c.a] == seeds[c.b] for c in paired)
     assert any(c.margin is not None for c in spec.comparisons)
+
+
+# -- the plan: start gates, contrasts, machine time ---------------------------------------------------
+def _fake_pilot(rewarded, calls):
+    """A gate pilot that finds ``rewarded[cell]`` rewarded episodes (0 when absent), recording each call."""
+    def pilot(spec, run, episodes):
+        calls.append(run.cell.name)
+        return {"source": "pilot", "episodes": episodes, "rewarded": rewarded.get(run.cell.name, 0),
+                "mean_reward": 0.0, "seconds": 2.0}
+    return pilot
+
+
+def test_a_cell_at_the_floor_fails_its_gate_and_the_grid_refuses_unless_forced(tmp_path, tiny_models, monkeypatch,
+                                                                                 capsys):
+    from baselines import grid_plan
+
+    cells = [{"name": "team", "overrides": {}}, {"name": "shared", "overrides": {"shared_adapter": True}},
+             {"name": "solo", "overrides": {"env.kwargs.profile": SOLO_PROFILE}}]
+    path = _grid(tmp_path, cells, seeds=[0], gate={"episodes": 128, "min_signal": 0.25})
+    calls = []
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({"solo": 64}, calls))
+    assert grid_mod.main([str(path)]) == grid_mod.REFUSED
+    captured = capsys.readouterr()
+    # team and shared start alike (fresh adapters): one pilot for both; 2 episodes per update
+    assert calls == ["team", "solo"]
+    for cell in ("team", "shared"):
+        assert (f"- cell {cell}: its starting policy earned the reward in 0 of 128 sampled episodes (0.00 %, from "
+                "pilot): an update of 2 episodes holds a rewarded one with probability 0.00 < 0.25") in captured.out
+    assert "cell solo" not in captured.out.split("Start gates")[0]  # 1 - (1 - 0.5)^2 = 0.75: it passes
+    assert "| solo | pilot | 64 / 128 | 50.00 | 2 | 0.75 | pass |" in captured.out
+    assert "the plan refuses this grid" in captured.err and _records(tmp_path) == {}
+    gate = json.loads((tmp_path / "board" / "gates" / "shared.json").read_text())
+    assert gate["rewarded"] == 0 and gate["episodes"] == 128 and gate["code"]
+    # --plan alone: the gate records are reused (same start, same code), nothing runs
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
+    assert calls == ["team", "solo"] and _records(tmp_path) == {}
+    # a changed start (other sampling) is piloted anew
+    spec = yaml.safe_load(path.read_text())
+    spec["cells"][2]["overrides"]["sampling.temperature"] = 0.9
+    path.write_text(yaml.safe_dump(spec))
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
+    assert calls == ["team", "solo", "solo"]
+    capsys.readouterr()
+    assert grid_mod.main([str(path), "--force"]) == 0
+    assert sorted(_records(tmp_path)) == ["shared_seed0", "solo_seed0", "team_seed0"]
+    report = (tmp_path / "board" / "README.md").read_text()
+    assert "## Plan" in report and "**refused** (started anyway with --force)" in report
+    summary = json.loads((tmp_path / "board" / "summary.json").read_text())
+    assert summary["plan"]["forced"] and not summary["plan"]["accepted"]
+
+
+def _contrast_grid(tmp_path, comparisons, meaningful=None):
+    """Two training cells of 5 seeds, with records: a at 45-60 %, b at 15-30 %; the pilot passes."""
+    from leaderboards.records import Record, write_record
+
+    cells = [{"name": "a", "overrides": {}}, {"name": "b", "overrides": {"shared_adapter": True}}]
+    extra = {"meaningful_effect": meaningful} if meaningful is not None else {}
+    path = _grid(tmp_path, cells, seeds=range(5), comparisons=[{"a": "a", "b": "b", "question": f"q{k}"}
+                                                               for k in range(comparisons)], **extra)
+    for cell, accuracies in (("a", [0.5, 0.55, 0.6, 0.45, 0.5]), ("b", [0.2, 0.25, 0.3, 0.15, 0.2])):
+        for seed, accuracy in enumerate(accuracies):
+            write_record(Record(name=f"{cell}_seed{seed}", env_id="e", env_kwargs={}, algorithm="mappo_action",
+                                model="m", eval_after={"accuracy": accuracy, "stderr": 0.05, "n": 100},
+                                budget={"episodes": 2}, grid={"grid": "tiny", "cell": cell, "seed": seed,
+                                                              "kind": "train", "wall_s": 100.0 + seed}),
+                         tmp_path / "board" / "records")
+    return path
+
+
+def test_the_plan_sizes_each_contrast_by_hand_and_refuses_an_over_large_family(tmp_path, monkeypatch, capsys):
+    from baselines import grid_plan
+
+    scipy_stats = pytest.importorskip("scipy.stats")
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({"a": 4, "b": 4}, []))
+    path = _contrast_grid(tmp_path, 6, meaningful=20)
+    assert grid_mod.main([str(path), "--plan"]) == 0
+    plan = json.loads((tmp_path / "board" / grid_plan.PLAN_FILE).read_text())
+    assert plan["accepted"] and plan["refusals"] == []
+    # Welch, both sds 0.0570 (the records), 5 + 5 seeds: df 8; Holm over 6 at 0.05, power 0.8
+    sd = float(np.std([0.5, 0.55, 0.6, 0.45, 0.5], ddof=1))
+    se = sd * math.sqrt(2 / 5)
+    entry = plan["contrasts"][0]
+    assert entry["design"] == "independent" and entry["basis"] == "records" and entry["sd"] == [round(sd, 4)] * 2
+    assert entry["mde"] == pytest.approx((scipy_stats.t.ppf(1 - 0.05 / 12, 8) + scipy_stats.t.ppf(0.8, 8)) * se,
+                                         abs=1e-4)
+    assert entry["least_passing"] == pytest.approx(scipy_stats.t.ppf(1 - 0.05 / 12, 8) * se, abs=1e-4)
+    # the exact test: 2 / C(10, 5) = 0.0079, x 6 = 0.048 < 0.05
+    assert entry["exact_floor"] == pytest.approx(2 / 252) and entry["exact_floor_holm"] == pytest.approx(12 / 252)
+    assert plan["time"]["done_h"] == 0 and plan["time"]["todo_h"] == pytest.approx(10 * 102 / 3600, abs=0.01)
+    assert "## Plan" in (tmp_path / "board" / "README.md").read_text()
+
+    # a seventh comparison: 7 x 2 / 252 = 0.056, which the exact test can never pass
+    path = _contrast_grid(tmp_path, 7, meaningful=20)
+    capsys.readouterr()
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
+    out = capsys.readouterr().out
+    assert "- contrast a - b: its exact test's least p after Holm over 7 is 0.0556 >= 0.05: it can never pass" in out
+    # a meaningful effect below the MDE, and none declared
+    path = _contrast_grid(tmp_path, 6, meaningful=10)
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
+    assert re.search(r"- contrast a - b: its minimal detectable effect, 1\d\.\d points, exceeds the meaningful "
+                     r"effect, 10\n", capsys.readouterr().out)
+    path = _contrast_grid(tmp_path, 6)
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
+    assert "- the grid declares no meaningful_effect" in capsys.readouterr().out
+
+
+def test_without_a_pilot_spread_the_plan_takes_the_largest_a_score_can_have(tmp_path, monkeypatch):
+    from baselines import grid_plan
+    from leaderboards import stats
+
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({"a": 4, "b": 4}, []))
+    path = _contrast_grid(tmp_path, 1, meaningful=20)
+    for record in (tmp_path / "board" / "records").glob("*.json"):
+        record.unlink()
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
+    entry = json.loads((tmp_path / "board" / grid_plan.PLAN_FILE).read_text())["contrasts"][0]
+    # no records: each cell at its gate's rate (4 / 4 = 1.0) plus 20 points, capped at 0.5: sd 0.5
+    assert entry["basis"] == "bound" and entry["sd"] == [0.5, 0.5]
+    assert entry["mde"] == pytest.approx(stats.minimal_detectable_effect("independent", 0.5, 5, 0.5, 5).effect, abs=1e-4)

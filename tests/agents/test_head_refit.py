@@ -96,9 +96,7 @@ def test_refit_head_writes_each_slot_in_the_heads_own_units():
     x, t, tasks, _ = _linear_tasks(gen, tasks=30, dims=16, noise=0.0)
     x = (10.0 + 0.1 * x).float()  # a large shared component, a small spread
     head = ValueHead(16, slots=2)
-    head.track_features = True
-    head(x, torch.zeros(len(x), dtype=torch.long))
-    head.track_features = False
+    head.gather(x, torch.zeros(len(x), dtype=torch.long))
     head.fold_features(0.9)
     head.update_normaliser(t.float(), 0.9)
     slots = torch.zeros(len(x), dtype=torch.long)
@@ -206,10 +204,10 @@ def test_the_refit_window_resumes_with_the_learner(tiny):
     fresh = make_learner("mappo_action", MultiAgentPolicy(*tiny_on_device(seed=0, hidden_size=32, num_layers=1), ["a"]),
                          cfg, ["a"])
     fresh.load_state_dict(state)
-    assert fresh.refit.points("critic").tasks == learner.refit.points("critic").tasks
+    assert fresh.value_fit.refit.points("critic").tasks == learner.value_fit.refit.points("critic").tasks
     old = {k: v for k, v in state.items() if k != "head_refit"}  # saved before the refit was on
     fresh.load_state_dict(old)
-    assert fresh.refit.points("critic") is None
+    assert fresh.value_fit.refit.points("critic") is None
 
 
 def test_token_level_learners_refuse_a_refit_window(tmp_path):

@@ -1,10 +1,12 @@
 """``marft_agents.testing.learner_api_test``, the installed learner contract test: every registered
-learner and the outside example pass it, and learners that break the contract (a flipped loss
-sign, a forgotten RNG state, a missing member, loose options) fail it at the right check."""
+learner, the outside example and the guide's example pass it, and learners that break the contract
+(a flipped loss sign, an agent never trained, a trained base model, a forgotten RNG state or running
+statistic, an exception in ``update``, a missing member, loose options) fail it at the right check."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -16,6 +18,7 @@ import agent_helpers  # noqa: F401 (one intra-op thread, like the other model te
 from marft_agents.learners import GRPO, ActionLevelMAPPO, EvalOnly, Learner, get_learner, list_learners
 from marft_agents.learners.protocol import METHODS, REQUIRED_MEMBERS
 from marft_agents.learners.registry import BUILTIN_LEARNERS, ENTRY_POINT_GROUP
+from marft_agents.engine.attention import training_passes
 from marft_agents.testing import CHECKS, learner_api_test
 
 REPO = Path(__file__).resolve().parents[2]
@@ -255,7 +258,7 @@ def test_the_api_test_leaves_no_registration_rng_or_thread_change_behind():
     learner_api_test(NullLearner)
     assert list_learners() == before and torch.get_num_threads() == threads
     assert torch.equal(torch.get_rng_state(), rng)
-    assert CHECKS == ("protocol", "options", "update direction", "state round trip", "exact resume")
+    assert CHECKS == ("protocol", "options", "update direction", "frozen base", "state round trip", "exact resume")
 
 
 def test_a_resume_uses_the_configured_learning_rates_and_keeps_the_moments(tmp_path):
@@ -311,3 +314,179 @@ def test_init_adapters_starts_a_fresh_run_from_another_runs_adapters(tmp_path):
     with pytest.raises(ConfigError, match="does not fit this config's adapters"):
         prepare_trainer(small_config(tmp_path / "e", init_adapters=str(tmp_path / "a" / "run"), **{"lora.r": 4}),
                         model_and_tokenizer=model())
+
+
+# -- an outside learner written from ADDING_A_LEARNER.md, and broken copies of it -------------------
+@dataclass
+class ReinforceOptions:
+    """Options of the outside REINFORCE learner."""
+
+    lr: float = 1e-2
+    """AdamW learning rate of every agent adapter."""
+    baseline_decay: float = 0.5
+    """Weight of the old value in the running reward baseline."""
+
+
+class Reinforce:
+    """REINFORCE with a running-mean reward baseline (state a resume must restore), written as the
+    guide says: an optimizer over the agents' adapters, one loss backwarded per adapter."""
+
+    value_mode = None
+    options_class = ReinforceOptions
+    group_size = 1
+
+    def __init__(self, policy, cfg, agent_ids):
+        self.policy, self.opts = policy, cfg.learner
+        self.agent_ids = list(agent_ids)
+        self.temperature = cfg.sampling.temperature
+        self.baseline = 0.0
+        self.optimizer = torch.optim.AdamW(self.parameters(), lr=self.opts.lr)
+
+    def parameters(self):
+        adapters = sorted({self.policy.adapter_for(a) for a in self.agent_ids})
+        return [p for name in adapters for p in self.policy.adapter_parameters(name)]
+
+    def trainable_agents(self, update):
+        return list(self.agent_ids)
+
+    def advantages(self, rollout):
+        returns = torch.tensor([rollout.episodes[d.episode].agent_returns[d.agent_id] for d in rollout.decisions])
+        return returns - self.baseline, returns
+
+    def update(self, rollout, update):
+        advantages, returns = self.advantages(rollout)  # [N decisions]
+        self.policy.set_trainable(set(self.agent_ids), critic=False)
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        with training_passes():
+            for adapter in sorted({d.adapter for d in rollout.decisions}):
+                rows = [i for i, d in enumerate(rollout.decisions) if d.adapter == adapter]
+                ds = [rollout.decisions[i] for i in rows]
+                stats = self.policy.token_logprobs(adapter, [d.prompt_ids for d in ds], [d.response_ids for d in ds],
+                                                   self.temperature, prefix_lens=[d.prefix_len for d in ds])
+                loss = -(advantages[rows] * stats.logprobs.sum(-1)).sum() / len(rollout.decisions)
+                loss.backward()
+                total += float(loss.detach())
+        self.optimizer.step()
+        decay = self.opts.baseline_decay
+        self.baseline = decay * self.baseline + (1 - decay) * float(returns.mean())
+        return {"losses/policy_loss": total, "reinforce/baseline": self.baseline}
+
+    def state_dict(self):
+        return {"optimizer": self.optimizer.state_dict(), "baseline": self.baseline}
+
+    def load_state_dict(self, state):
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.baseline = state["baseline"]
+
+
+def test_an_outside_learner_written_from_the_guide_passes_and_every_agent_moves_the_right_way():
+    report = learner_api_test(Reinforce)
+    assert set(report["per_agent"]) == {"reasoner_0", "actor_0"}
+    assert all(score > 0 for score in report["per_agent"].values())
+
+
+class LeavesOneAgentOut(Reinforce):
+    """Claims both agents, but its optimizer holds the first agent's adapter only."""
+
+    def parameters(self):
+        return list(self.policy.adapter_parameters(self.policy.adapter_for(self.agent_ids[0])))
+
+
+class PushesOneAgentBackwards(Reinforce):
+    """Trains the second agent against its advantage, gently: the first agent's change carries the
+    summed direction score."""
+
+    def advantages(self, rollout):
+        advantages, returns = super().advantages(rollout)
+        second = torch.tensor([d.agent_id == self.agent_ids[1] for d in rollout.decisions])
+        return torch.where(second, -0.1 * advantages, advantages), returns
+
+
+def test_an_agent_never_trained_fails_even_when_the_other_carries_the_sum():
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[update direction\] .*LeavesOneAgentOut: "
+                                             r"trainable_agents\(0\) names 'actor_0'.*changed no parameter"):
+        learner_api_test(LeavesOneAgentOut)
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[update direction\] .*PushesOneAgentBackwards: .*"
+                                             r"agent 'actor_0'.*must be > 0 for every trained agent"):
+        learner_api_test(PushesOneAgentBackwards)
+
+
+class TrainsTheBase(Reinforce):
+    """Also puts the frozen base model's weights in its optimizer."""
+
+    def parameters(self):
+        adapters = {id(p) for name in self.policy.adapter_names for p in self.policy.adapter_parameters(name)}
+        base = [p for p in self.policy.model.parameters() if id(p) not in adapters]
+        for p in base:
+            p.requires_grad_(True)
+        return super().parameters() + base
+
+
+def test_a_learner_that_trains_the_base_model_fails_saying_so():
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[frozen base\] .*TrainsTheBase: update\(\) changed "
+                                             r"\d+ weights of the frozen base model") as caught:
+        learner_api_test(TrainsTheBase)
+    assert "optimizer state" not in str(caught.value)
+
+
+class ForgetsItsBaseline(Reinforce):
+    """Saves its optimizer but not its running reward baseline: a resume starts the baseline at 0."""
+
+    def state_dict(self):
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state):
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def test_a_learner_that_drops_its_running_state_fails_exact_resume(monkeypatch):
+    import marft_agents.testing as testing
+
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[exact resume\] .*ForgetsItsBaseline.*running "
+                                             r"statistic"):
+        learner_api_test(ForgetsItsBaseline)
+    # under rewards that average zero the baseline never moves, and the gap would go unseen
+    monkeypatch.setattr(testing, "RESUME_REWARDS", (1.0, -1.0))
+    learner_api_test(ForgetsItsBaseline)
+
+
+class BreaksInUpdate(Reinforce):
+    """A bug inside ``update``: a key its rollout does not have."""
+
+    def advantages(self, rollout):
+        return rollout.episodes[0].agent_returns["nobody"], None
+
+
+def test_an_exception_inside_update_names_its_cause_under_the_check_prefix():
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[update direction\] .*BreaksInUpdate: "
+                                             r"update\(rollout, 0\) raised KeyError: 'nobody' \(at .*"
+                                             r"test_learner_api\.py:\d+ in advantages\)") as caught:
+        learner_api_test(BreaksInUpdate)
+    assert isinstance(caught.value.__cause__, KeyError)
+
+
+# -- the guide's complete example ---------------------------------------------------------------------
+def _guide_example() -> str:
+    guide = (REPO / "marft_agents" / "ADDING_A_LEARNER.md").read_text(encoding="utf-8")
+    section = guide[guide.index("## 5. A complete learner"):guide.index("## 6. Register it")]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1, "section 5 of the guide shows the example in one python block"
+    return blocks[0]
+
+
+def test_the_guide_shows_the_whole_example_and_it_passes_the_contract(tmp_path, monkeypatch):
+    """Section 5's block, saved as a module of its own and imported, is a learner that passes."""
+    import sys
+
+    code = _guide_example()
+    assert code == (EXAMPLE / "marft_rloo" / "__init__.py").read_text(encoding="utf-8")
+    assert "training_passes()" in code and "loss.backward()" in code and "..." not in code
+    path = tmp_path / "guide_example.py"
+    path.write_text(code, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("guide_example", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "guide_example", module)
+    spec.loader.exec_module(module)
+    report = learner_api_test(module.RLOO, bad_options=[{"group_size": 1}])
+    assert all(score > 0 for score in report["per_agent"].values())

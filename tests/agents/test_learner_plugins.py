@@ -90,7 +90,8 @@ def test_learner_options_are_strict_typed_and_saved(tmp_path):
     saved = config_to_dict(cfg)
     assert saved["learner"] == {"group_size": 4, "tag": "x"}
     assert load_config(saved).learner == cfg.learner  # a checkpoint's config loads back
-    with pytest.raises(ConfigError, match=r"unknown key 'learner.groupsize' in CountingOptions; valid keys: group_size, tag"):
+    with pytest.raises(ConfigError, match=r"unknown key 'learner.groupsize' in CountingOptions; "
+                       r"did you mean 'learner.group_size'\? valid keys: group_size, tag"):
         small_config(tmp_path, algorithm="test_counting", learner={"groupsize": 4})
     with pytest.raises(ConfigError, match="learner.group_size must be int"):
         small_config(tmp_path, algorithm="test_counting", learner={"group_size": "four"})

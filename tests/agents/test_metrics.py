@@ -104,3 +104,14 @@ def test_learning_curve_is_a_grid_titled_with_the_run(tmp_path):
     out = plot_learning_curve(tmp_path / "metrics.jsonl", tmp_path / "curve.png", title=title)
     width, height = Image.open(out).size
     assert width / height < 2.5  # six panels on a grid, not a 7:1 strip
+
+
+def test_tensorboard_opens_its_event_file_with_the_first_row_only(tmp_path):
+    pytest.importorskip("tensorboard")
+    logger = MetricsLogger(tmp_path)  # a run interrupted before it logged anything
+    logger.close()
+    assert not list(tmp_path.glob("tb/**/events.out.tfevents*"))
+    logger = MetricsLogger(tmp_path)
+    logger.log(0, {"eval/accuracy": 0.5})
+    logger.close()
+    assert len(list(tmp_path.glob("tb/**/events.out.tfevents*"))) == 1

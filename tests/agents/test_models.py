@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -82,17 +83,33 @@ def test_load_local_folder_with_dtype(tmp_path):
                                model.lm_head.weight.to(torch.bfloat16).float())
 
 
-def test_threads_set_when_the_model_loads(tmp_path):
+def test_threads_set_when_the_model_loads_and_said_in_one_line(tmp_path, monkeypatch, caplog):
+    from marft_agents.engine import cpu_support
+
     model, tok = tiny_model_and_tokenizer()
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MARFT_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(cpu_support, "_applied", None)
+    monkeypatch.setattr(cpu_support, "cores_in_affinity", lambda: 2)
+    monkeypatch.setattr(cpu_support, "load_average", lambda: 1.9)  # another job on both cores
+    monkeypatch.setattr(cpu_support, "own_load", lambda: 0.0)
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        load_model_and_tokenizer(ModelConfig(str(tmp_path / "m"), threads=2))
+        torch.set_num_threads(1)  # set by the caller: it stands
+        with caplog.at_level(logging.INFO, logger="marft_agents.models"):
+            load_model_and_tokenizer(ModelConfig(str(tmp_path / "m")))
+        assert torch.get_num_threads() == 1 and "1 thread (set by torch.set_num_threads)" in caplog.text
+        load_model_and_tokenizer(ModelConfig(str(tmp_path / "m"), threads=2))  # model.threads wins
         assert torch.get_num_threads() == 2
-        load_model_and_tokenizer(ModelConfig(str(tmp_path / "m")))  # 0 leaves the setting alone
-        assert torch.get_num_threads() == 2
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="marft_agents.models"):
+            load_model_and_tokenizer(ModelConfig(str(tmp_path / "m")))  # 0: chosen for the busy machine
+        assert torch.get_num_threads() == 1
+        lines = [r.getMessage() for r in caplog.records if r.name == "marft_agents.models"]
+        assert lines == ["float32 on cpu, 1 thread (2 cores in affinity, load 1.9 besides marft: busy); "
+                         "set MARFT_THREADS or OMP_NUM_THREADS to override"]
         with pytest.raises(ValueError, match="model.threads must be >= 0"):
             load_model_and_tokenizer(ModelConfig(str(tmp_path / "m"), threads=-1))
     finally:

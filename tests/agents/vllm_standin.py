@@ -1,6 +1,12 @@
 """A stand-in for the parts of vLLM that ``marft_agents/engine/vllm_engine.py`` uses, backed by
-the transformers model, for CPU tests: ``install(monkeypatch)`` puts it in ``sys.modules`` as
-``vllm`` (and ``vllm.lora.request``).
+the transformers model: ``install(monkeypatch)`` puts it in ``sys.modules`` as ``vllm`` (and
+``vllm.lora.request``, ``vllm.platforms``).
+
+Kept only for what the real vLLM cannot show on a CPU: sleep mode (vLLM's CPU build has none),
+so the order of sleep, cache release, wake-up and sync around an update is tested here. Every
+other engine test runs against the real vLLM (``tests/agents/test_vllm_engine.py``, ``make
+test-vllm``): this module encodes the engine's own assumptions (its log-probs are the learner's
+model's, any ``LLM(...)`` keyword is accepted), so it cannot show where vLLM differs.
 
 What it does like vLLM: ``LLM(model=<folder>, ...)`` loads the base model from the folder;
 ``llm_engine.add_lora`` loads a LoRA request's adapter from its path with peft (a request not
@@ -8,13 +14,15 @@ added is loaded on first use, as vLLM does); ``llm_engine.remove_lora`` unloads 
 naming a removed id is refused (a stale adapter); each request is sampled with its own adapter,
 temperature and seed (``log_softmax(logits / temperature)`` log-probs of the sampled tokens, as
 ``logprobs_mode="processed_logprobs"``); ``sleep`` / ``wake_up`` are recorded and generating while
-asleep is an error. Every call is appended to ``LLM.events`` (and the class-level
+asleep is an error; its platform (``vllm.platforms.current_platform``) has sleep mode, on the
+device type ``install`` is given. Every call is appended to ``LLM.events`` (and the class-level
 ``LLM.instances`` lists every engine built), so tests can check the order of things.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -84,10 +92,12 @@ class RequestOutput:
 
 
 class _Engine:
-    """``LLM.llm_engine``: the LoRA registry."""
+    """``LLM.llm_engine``: the LoRA registry and the model's settings."""
 
     def __init__(self, llm: LLM) -> None:
         self.llm = llm
+        self.model_config = types.SimpleNamespace(
+            max_model_len=llm.kwargs.get("max_model_len") or llm.base.config.max_position_embeddings)
 
     def add_lora(self, request: LoRARequest) -> bool:
         self.llm._load(request)
@@ -111,6 +121,8 @@ class LLM:
         self.model_path, self.kwargs = model, kwargs
         dtype = kwargs.get("dtype", "float32")
         self.base = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype)).eval()
+        self.environment = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        """What the engine-core process would inherit, as seen while the engine is built."""
         self.loaded: dict[int, torch.nn.Module] = {}
         """LoRA id -> the base with that adapter merged in."""
         self.removed: set[int] = set()
@@ -154,6 +166,9 @@ class LLM:
             outputs.append(RequestOutput(str(k), list(prompt["prompt_token_ids"]), [completion]))
         return outputs
 
+    def shutdown(self) -> None:
+        self.events.append(("shutdown",))
+
     def sleep(self, level: int = 1) -> None:
         self.events.append(("sleep", level))
         self.asleep = True
@@ -167,16 +182,31 @@ class LLM:
         return True
 
 
-def install(monkeypatch: Any) -> types.ModuleType:
-    """Make ``import vllm`` (and ``vllm.lora.request``) give this stand-in; returns it."""
+@dataclass
+class Platform:
+    """``vllm.platforms.current_platform``: the device type, with sleep mode."""
+
+    device_type: str
+
+    def is_sleep_mode_available(self) -> bool:
+        return True
+
+
+def install(monkeypatch: Any, device_type: str = "cpu") -> types.ModuleType:
+    """Make ``import vllm`` (and ``vllm.lora.request``, ``vllm.platforms``) give this stand-in,
+    its platform on ``device_type``; returns it."""
     module = sys.modules[__name__]
     lora = types.ModuleType("vllm.lora")
     request = types.ModuleType("vllm.lora.request")
     request.LoRARequest = LoRARequest
     lora.request = request
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = Platform(device_type)
     monkeypatch.setattr(module, "lora", lora, raising=False)
+    monkeypatch.setattr(module, "platforms", platforms, raising=False)
     monkeypatch.setitem(sys.modules, "vllm", module)
     monkeypatch.setitem(sys.modules, "vllm.lora", lora)
     monkeypatch.setitem(sys.modules, "vllm.lora.request", request)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     monkeypatch.setattr(LLM, "instances", [])
     return module

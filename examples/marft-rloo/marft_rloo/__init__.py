@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from marft_agents.engine.attention import training_passes
+
 
 @dataclass
 class RLOOOptions:
@@ -29,6 +31,8 @@ class RLOOOptions:
 
 
 class RLOO:
+    """REINFORCE with a leave-one-out baseline per agent (the module docstring)."""
+
     value_mode = None  # needs no critic: the Trainer builds none
     options_class = RLOOOptions
 
@@ -61,15 +65,16 @@ class RLOO:
         self.policy.set_trainable(set(self.agent_ids), critic=False)
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for adapter in sorted({d.adapter for d in rollout.decisions if not d.scripted}):
-            rows = [i for i, d in enumerate(rollout.decisions) if d.adapter == adapter and not d.scripted]
-            ds = [rollout.decisions[i] for i in rows]
-            stats = self.policy.token_logprobs(adapter, [d.prompt_ids for d in ds], [d.response_ids for d in ds],
-                                               self.temperature, prefix_lens=[d.prefix_len for d in ds])
-            seq_logprob = stats.logprobs.sum(-1)  # [B] (0 on padding)
-            loss = -(advantages[rows].to(seq_logprob.device) * seq_logprob).sum() / len(rollout.decisions)
-            loss.backward()
-            total += float(loss.detach())
+        with training_passes():  # the attention path of training passes (faster backward in bf16 on a CPU)
+            for adapter in sorted({d.adapter for d in rollout.decisions if not d.scripted}):
+                rows = [i for i, d in enumerate(rollout.decisions) if d.adapter == adapter and not d.scripted]
+                ds = [rollout.decisions[i] for i in rows]
+                stats = self.policy.token_logprobs(adapter, [d.prompt_ids for d in ds], [d.response_ids for d in ds],
+                                                   self.temperature, prefix_lens=[d.prefix_len for d in ds])
+                seq_logprob = stats.logprobs.sum(-1)  # TokenStats.logprobs [B, T] (0 on padding) -> [B]
+                loss = -(advantages[rows].to(seq_logprob.device) * seq_logprob).sum() / len(rollout.decisions)
+                loss.backward()  # one adapter's graph at a time (what gradient checkpointing requires)
+                total += float(loss.detach())
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.opts.max_grad_norm)
         self.optimizer.step()

@@ -1,0 +1,400 @@
+"""The plan of a grid: can it answer its questions, and what will it cost? Made before it runs.
+
+    python -m baselines.grid GRID --plan [--gate-episodes N] [--gate-from-records]
+
+and implicitly before ``python -m baselines.grid GRID`` starts any run, which it refuses (exit
+status 3, one line per reason) unless ``--force``. A plan:
+
+1. **Start gates.** For every training cell, a pilot of its *starting* policy: ``gate.episodes``
+   (default 128) problems of its training split, each played once, sampled with the cell's
+   sampling settings and scripted seats, scored by the team reward
+   (:func:`marft_agents.evaluation.evaluate`, ``greedy: false``). Under a 0/1 team reward the
+   policy gradient of an update is exactly zero unless one of its episodes was rewarded, so a
+   cell passes when ``1 - (1 - rate) ** episodes_per_update >= gate.min_signal``. Cells whose
+   starting policies sample alike (same env and task kwargs, model, sampling, scripted seats and
+   initial adapters: fresh LoRA adapters add nothing at initialisation, so the learner and
+   ``shared_adapter`` do not matter) share one pilot. Each cell's gate is kept in
+   ``<grid folder>/gates/<cell>.json`` and reused while its start and marft's code digest
+   (:func:`leaderboards.records.code_digest`) are the same and it covers the episodes asked for;
+   delete it to measure anew. ``--gate-from-records`` takes the gate from the grid's own records
+   instead where they cover enough episodes: the rollout of a run's first update is sampled from
+   its starting policy, so the first updates' rewarded episodes of every record with the same
+   start, pooled, are a pilot of that start.
+2. **Contrasts.** For every declared comparison, as the report will test it (paired,
+   one-sample against a seed-free value, or independent seeds): the minimal detectable effect of
+   the t test at the declared seeds, at the Bonferroni level ``alpha / m`` of the grid's Holm
+   family of ``m`` comparisons and the grid's ``power``
+   (:func:`leaderboards.stats.minimal_detectable_effect`); the smallest observed difference that
+   can pass at all; the least p of the exact test at those seeds, before and after Holm's
+   correction (:func:`leaderboards.stats.exact_p_floor`, :func:`leaderboards.stats.holm_floors`);
+   and, where a margin is declared, the narrowest margin within which a null could be shown
+   equivalent. The seed spread is the one the grid's records show (two or more seeds that
+   vary), else the largest a score in [0, 1] can have at the mean the cell would reach with the
+   meaningful effect (:func:`leaderboards.stats.bounded_sd`).
+3. **Machine time**: the recorded time of the runs done, and for the others the mean time of
+   their cell's records, else the grid's training (evaluation) records' time per episode (per
+   run), else a lower bound from the gate pilot's sampling time, else unknown.
+
+The plan refuses when a gate fails (or cannot be measured), when a comparison's minimal
+detectable effect exceeds the grid's ``meaningful_effect`` (or the whole scale, when none is
+declared), when its exact test could never pass after the correction, when a declared margin is
+narrower than a null could be shown within, or when the grid declares comparisons but no
+``meaningful_effect``. It is written to ``<grid folder>/plan.json``, which the report and
+``summary.json`` show (:func:`leaderboards.grid_report.plan_lines`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from baselines.grid import GridRun, GridSpec, records_dir, run_config, status
+from leaderboards import stats
+from leaderboards.grid_report import ALPHA, Comparison
+from leaderboards.records import code_digest, git_commit
+
+PLAN_FILE = "plan.json"
+"""The last plan of a grid, in its folder beside the records: the report shows it."""
+GATES = "gates"
+"""Folder of the gate records, in the grid's folder beside ``records``."""
+GATE_SEED = 0
+"""Seed of every gate pilot (the problems drawn and the samples): cells are piloted alike."""
+
+
+def grid_folder(spec: GridSpec) -> Path:
+    return records_dir(spec).parent
+
+
+def load_plan(spec: GridSpec) -> dict[str, Any] | None:
+    path = grid_folder(spec) / PLAN_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -- start gates ------------------------------------------------------------------------------------
+def start_of(config: dict[str, Any]) -> dict[str, Any]:
+    """What decides how a run's starting policy samples its training episodes, from its config
+    (``config_to_dict`` form): fresh LoRA adapters are zero updates, so learner, ``shared_adapter``
+    and LoRA settings do not enter; initial adapters do."""
+    model = {k: v for k, v in (config.get("model") or {}).items() if k not in ("device", "threads", "cache_dir")}
+    return {"env": {"id": config["env"]["id"], "kwargs": config["env"].get("kwargs") or {}}, "model": model,
+            "sampling": config.get("sampling") or {}, "scripted_seats": config.get("scripted_seats") or {},
+            "init_adapters": config.get("init_adapters")}
+
+
+def start_digest(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(start_of(config), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _config(spec: GridSpec, run: GridRun) -> dict[str, Any]:
+    from marft_agents.config import config_to_dict
+
+    return config_to_dict(run_config(spec, run))
+
+
+def pilot(spec: GridSpec, run: GridRun, episodes: int) -> dict[str, Any]:
+    """Play ``episodes`` training problems with ``run``'s starting policy, sampled: the rewarded
+    episodes and the seconds it took."""
+    import marft_agents.models as models
+    import marft_envs
+    from marft_agents.checkpoint import load_adapters
+    from marft_agents.evaluation import TrainingTasksWarning, evaluate
+    from marft_agents.trainer import build_policy, scripted_seats
+
+    started = time.perf_counter()
+    cfg = run_config(spec, run)
+    cfg.resolve_hardware()  # as a run would: the device and dtype "auto" means here
+    agent_ids = list(marft_envs.make(cfg.env.id, **cfg.env.kwargs).possible_agents)
+    model, tokenizer = models.load_model_and_tokenizer(cfg.model)
+    with build_policy(cfg, model, tokenizer, agent_ids) as policy, warnings.catch_warnings():
+        if cfg.init_adapters is not None:
+            policy.load_adapter_state_dict(load_adapters(cfg.init_adapters))
+        warnings.simplefilter("ignore", TrainingTasksWarning)  # the pilot plays the training tasks on purpose
+        result = evaluate(policy, cfg.env.id, cfg.env.kwargs, n_problems=episodes, greedy=False, seed=GATE_SEED,
+                          sampling=cfg.sampling, num_envs=cfg.env.num_envs, scripted=scripted_seats(cfg, agent_ids))
+    rewarded = sum(bool(t["solved"]) for t in result.per_task)
+    return {"source": "pilot", "episodes": result.n, "rewarded": rewarded, "mean_reward": round(result.mean_reward, 6),
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def records_pilot(spec: GridSpec, runs: list[GridRun], digest: str) -> dict[str, Any] | None:
+    """The first updates' rollouts of the grid's records whose start is ``digest``, pooled (None
+    when no record has them): each was sampled from that starting policy."""
+    rewarded = episodes = 0
+    names = []
+    for run in runs:
+        path = records_dir(spec) / f"{run.name}.json"
+        if run.kind != "train" or not path.is_file():
+            continue
+        record = json.loads(path.read_text(encoding="utf-8"))
+        diagnostics = record.get("diagnostics") or {}
+        if not record.get("config") or start_digest(record["config"]) != digest \
+                or (diagnostics.get("update") or [None])[0] != 1:
+            continue
+        n = int(diagnostics["rollout/episodes"][0])
+        rewarded += round(diagnostics["rollout/solved_rate"][0] * n)
+        episodes += n
+        names.append(run.name)
+    if not episodes:
+        return None
+    return {"source": "records", "episodes": episodes, "rewarded": rewarded, "records": names}
+
+
+def gates(spec: GridSpec, runs: list[GridRun], cells: list[str], episodes: int, from_records: bool = False,
+          log=print) -> list[dict[str, Any]]:
+    """The start gate of each training cell of ``cells`` (its first seed's start), measured or
+    reused (module docstring); each is written to ``<grid folder>/gates/<cell>.json``."""
+    code, measured = code_digest(), {}
+    out = []
+    for cell in cells:
+        run = next(r for r in runs if r.cell.name == cell and r.kind == "train")
+        config = _config(spec, run)
+        digest = start_digest(config)
+        per_update = config["schedule"]["episodes_per_update"]
+        path = grid_folder(spec) / GATES / f"{cell}.json"
+        gate = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        if gate is not None and not (gate.get("start") == digest and gate.get("code") == code
+                                     and gate.get("episodes", 0) >= episodes):
+            gate = None
+        init = config.get("init_adapters")
+        if gate is None and init is not None and not Path(init).exists():
+            out.append({"cell": cell, "source": "waiting", "episodes_per_update": per_update, "rate": None,
+                        "passed": False, "note": f"its start {init} does not exist yet"})
+            continue
+        if gate is None:
+            found = measured.get(digest)
+            if found is None and from_records:
+                pooled = records_pilot(spec, runs, digest)
+                found = pooled if pooled is not None and pooled["episodes"] >= episodes else None
+            if found is None:
+                log(f"gate {cell}: piloting its starting policy on {episodes} sampled episodes")
+                found = pilot(spec, run, episodes)
+            measured[digest] = found
+            gate = {**found, "cell": cell, "start": digest, "code": code, "commit": git_commit(),
+                    "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+            _write_json(path, gate)
+        rate = gate["rewarded"] / gate["episodes"]
+        signal = 1.0 - (1.0 - rate) ** per_update
+        out.append({"cell": cell, "source": gate["source"], "episodes": gate["episodes"], "rewarded": gate["rewarded"],
+                    "rate": round(rate, 6), "episodes_per_update": per_update, "signal": round(signal, 4),
+                    "passed": signal >= spec.gate.min_signal, "seconds": gate.get("seconds"),
+                    "file": str(path)})
+    return out
+
+
+# -- contrasts ------------------------------------------------------------------------------------
+def _cell_records(spec: GridSpec, runs: list[GridRun], cell: str) -> dict[int, tuple[float, int]]:
+    """Seed -> (final accuracy, problems evaluated) of the cell's records in the grid's folder (any
+    protocol: a spread over seeds, for planning)."""
+    out = {}
+    for run in runs:
+        path = records_dir(spec) / f"{run.name}.json"
+        if run.cell.name == cell and path.is_file():
+            after = json.loads(path.read_text(encoding="utf-8"))["eval_after"]
+            out[run.seed] = (after["accuracy"], int(after.get("n", 0)))
+    return out
+
+
+def _floor(found: dict[int, tuple[float, int]]) -> bool:
+    """The records sit at the floor (:func:`leaderboards.stats.at_floor`): their spread is that of
+    a handful of problems, not the spread the cell would have if it moved."""
+    problems = min((n for _, n in found.values()), default=0)
+    return problems > 0 and stats.at_floor(statistics.mean(a for a, _ in found.values()), problems)
+
+
+def _seed_free(spec: GridSpec, runs: list[GridRun], cell: str) -> bool:
+    mine = [r for r in runs if r.cell.name == cell]
+    return (len(mine) == 1 and mine[0].kind == "untrained" and run_config(spec, mine[0]).eval.greedy)
+
+
+def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family: int,
+             levels: dict[str, float]) -> dict[str, Any]:
+    """The plan of one declared comparison (module docstring, 2.)."""
+    seeds = {c: [r.seed for r in runs if r.cell.name == c] for c in (comparison.a, comparison.b)}
+    free = {c: _seed_free(spec, runs, c) for c in (comparison.a, comparison.b)}
+    entry: dict[str, Any] = {"question": comparison.question or f"{comparison.a} - {comparison.b}",
+                             "a": comparison.a, "b": comparison.b, "sd": None, "basis": "-",
+                             "mde": None, "least_passing": None, "reasons": []}
+    meaningful = spec.meaningful_effect / 100 if spec.meaningful_effect is not None else None
+    found = {c: _cell_records(spec, runs, c) for c in (comparison.a, comparison.b)}
+    floor = {c: _floor(found[c]) for c in found}
+    records = {c: {seed: a for seed, (a, _) in found[c].items()} for c in found}
+
+    def spread(cell: str) -> tuple[float, str]:
+        values = list(records[cell].values())
+        if len(values) > 1 and statistics.stdev(values) > 0 and not floor[cell]:
+            return statistics.stdev(values), "records"
+        level = levels.get(cell, 0.0)
+        bound = stats.bounded_sd(min(0.5, level + meaningful) if meaningful is not None else 0.5)
+        return bound, "bound, at the floor" if floor[cell] else "bound"
+
+    if free[comparison.a] and free[comparison.b]:
+        entry.update(design="none", seeds="1 / 1", exact_floor=1.0)
+        entry["reasons"].append("both cells are seed-free evaluations: nothing to test")
+        return entry
+    if free[comparison.a] or free[comparison.b]:
+        varied = comparison.b if free[comparison.a] else comparison.a
+        design, n_a, n_b = "one-sample", len(seeds[varied]), 0
+        sd_a, basis = spread(varied)
+        sd_b, sds = 0.0, [sd_a]
+    elif comparison.paired and seeds[comparison.a] == seeds[comparison.b]:
+        design, n_a, n_b = "paired", len(seeds[comparison.a]), 0
+        common = sorted(set(records[comparison.a]) & set(records[comparison.b]))
+        differences = [records[comparison.a][k] - records[comparison.b][k] for k in common]
+        if len(differences) > 1 and statistics.stdev(differences) > 0 and not any(floor.values()):
+            sd_a, basis = statistics.stdev(differences), "records, paired"
+        else:  # the pairs' correlation unknown: taken as none
+            (sa, ba), (sb, bb) = spread(comparison.a), spread(comparison.b)
+            sd_a, basis = math.hypot(sa, sb), ba if ba == bb else f"{ba} / {bb}"
+        sd_b, sds = 0.0, [sd_a]
+    else:
+        design, n_a, n_b = "independent", len(seeds[comparison.a]), len(seeds[comparison.b])
+        (sd_a, ba), (sd_b, bb) = spread(comparison.a), spread(comparison.b)
+        basis, sds = ba if ba == bb else f"{ba} / {bb}", [sd_a, sd_b]
+    entry.update(design=design, seeds=f"{n_a} / {n_b}" if design == "independent" else str(n_a),
+                 sd=[round(x, 4) for x in sds], basis=basis,
+                 exact_floor=stats.exact_p_floor(design, n_a, n_b))
+    if n_a < 2 or (design == "independent" and n_b < 2):
+        entry["reasons"].append("a cell with one seed: no spread over seeds to test against")
+        return entry
+    detectable = stats.minimal_detectable_effect(design, sd_a, n_a, sd_b, n_b, ALPHA / family, spec.power)
+    entry.update(mde=round(detectable.effect, 4), least_passing=round(detectable.least_passing, 4),
+                 critical_t=round(detectable.critical, 3), df=round(detectable.df, 2))
+    if meaningful is not None and detectable.effect > meaningful:
+        entry["reasons"].append(f"its minimal detectable effect, {100 * detectable.effect:.1f} points, exceeds the "
+                                f"meaningful effect, {spec.meaningful_effect:g}")
+    elif detectable.effect > 1.0:
+        entry["reasons"].append(f"its minimal detectable effect, {100 * detectable.effect:.1f} points, exceeds the "
+                                "whole scale")
+    if comparison.margin is not None:
+        margins = sum(c.margin is not None for c in spec.comparisons)
+        needed = stats.minimal_equivalence_margin(design, sd_a, n_a, sd_b, n_b, ALPHA / margins, spec.power)
+        entry["margin_needed"] = round(needed, 4)
+        if needed > comparison.margin / 100:
+            entry["reasons"].append(f"a null could be shown equivalent only within +-{100 * needed:.1f} points, not "
+                                    f"the declared +-{comparison.margin:g}")
+    return entry
+
+
+def contrasts(spec: GridSpec, runs: list[GridRun], levels: dict[str, float]) -> list[dict[str, Any]]:
+    """Every declared comparison's plan, the exact tests' floors corrected over the family."""
+    family = len(spec.comparisons)
+    entries = [contrast(spec, runs, c, family, levels) for c in spec.comparisons]
+    for entry, floor in zip(entries, stats.holm_floors([e["exact_floor"] for e in entries])):
+        entry["exact_floor_holm"] = floor
+        if floor >= ALPHA and entry["design"] != "none":
+            entry["reasons"].append(f"its exact test's least p after Holm over {family} is {floor:.3g} >= {ALPHA:g}: "
+                                    "it can never pass")
+        entry["answers"] = not entry["reasons"]
+    return entries
+
+
+# -- machine time ---------------------------------------------------------------------------------
+def machine_time(spec: GridSpec, runs: list[GridRun], gate_list: list[dict[str, Any]]) -> dict[str, Any]:
+    """Hours recorded for the runs done and estimated for the others (module docstring, 3.)."""
+    recorded: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        path = records_dir(spec) / f"{run.name}.json"
+        if path.is_file():
+            recorded[run.name] = json.loads(path.read_text(encoding="utf-8"))
+    wall = {name: r["grid"].get("wall_s", 0.0) for name, r in recorded.items() if r.get("grid")}
+    by_cell: dict[str, list[float]] = {}
+    for run in runs:
+        if run.name in wall:
+            by_cell.setdefault(run.cell.name, []).append(wall[run.name])
+    training = [wall[r.name] / max(1, recorded[r.name]["budget"].get("episodes", 0) or 1)
+                for r in runs if r.kind == "train" and r.name in wall and recorded[r.name].get("budget")]
+    evaluations = [wall[r.name] for r in runs if r.kind != "train" and r.name in wall]
+    episodes = spec.budget.episodes if spec.budget is not None and spec.budget.axis == "episodes" else None
+    pilot_rate = [g["seconds"] / g["episodes"] for g in gate_list if g.get("source") == "pilot" and g.get("seconds")]
+    done_s = todo_s = 0.0
+    counts = {"done": 0, "cell records": 0, "grid records": 0, "pilot, sampling only (a lower bound)": 0,
+              "unknown": 0}
+    for run in runs:
+        if status(spec, run) == "done":
+            done_s += wall.get(run.name, 0.0)
+            counts["done"] += 1
+            continue
+        if by_cell.get(run.cell.name):
+            todo_s += statistics.mean(by_cell[run.cell.name])
+            counts["cell records"] += 1
+        elif run.kind == "train" and training and episodes:
+            todo_s += statistics.mean(training) * episodes
+            counts["grid records"] += 1
+        elif run.kind != "train" and evaluations:
+            todo_s += statistics.mean(evaluations)
+            counts["grid records"] += 1
+        elif run.kind == "train" and pilot_rate and episodes:
+            todo_s += statistics.mean(pilot_rate) * episodes
+            counts["pilot, sampling only (a lower bound)"] += 1
+        else:
+            counts["unknown"] += 1
+    gate_s = sum(g.get("seconds") or 0.0 for g in gate_list if g.get("source") == "pilot")
+    todo = len(runs) - counts["done"]
+    bases = ", ".join(f"{n} from {basis}" for basis, n in counts.items() if n and basis != "done")
+    line = (f"Machine time: {done_s / 3600:.2f} h recorded for the {counts['done']} runs done; "
+            f"{todo_s / 3600:.2f} h estimated for the {todo} to run" + (f" ({bases})" if bases else "")
+            + f", one process per run; the gate pilots took {gate_s / 60:.1f} min.")
+    return {"done_h": round(done_s / 3600, 2), "todo_h": round(todo_s / 3600, 2), "runs_done": counts["done"],
+            "runs_todo": todo, "bases": {k: v for k, v in counts.items() if v}, "line": line}
+
+
+# -- the plan -------------------------------------------------------------------------------------
+def make_plan(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None = None,
+              gate_episodes: int | None = None, from_records: bool = False, log=print) -> dict[str, Any]:
+    """The plan of ``spec`` (module docstring); ``runs`` all of its runs (:func:`baselines.grid.plan`).
+    ``gate_cells``: the training cells to gate (None: all)."""
+    episodes = gate_episodes or spec.gate.episodes
+    training = [c.name for c in spec.cells if c.evaluate is None]
+    gate_list = gates(spec, runs, training if gate_cells is None else gate_cells, episodes, from_records, log)
+    levels: dict[str, float] = {}
+    for cell in spec.cells:  # the level a cell sits at: its records' mean, else its gate's rate
+        accuracies = [a for a, _ in _cell_records(spec, runs, cell.name).values()]
+        if accuracies:
+            levels[cell.name] = statistics.mean(accuracies)
+    for g in gate_list:
+        if g.get("rate") is not None:
+            levels.setdefault(g["cell"], g["rate"])
+    contrast_list = contrasts(spec, runs, levels)
+    refusals = []
+    for g in gate_list:
+        if g.get("rate") is None:
+            refusals.append(f"cell {g['cell']}: its gate cannot be measured: {g['note']}")
+        elif not g["passed"]:
+            refusals.append(f"cell {g['cell']}: its starting policy earned the reward in {g['rewarded']} of "
+                            f"{g['episodes']} sampled episodes ({100 * g['rate']:.2f} %, from {g['source']}): an "
+                            f"update of {g['episodes_per_update']} episodes holds a rewarded one with probability "
+                            f"{g['signal']:.2f} < {spec.gate.min_signal:g}")
+    if spec.comparisons and spec.meaningful_effect is None:
+        refusals.append("the grid declares no meaningful_effect (accuracy points): no contrast can be judged "
+                        "against the effect that would matter")
+    for c in contrast_list:
+        for reason in c["reasons"]:
+            refusals.append(f"contrast {c['a']} - {c['b']}: {reason}")
+    return {"made": {"commit": git_commit(), "code": code_digest(),
+                     "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")},
+            "accepted": not refusals, "refusals": refusals, "alpha": ALPHA, "family": len(spec.comparisons),
+            "power": spec.power, "meaningful_effect": spec.meaningful_effect,
+            "gate": {"episodes": episodes, "min_signal": spec.gate.min_signal,
+                     "from_records": from_records}, "gates": gate_list, "contrasts": contrast_list,
+            "time": machine_time(spec, runs, gate_list)}
+
+
+def save_plan(spec: GridSpec, plan: dict[str, Any]) -> Path:
+    path = grid_folder(spec) / PLAN_FILE
+    _write_json(path, plan)
+    return path

@@ -1,0 +1,77 @@
+"""How much return variance each baseline removes, on the same rollouts: critic vs group vs group_critic.
+
+Every MAPPO update with grouped sampling (``schedule.group_size`` >= 2) logs, per decision
+position p, what each baseline leaves of the returns on that update's rollout
+(``learners/critic_health.py``, step 4; ``learners/baselines.py``, step 5):
+``critic/group_return_var/pos<p>`` (no baseline), ``critic/loo_residual_var/pos<p>`` (``group``:
+the leave-one-out group mean), ``critic/critic_residual_var/pos<p>`` (the critic as the run used
+it) and ``critic/anchored_residual_var/pos<p>`` (``group_critic`` with the same values). This
+script pools them over the later half of each run's updates (sums over updates, as the run's own
+figures are pooled) and prints, per run and position, each residual and its variance reduction
+``1 - residual / return variance``, and the critic's gain over the group mean
+``1 - critic / LOO``: whether the critic earns its cost on that run, position by position.
+
+Usage::
+
+    python benchmarks/baseline_variance.py RUN_FOLDER [RUN_FOLDER ...] [--all-updates]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+COLUMNS = (("none", "critic/group_return_var"), ("group", "critic/loo_residual_var"),
+           ("critic", "critic/critic_residual_var"), ("group_critic", "critic/anchored_residual_var"))
+"""Each baseline and the per-position key of what it leaves."""
+
+
+def pooled(rows: list[dict], all_updates: bool = False) -> dict[int, dict[str, float]]:
+    """Per position: each baseline's residual summed over the (later half of the) update rows
+    that logged it, divided by their count (NaN where no row logged it)."""
+    rows = [r for r in rows if any(k.startswith("critic/loo_residual_var/pos") for k in r)]
+    rows = rows if all_updates else rows[len(rows) // 2:]
+    positions = sorted({int(k.rsplit("pos", 1)[1]) for r in rows for k in r if k.startswith("critic/loo_residual_var/pos")})
+    out: dict[int, dict[str, float]] = {}
+    for p in positions:
+        figures = {}
+        for name, key in COLUMNS:
+            values = [r[f"{key}/pos{p}"] for r in rows
+                      if isinstance(r.get(f"{key}/pos{p}"), (int, float)) and math.isfinite(r[f"{key}/pos{p}"])]
+            figures[name] = sum(values) / len(values) if values else float("nan")
+        out[p] = figures
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[int, dict[str, float]]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="training run folders (with metrics.jsonl)")
+    parser.add_argument("--all-updates", action="store_true", help="pool every update, not the later half")
+    args = parser.parse_args(argv)
+    results = {}
+    print("| run | position | no baseline | group (LOO) | critic | group_critic | reduction: group / critic / "
+          "group_critic | critic's gain over LOO |")
+    print("|---|---|---|---|---|---|---|---|")
+    for run in args.runs:
+        metrics = run / "metrics.jsonl"
+        if not metrics.is_file():
+            raise SystemExit(f"{run}: no metrics.jsonl; expected a training run folder")
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        table = pooled(rows, args.all_updates)
+        if not table:
+            raise SystemExit(f"{run}: no update logged the baseline figures; they need schedule.group_size >= 2")
+        results[str(run)] = table
+        for p, f in table.items():
+            def cut(name: str, f: dict = f) -> str:
+                return f"{1 - f[name] / f['none']:.3f}" if f["none"] > 0 and math.isfinite(f[name]) else "-"
+            gain = f"{1 - f['critic'] / f['group']:.3f}" if f["group"] > 0 and math.isfinite(f["critic"]) else "-"
+            print(f"| {run.name} | {p} | " + " | ".join(f"{f[n]:.4f}" for n, _ in COLUMNS)
+                  + f" | {cut('group')} / {cut('critic')} / {cut('group_critic')} | {gain} |")
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
