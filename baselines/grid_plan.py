@@ -10,7 +10,10 @@ status 3, one line per reason) unless ``--force``. A plan:
    sampling settings and scripted seats, scored by the team reward
    (:func:`marft_agents.evaluation.evaluate`, ``greedy: false``). Under a 0/1 team reward the
    policy gradient of an update is exactly zero unless one of its episodes was rewarded, so a
-   cell passes when ``1 - (1 - rate) ** episodes_per_update >= gate.min_signal``. Cells whose
+   cell passes when ``1 - (1 - rate) ** episodes_per_update >= gate.min_signal`` holds over the
+   whole exact 90 % interval of the pilot's rate, fails when it holds nowhere in it, and is
+   *inconclusive* otherwise (refused, naming a pilot size that can decide: 128 episodes cannot
+   tell a rate of 0.4 % from 2 %). Cells whose
    starting policies sample alike (same env and task kwargs, model, sampling, scripted seats and
    initial adapters: fresh LoRA adapters add nothing at initialisation, so the learner and
    ``shared_adapter`` do not matter) share one pilot. Each cell's gate is kept in
@@ -65,6 +68,10 @@ PLAN_FILE = "plan.json"
 """The last plan of a grid, in its folder beside the records: the report shows it."""
 GATES = "gates"
 """Folder of the gate records, in the grid's folder beside ``records``."""
+GATE_LEVEL = 0.90
+"""Level of the exact interval of a gate pilot's rate: a cell passes when the interval's lower
+end clears ``gate.min_signal``, fails when its upper end does not, and is inconclusive (refused,
+with the pilot size that would decide) in between."""
 GATE_SEED = 0
 """Seed of every gate pilot (the problems drawn and the samples): cells are piloted alike."""
 
@@ -188,11 +195,14 @@ def gates(spec: GridSpec, runs: list[GridRun], cells: list[str], episodes: int, 
                     "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
             _write_json(path, gate)
         rate = gate["rewarded"] / gate["episodes"]
-        signal = 1.0 - (1.0 - rate) ** per_update
+        low, high = (1.0 - (1.0 - r) ** per_update
+                     for r in stats.binomial_interval(round(gate["rewarded"]), gate["episodes"], GATE_LEVEL))
+        verdict = "pass" if low >= spec.gate.min_signal else "FAIL" if high < spec.gate.min_signal else "inconclusive"
         out.append({"cell": cell, "source": gate["source"], "episodes": gate["episodes"], "rewarded": gate["rewarded"],
-                    "rate": round(rate, 6), "episodes_per_update": per_update, "signal": round(signal, 4),
-                    "passed": signal >= spec.gate.min_signal, "seconds": gate.get("seconds"),
-                    "file": str(path)})
+                    "rate": round(rate, 6), "episodes_per_update": per_update,
+                    "signal": round(1.0 - (1.0 - rate) ** per_update, 4),
+                    "signal_interval": [round(low, 4), round(high, 4)], "verdict": verdict,
+                    "passed": verdict == "pass", "seconds": gate.get("seconds"), "file": str(path)})
     return out
 
 
@@ -375,10 +385,16 @@ def make_plan(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None 
         if g.get("rate") is None:
             refusals.append(f"cell {g['cell']}: its gate cannot be measured: {g['note']}")
         elif not g["passed"]:
-            refusals.append(f"cell {g['cell']}: its starting policy earned the reward in {g['rewarded']} of "
-                            f"{g['episodes']} sampled episodes ({100 * g['rate']:.2f} %, from {g['source']}): an "
-                            f"update of {g['episodes_per_update']} episodes holds a rewarded one with probability "
-                            f"{g['signal']:.2f} < {spec.gate.min_signal:g}")
+            low, high = g["signal_interval"]
+            said = (f"cell {g['cell']}: its starting policy earned the reward in {g['rewarded']} of {g['episodes']} "
+                    f"sampled episodes ({100 * g['rate']:.2f} %, from {g['source']}): an update of "
+                    f"{g['episodes_per_update']} episodes holds a rewarded one with probability {g['signal']:.2f} "
+                    f"[{low:.2f}, {high:.2f}]")
+            if g["verdict"] == "FAIL":
+                refusals.append(f"{said} < {spec.gate.min_signal:g}")
+            else:
+                refusals.append(f"{said}, which straddles {spec.gate.min_signal:g}: inconclusive at this pilot's "
+                                f"size; pilot more (--gate-episodes {4 * g['episodes']}) or change the start")
     if spec.comparisons and spec.meaningful_effect is None:
         refusals.append("the grid declares no meaningful_effect (accuracy points): no contrast can be judged "
                         "against the effect that would matter")

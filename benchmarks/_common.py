@@ -39,8 +39,8 @@ def set_threads(requested: int) -> None:
 
     Auto keeps torch's default (one per core) on an idle machine but drops to 1 thread when the
     1-minute load average already reaches the core count: OpenMP threads that spin-wait for
-    siblings pre-empted by other processes make a 2-thread matmul here ~40x *slower* than a
-    1-thread one (measured 18 vs 812 small matmuls/s at load ~6 on 2 cores).
+    siblings pre-empted by other processes make a multi-thread matmul far *slower* than a
+    1-thread one on a loaded machine.
     """
     if requested == 0:
         cores = os.cpu_count() or 1

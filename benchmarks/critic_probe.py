@@ -14,7 +14,7 @@ the critic adapter at initialisation (= the base model), and prints:
 
 A state that decodes the operands well but whose spread is tiny is what a linear head trained
 with per-weight (Adam) steps cannot use without standardising its input: the reason for
-``critic.feature_norm`` (figures in docs/results.md).
+``critic.feature_norm``.
 
 ``--task relay5`` probes Relay level 5 instead (``mixed_sizes``: half the tasks have a
 three-digit operand, and the model solves those far less often), with the critic adapter and

@@ -18,7 +18,7 @@ index; the few wheels marft needs there travel with the working tree (64 MiB at 
       peak memory of an update's training passes with gradient checkpointing off and on next to
       ``memory_estimate.py``'s estimate (with training tokens/s), and the engines' decode
       tokens/s;
-   d. ``vllm``: marft's vLLM engine against bare vLLM and vLLM's log-probs against the
+   e. ``vllm``: marft's vLLM engine against bare vLLM and vLLM's log-probs against the
       learner's (``gpu_check.py --only throughput,logprobs``) where vLLM is installed, else
       SKIP with the reason.
 
@@ -80,12 +80,15 @@ class Step:
     limit_s: int
     shaped: bool
     """Whether it runs on the random-weight Qwen2.5 shape (else on gpu_check's tiny model)."""
+    quick: bool = False
+    """``gpu_check --quick`` (every step is quick in a dry run)."""
 
 
 STEPS = (
     Step("cuda_tests", "cuda_tests", 180, shaped=False),
-    Step("update", "update,memory,throughput", 240, shaped=True),
-    Step("vllm", "throughput,logprobs", 120, shaped=False),
+    Step("update", "update,memory", 210, shaped=True),
+    Step("throughput", "throughput", 90, shaped=True, quick=True),
+    Step("vllm", "throughput,logprobs", 60, shaped=False),
 )
 """The steps in order, 540 s together."""
 
@@ -129,7 +132,7 @@ def run_step(step: Step, out: Path, env: dict[str, str], dry_run: bool) -> dict[
     cmd = [sys.executable, str(GPU_CHECK), "--only", step.checks, "--out", str(result)]
     if step.shaped and not dry_run:
         cmd += ["--random-init", RANDOM_INIT]
-    if dry_run:
+    if dry_run or step.quick:
         cmd.append("--quick")
     began = time.monotonic()
     try:

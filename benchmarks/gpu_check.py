@@ -9,13 +9,15 @@ Checks (``--only`` picks some, by name):
    on ``marft/Arithmetic-v0``) with each rollout engine that runs on this device: losses finite,
    every adapter moved;
 3. ``throughput``: decode tokens/s of each engine of marft's, and of bare vLLM (``vllm.LLM`` with
-   the policy's 2 LoRA adapters, in a child process so that its memory is its own) on the same
-   prompts with the same number of new tokens; PASS when marft's vLLM engine is within
-   :data:`THROUGHPUT_TARGET` of bare vLLM. Without vLLM, marft's other engines are still timed
-   and the check says SKIP (there is nothing to hold them against);
+   the policy's 2 LoRA adapters, in a child process so that its memory is its own; its figures
+   come back in a file, since vLLM logs to the child's stdout) on the same prompts with the same
+   number of new tokens; PASS when marft's vLLM engine is within :data:`THROUGHPUT_TARGET` of
+   bare vLLM. It runs wherever vLLM does: a GPU with vLLM, or vLLM's CPU build on a CPU
+   (``.venv-vllm``). On a GPU without vLLM, marft's other engines are still timed and the check
+   says SKIP (there is nothing to hold them against);
 4. ``logprobs``: vLLM's sampled-token log-probs against the learner's pass over the same tokens
-   (max and mean |diff|); against the test suite's vLLM stand-in (the transformers model itself)
-   this would compare a model with itself, so without vLLM and a GPU it is SKIP;
+   (max and mean |diff|), wherever vLLM runs; without it SKIP (the tests' vLLM stand-in is the
+   transformers model itself: agreement with it is no check of vLLM);
 5. ``memory``: peak GPU memory (``torch.cuda.max_memory_allocated``) and time (the passes run
    again, warm) of the training passes of one MARFT-A update at MATH lengths (:data:`MATH_ROW_TOKENS`-token rows, 8 rows per adapter:
    both agents' policy passes and the critic's), without and with gradient checkpointing, per
@@ -27,7 +29,7 @@ Checks (``--only`` picks some, by name):
 machine that cannot download the real one: memory and speed are the real size's, while
 rewards, log-prob agreement and text are meaningless.
 
-A check that cannot run here (no CUDA, one GPU, vLLM not installed) says SKIP and why; nothing
+A check that cannot run here (no CUDA, one GPU, no vLLM for this device) says SKIP and why; nothing
 is downloaded unless ``--model`` names a Hub id. ``--quick`` shortens every check (fewer and
 shorter rows, fewer tokens) to run in a minute or two; the full run stays under 10 minutes on
 one GPU for models up to 7B. Exit status 1 if a check FAILs, else 0.

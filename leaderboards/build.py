@@ -197,7 +197,8 @@ def grid_summary(report: Path, link: str) -> list[str]:
                          f"| {difference} | {ci} | {holm} | {_linked(c['verdict'], source)} |")
         lines.append("")
     if len(answered) < len(comparisons):
-        lines += [f"{len(comparisons) - len(answered)} of its {len(comparisons)} comparisons wait for runs.", ""]
+        waiting = len(comparisons) - len(answered)
+        lines += [f"{waiting} of its {len(comparisons)} comparisons {'waits' if waiting == 1 else 'wait'} for runs.", ""]
     return lines
 
 

@@ -995,8 +995,10 @@ def plan_lines(plan: dict[str, Any] | None) -> list[str]:
         lines += [f"Start gates: the sampled team reward of each training cell's starting policy over "
                   f"{gate.get('episodes', '?')} or more episodes of its training tasks; a cell passes when an update "
                   "of its episodes would hold at least one rewarded episode with probability "
-                  f">= {gate.get('min_signal', '?')} (1 - (1 - rate)^episodes per update): an update with no "
-                  "rewarded episode carries no policy gradient under a 0/1 team reward.", "",
+                  f">= {gate.get('min_signal', '?')} (1 - (1 - rate)^episodes per update) over the whole exact 90 % "
+                  "interval of the pilot's rate (in brackets), fails when it holds nowhere in it, and is inconclusive "
+                  "in between: an update with no rewarded episode carries no policy gradient under a 0/1 team "
+                  "reward.", "",
                   "| cell | gate from | rewarded / episodes | rate, % | episodes per update | P(update rewarded) "
                   "| gate |", "|---|---|---|---|---|---|---|"]
         for g in plan["gates"]:
@@ -1004,8 +1006,11 @@ def plan_lines(plan: dict[str, Any] | None) -> list[str]:
                 lines.append(f"| {g['cell']} | {g['source']} | - | - | {g.get('episodes_per_update', '-')} | - "
                              f"| {g.get('note', 'not measured')} |")
                 continue
+            interval = g.get("signal_interval")
+            signal = f"{g['signal']:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
+            verdict = g.get("verdict", "pass" if g["passed"] else "FAIL")
             lines.append(f"| {g['cell']} | {g['source']} | {g['rewarded']:g} / {g['episodes']} | {100 * g['rate']:.2f} "
-                         f"| {g['episodes_per_update']} | {g['signal']:.2f} | {'pass' if g['passed'] else 'FAIL'} |")
+                         f"| {g['episodes_per_update']} | {signal} | {verdict} |")
         lines.append("")
     if plan["contrasts"]:
         meaningful = plan.get("meaningful_effect")

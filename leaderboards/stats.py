@@ -27,7 +27,8 @@ that size:
   shown equivalent within), :func:`exact_p_floor` and :func:`holm_floors` (the least p an exact test
   can give at those seeds, before and after the family's correction), :func:`bounded_sd` (the
   largest seed spread a score in [0, 1] can have at a given mean, when no pilot measured one) and
-  :func:`at_floor` (a mean one evaluation cannot tell from zero).
+  :func:`at_floor` (a mean one evaluation cannot tell from zero), :func:`binomial_interval` (the
+  exact interval of a pilot's reward rate, for the start gates).
 - :func:`took_off`, :func:`takeoff_rate` and :func:`curve_auc`: per-cell summaries of learning
   curves that a mean of final accuracies hides.
 - :func:`duplicate_runs`: records that are the same run (counted once, never twice).
@@ -405,6 +406,34 @@ def bounded_sd(mean: float) -> float:
     case), 0.5 at most. The planning spread when no pilot measured one."""
     mean = min(1.0, max(0.0, mean))
     return math.sqrt(mean * (1.0 - mean))
+
+
+def _beta_ppf(q: float, a: float, b: float) -> float:
+    """The q-quantile of Beta(a, b), by bisection on :func:`betainc` (monotone in x)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if betainc(a, b, mid) < q:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def binomial_interval(successes: int, trials: int, level: float = 0.90) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) two-sided ``level`` interval of a binomial rate: the
+    ``(1 - level) / 2`` quantile of Beta(k, n - k + 1) and the ``(1 + level) / 2`` quantile of
+    Beta(k + 1, n - k); 0 (1) where k = 0 (k = n). Conservative: it covers the rate at least
+    ``level`` of the time whatever the rate, which a normal interval does not near 0."""
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"binomial_interval needs 0 <= successes <= trials and trials >= 1, got "
+                         f"{successes} of {trials}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    tail = (1.0 - level) / 2.0
+    lower = 0.0 if successes == 0 else _beta_ppf(tail, successes, trials - successes + 1)
+    upper = 1.0 if successes == trials else _beta_ppf(1.0 - tail, successes + 1, trials - successes)
+    return lower, upper
 
 
 def at_floor(mean: float, problems: int, z: float = 2.0) -> bool:

@@ -56,7 +56,9 @@ whole global state, only not merged with the earlier decisions.
 
 Version history: the first critic rendered one chat-formatted prompt per decision ("GLOBAL STATE
 before <agent> ..."), whose inputs shared nothing across an episode's decisions; the log
-replaced it to cut the critic's share of MARFT-A's rollout and update (``docs/performance.md``).
+replaced it to cut the critic's share of MARFT-A's rollout and update (measure: ``python
+benchmarks/bench_rollout.py --train-settings --unmerged-critic``: merged rows against one row
+per decision).
 Token-level values then got the responses' own tokens in the log (``add_response``), so that
 MARFT-T's values merge too; action-level logs are unchanged by that. Then the transcript's
 verbatim repeat of each response was cut from token-level logs (``REPEAT_CUT_MIN_CHARS``).
@@ -161,8 +163,8 @@ class ValueHead(nn.Module):
     (``NEXT TO ACT: <agent> (<role>)``, or the agent's own prompt under ``local``); the hidden
     states of different agents' decision points differ far more than those of different tasks,
     so one set of feature statistics over all of them leaves each agent's task spread small
-    after standardisation, and one weight vector must serve inputs of different geometry
-    (figures in docs/results.md). One slot: the single head of before.
+    after standardisation, and one weight vector must serve inputs of different geometry.
+    One slot: the single head of before.
 
     Two normalisations, both off until first folded (then the head is the plain ``w . h + b``):
 
@@ -172,7 +174,7 @@ class ValueHead(nn.Module):
       :meth:`fold_features`, so an update's state is whole when it is saved). A language
       model's last hidden states share one large component across states; what tells two tasks
       apart is a small spread around it, from which the task can still be decoded linearly
-      (``benchmarks/critic_probe.py``; figures in docs/results.md). Standardising the
+      (measure: ``python benchmarks/critic_probe.py``). Standardising the
       dimensions lets a linear head with Adam's per-weight steps find that spread instead of
       fitting the shared component.
     * **Targets** (``critic.value_norm``, PopArt): ``shift, scale`` (``mu, sigma``), the moving

@@ -15,9 +15,8 @@ Vocabulary. The collector plays each task ``k`` times (a *group*, ``Decision.gro
     same task. Score = the team return (+ the agent's own per-agent rewards, one per round it
     acted in, with ``agent_rewards``). Episodes in which the agent never acted give it no unit.
     Without ``agent_rewards`` every agent's score is the team return, so when every agent acts in
-    every episode this grouping gives exactly ``team``'s advantages (measured: a 50-minute run of
-    each from seed 0 had the same curve); it differs only with per-agent rewards or agents that
-    skip episodes. (Dr. MAS's point is per-agent reward scales, so use ``agent_rewards``.)
+    every episode this grouping gives exactly ``team``'s advantages; it differs only with
+    per-agent rewards or agents that skip episodes. (Dr. MAS's point is per-agent reward scales, so use ``agent_rewards``.)
 ``agent_turn``
     unit = (episode, agent, round), key = (group, agent, round): a role's turn-t utterances are
     compared only with the same role's turn-t utterances of the same task. Score = the team

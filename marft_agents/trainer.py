@@ -212,9 +212,9 @@ class Trainer:
         trains = learner_trains(cfg.algorithm)
         if (trains and cfg.model.dtype != "float32" and not cfg.ppo.recompute_old_logprobs
                 and not cfg.sampling.recompute_logprobs):
-            # Measured with SmolLM2 in bfloat16: cached-decoding log-probs differ from the training
-            # forward pass by up to 0.32 per token (sequence log-ratios up to 0.41), far beyond
-            # the clip range, so PPO ratios would not start at 1.
+            # In bfloat16, cached-decoding log-probs differ from the training forward pass (other
+            # kernels, other padding) by far more than the clip range allows, so PPO ratios would
+            # not start at 1.
             log.warning("model.dtype is %s but ppo.recompute_old_logprobs is false: PPO ratios will "
                         "start away from 1; set ppo.recompute_old_logprobs: true", cfg.model.dtype)
         seed_everything(cfg.seed)

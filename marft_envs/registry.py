@@ -39,13 +39,13 @@ BUILTIN_ENVS: list[tuple[str, str, dict[str, Any]]] = [
     ("marft/Arithmetic-v0", "marft_envs.envs.arithmetic:ArithmeticEnv", {}),
     ("marft/MATH-v0", "marft_envs.envs.math:MathEnv", {}),
     ("marft/GSM8K-v0", "marft_envs.envs.gsm8k:GSM8KEnv", {}),
-    # -- coding envs (issue 4) --
+    # -- coding envs --
     ("marft/HumanEval-v0", "marft_envs.envs.humaneval:HumanEvalEnv", {}),
     ("marft/MBPP-v0", "marft_envs.envs.mbpp:MBPPEnv", {}),
     ("marft/StdioCode-v0", "marft_envs.envs.stdio_code:StdioCodeEnv", {}),
-    # -- WebShop (issue 5) --
+    # -- WebShop --
     ("marft/WebShop-v0", "marft_envs.envs.webshop:WebShopEnv", {}),
-    # -- cooperative tasks (issue 19) --
+    # -- cooperative tasks --
     ("marft/Relay-v0", "marft_envs.envs.relay:RelayEnv", {}),
     ("marft/SolveCheck-v0", "marft_envs.envs.solve_check:SolveCheckEnv", {}),
 ]

@@ -105,11 +105,13 @@ def test_main_leaderboard_links_the_grid_reports(tmp_path):
     write_report(tmp_path / "grids" / "g", "Grid g", ["solo_ppo", "marft_a"], comparisons=comparisons)
     (tmp_path / "records").mkdir()
     text = build(tmp_path / "records")
-    assert "### [Grid g](grids/g/README.md)" in text and "4 records. Machine time" in text
-    # the front page's row comes from summary.json: 55 - 25 = +30 points, Welch over 2 + 2 seeds
+    assert "### [Grid g](grids/g/README.md)" in text and "[4 records](grids/g/README.md). [Machine time" in text
+    # the front page's row comes from summary.json: 55 - 25 = +30 points, Welch over 2 + 2 seeds;
+    # every figure links to the report's comparisons table
     row = next(line for line in text.splitlines() if line.startswith("| team vs solo? |"))
-    assert "| marft_a: 55.0 (2) | solo_ppo: 25.0 (2) | +30.0 |" in row and "not resolved" in row
-    assert "1 of its 2 comparisons wait for runs." in text
+    link = "(grids/g/README.md#comparisons)"
+    assert f"| marft_a: [55.0]{link} (2) | solo_ppo: [25.0]{link} (2) | [+30.0]{link} |" in row and "not resolved" in row
+    assert "1 of its 2 comparisons waits for runs." in text
     # a grid folder whose summary is lost says how to get it back, and the rest still builds
     (tmp_path / "grids" / "g" / "summary.json").unlink()
     text = build(tmp_path / "records")

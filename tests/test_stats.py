@@ -332,3 +332,17 @@ def test_bounded_sd_and_the_floor_by_hand():
     # 100 problems, z = 2: the floor is 4 / 104 = 3.85 %
     assert stats.at_floor(0.038, 100) and not stats.at_floor(0.039, 100)
     assert stats.at_floor(0.0, 100) and stats.at_floor(0.004, 100) and not stats.at_floor(0.066, 100)
+
+
+def test_binomial_interval_is_clopper_pearson():
+    """Against scipy's beta quantiles, and the closed forms at k = 0 (1 - (alpha/2)^(1/n)) and k = n."""
+    from scipy.stats import beta
+
+    for k, n in [(1, 128), (3, 128), (5, 128), (7, 20), (64, 128)]:
+        lo, hi = stats.binomial_interval(k, n, 0.90)
+        assert lo == pytest.approx(beta.ppf(0.05, k, n - k + 1), abs=1e-9)
+        assert hi == pytest.approx(beta.ppf(0.95, k + 1, n - k), abs=1e-9)
+    assert stats.binomial_interval(0, 128, 0.90) == (0.0, pytest.approx(1 - 0.05 ** (1 / 128), abs=1e-9))
+    assert stats.binomial_interval(128, 128, 0.90) == (pytest.approx(0.05 ** (1 / 128), abs=1e-9), 1.0)
+    with pytest.raises(ValueError, match="successes <= trials"):
+        stats.binomial_interval(3, 2)

@@ -40,7 +40,9 @@ Modules:
   LM head + log-probs, grouped-matmul attention, compiled RMSNorm), which must compute the same
   numbers as the samplers' ``scaled_logprobs``.
 
-Measured speeds of each engine and kernel: docs/performance.md.
+Measure the engines with ``python benchmarks/bench_rollout.py --engine all`` and the update's
+kernels with ``python benchmarks/bench_update.py --dtype bfloat16 --paths fast,plain``
+(docs/performance.md says which benchmark answers which question).
 """
 
 from __future__ import annotations

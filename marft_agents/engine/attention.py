@@ -5,8 +5,8 @@ kernel that ``attn_implementation="sdpa"`` reaches) has a slow backward in bfloa
 SmolLM2 policy micro-batch it took many times its forward, a large share of the whole
 forward+backward of a PPO step. The same attention written as two batched matmuls and a float32
 softmax runs forward and backward much faster, because at these lengths the ``[rows, heads, L,
-L]`` score matrix is small and the matmuls go to the matrix unit. Figures: docs/performance.md,
-"The PPO update's passes".
+L]`` score matrix is small and the matmuls go to the matrix unit. Measure: ``python
+benchmarks/bench_update.py --dtype bfloat16 --paths fast,plain`` (``plain`` keeps ``sdpa``).
 
 How: registered with transformers' ``AttentionInterface`` (and the ``sdpa`` mask builder) under
 ``GROUPED_MATMUL``; ``use_grouped_matmul_attention(model)`` switches a model that runs ``sdpa``
@@ -17,7 +17,7 @@ learners enter for a whole update (``learners/base.py``; its no-grad rescoring o
 included, so that those are the very numbers its gradient passes compute) and
 ``sampling.recompute_logprobs`` enters for its scoring. Everything else (sampling, the
 collector's critic values, evaluation) goes to transformers' ``sdpa`` function unchanged:
-forward-only, the fused kernel is the faster one (docs/performance.md). So do one-token queries,
+forward-only, the fused kernel is the faster one. So do one-token queries,
 very long sequences (the score matrix would not fit in memory comfortably), dropout,
 soft-capping and attention sinks.
 
@@ -112,8 +112,8 @@ def mask_bias(allowed: torch.Tensor) -> torch.Tensor:
     minimum elsewhere.
 
     Adding the bias out of place, rather than ``masked_fill_`` on the scores, is bit-identical
-    (``s + 0 == s``; ``s + min`` rounds to ``min`` for any score) and faster forward + backward
-    (docs/performance.md, "Masks as an added bias"): the in-place fill on a view of the product's output made
+    (``s + 0 == s``; ``s + min`` rounds to ``min`` for any score) and faster forward + backward:
+    the in-place fill on a view of the product's output made
     autograd copy the whole ``[B, KV, G, Lq, Lk]`` score tensor in the backward, and the
     gradient of an addition is the incoming gradient itself. A finite minimum, not -inf: a
     padding query that may attend to nothing gets a uniform (ignored) row instead of NaNs that
@@ -145,7 +145,7 @@ def use_grouped_matmul_attention(model: nn.Module) -> bool:
         return False
     if not half_precision_on_cpu(model):
         # on GPUs the fused kernels are the fast path; in float32 the CPU kernel's backward
-        # was as fast as this (docs/performance.md)
+        # was as fast as this
         return False
     model.set_attn_implementation(GROUPED_MATMUL)
     return True

@@ -3,7 +3,8 @@
 Why: transformers' RMSNorm is seven elementwise operators on float32 copies of the activations
 forward, more backward, each a full pass over memory, and a SmolLM2 pass runs 61 of them: a
 noticeable share of a bfloat16 policy pass on a CPU. Compiled by inductor into a couple of fused
-loops it runs several times faster (figures: docs/performance.md, "The PPO update's passes").
+loops it runs several times faster (measure: ``python benchmarks/bench_update.py --dtype bfloat16
+--paths fast,plain``; ``plain`` keeps the eager norm).
 The function is compiled once with dynamic shapes, not per module, so all norms of all layers
 share one graph per (dtype, grad mode).
 

@@ -3,7 +3,8 @@
 Why: at decode time a batch of a few dozen rows makes every matrix product small, and on a CPU
 with fast bf16 (AMX) the hundreds of small operators that ``transformers`` + peft run per step
 (module calls, hooks, per-module LoRA dispatch, cache bookkeeping) took longer than the matrix
-products themselves (figures: docs/performance.md, "rollout profile"). This module runs the same
+products themselves (see: ``python benchmarks/profile_rollout.py --engine fast --dtype bfloat16``).
+This module runs the same
 arithmetic with far fewer operators:
 
 * **fused projections**: q/k/v are one product on a ``[q + k + v, H]`` weight, gate/up one on a

@@ -2,7 +2,8 @@
 
 Same contract, layout and numbers as ``engine/legacy.py``'s ``sample_batch`` (prompts left padded,
 shared prefix computed once, finished rows pruned, log-probs those of ``scaled_logprobs``), with
-three changes that the rollout profile (docs/performance.md, "rollout profile") pointed at:
+three changes that the rollout profile (``python benchmarks/profile_rollout.py --engine legacy``)
+pointed at:
 
 * **preallocated KV cache** (``engine/kv_cache.py``): every layer's cache is written in place
   into a buffer sized for prefix + prompt + response instead of growing by ``torch.cat``;
@@ -45,7 +46,7 @@ def draw_and_score(logits: torch.Tensor, temperature: float, generator: torch.Ge
     ``logits [b, V]`` is overwritten when it is float32 (it is the step's own output); ``probs``
     and ``work`` are float32 scratch buffers of at least ``b * V`` entries (``work`` receives
     the float32 copy of lower-precision logits: a fresh tensor per step costs more in page
-    faults than the conversion itself, docs/performance.md "Decoding engines"). Returns
+    faults than the conversion itself). Returns
     ``(token [b], logp [b])``.
     """
     rows, vocab = logits.shape

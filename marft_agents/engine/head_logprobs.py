@@ -5,7 +5,8 @@ float32 copy, the log-softmax, ``exp`` of it and the products of the entropy, an
 tensors again in the backward: for 16 rows x 32 tokens of SmolLM2 (V = 49,152) each is a
 ~100 MB float32 tensor, allocated fresh (page faults on every first touch) and mostly made of
 subnormal numbers at temperature 0.5. On a CPU those vocabulary-sized tensors took a large share
-of a bfloat16 PPO step (figures: docs/performance.md, "The PPO update's passes"). Here the head
+of a bfloat16 PPO step (measure: ``python benchmarks/bench_update.py --dtype bfloat16 --paths
+fast,plain``; ``plain`` materialises the full logits). Here the head
 runs over the real response positions only (no padding), a few dozen of them at a time, each
 chunk's logits are reduced at once to what the loss needs (the token's log-prob, the entropy,
 the log-normaliser), and the backward recomputes a chunk's logits from the saved hidden states
@@ -34,7 +35,7 @@ CHUNK_BYTES = 24 << 20
 """Float32 logits per chunk (24 MiB, 128 positions of a 49k vocabulary): under glibc's 32 MiB
 limit above which every allocation is mapped afresh (page faults on first touch), and as many
 rows as possible per pass over the head's weight (which the chunk's products read whole: small
-chunks starve the matrix unit; docs/performance.md)."""
+chunks starve the matrix unit)."""
 
 PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gpt2", "phi3", "smollm3"})
 """transformers model types whose causal-LM forward returns ``lm_head(hidden)`` unchanged (no
@@ -64,8 +65,7 @@ def _buffer(slot: str, rows: int, like: torch.Tensor, dtype: torch.dtype) -> tor
     Why: a chunk's float32 tensors are ~24 MiB each; allocated fresh inside an update, between
     the model's own allocations, they were handed back to the system and faulted in again page
     by page, which made the bf16 -> float32 copy of a chunk's logits many times slower than
-    into memory already touched (docs/performance.md, "Masks as an added bias; reused buffers
-    in the fused head")."""
+    into memory already touched."""
     key = (slot, like.device, dtype, like.shape[0])
     buf = _scratch.get(key)
     if buf is None or buf.shape[0] < rows:

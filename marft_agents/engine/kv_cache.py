@@ -1,8 +1,8 @@
 """A KV cache preallocated for the whole decode: ``ReservedLayer`` buffers (``fast`` and ``direct``).
 
 Why: transformers' ``DynamicLayer`` ``torch.cat``s the full cache with every new token (a copy of
-the whole cache per layer per step, the largest single operator of the legacy loop's profile,
-docs/performance.md "Decoding engines"). A ``ReservedLayer`` writes the new keys/values in place
+the whole cache per layer per step, the largest single operator of the legacy loop's profile:
+``python benchmarks/profile_rollout.py --engine legacy``). A ``ReservedLayer`` writes the new keys/values in place
 into a buffer sized for prefix + prompt + response; the shared prefix's batch-1 KV is broadcast
 straight into it (no ``repeat_interleave`` copy first). ``engine/direct.py`` writes into the same
 buffers directly.

@@ -51,7 +51,7 @@ def pick_tokens(logp: torch.Tensor, cfg: SamplingConfig, generator: torch.Genera
         drop_sorted = (sorted_p.cumsum(-1) - sorted_p) >= cfg.top_p * sorted_p.sum(-1, True)
         probs = probs.scatter(-1, order, sorted_p.masked_fill(drop_sorted, 0.0))
     # Inverse-CDF sampling with one uniform per row: torch.multinomial draws ~V random numbers
-    # per row on CPU, a large share of a decode step (figures: docs/performance.md). cumsum
+    # per row on CPU, a large share of a decode step. cumsum
     # accumulates in double on CPU, so each token's probability is off by at most one float32
     # rounding of the running sum (~1e-7); zero-probability tokens (filtered by top-k/top-p)
     # own an empty interval and are never hit.

@@ -1,9 +1,9 @@
 """Refitting the value head by cross-validated ridge regression (``critic.head_refit_window``).
 
-Why. On real rollouts the gradient-trained head ranks the tasks (its values correlate 0.3-0.65
-with the returns on Relay level 5) but spreads its values several times less than the returns,
-so its explained variance stays far below what its own correlation allows (docs/results.md,
-issue 31; ``EV <= corr^2``, docs/training.md). The head is one linear map on features that the
+Why. On real rollouts the gradient-trained head can rank the tasks (its values correlate with
+the returns) yet spread its values far less than the returns, so its explained variance stays
+far below what its own correlation allows (``EV <= corr^2``: a *shrunk* critic, docs/training.md,
+"The critic"). The head is one linear map on features that the
 critic adapter changes slowly, and AdamW moves each of its weights about one learning rate per
 step. A linear map on given features has a closed-form best fit, so after each update's critic
 steps the head is also solved for, the way "shallow updates" refit a deep Q-network's last layer

@@ -53,14 +53,15 @@ class CriticConfig:
     """Standardise each dimension of the hidden state the value head reads, by its moving mean
     and spread over the states valued at collection (the head's weights rescaled so its outputs
     do not move; :class:`marft_agents.critic.ValueHead`). Without it the head fits the component
-    every state shares and its values stay nearly constant (docs/results.md). False: the plain
-    head, as before this option existed."""
+    every state shares and its values stay nearly constant (``benchmarks/critic_probe.py`` shows
+    why). False: the plain head, as before this option existed."""
     per_agent_head: bool = True
     """A team critic (``centralised`` / ``local``) values each acting agent's decisions with a
     value-head row and feature statistics of its own, on the one shared critic adapter
     (:class:`marft_agents.critic.ValueHead`'s slots): the states at different agents' decision
     points differ far more than different tasks do, so shared statistics and weights leave each
-    agent's task spread small and the critic learns several times slower (docs/results.md).
+    agent's task spread small and the critic learns more slowly (compare paired runs with
+    ``benchmarks/critic_pairs.py``).
     False: one head for every decision, as before this option existed."""
     ceiling_group_size: int | None = None
     """Deprecated: use ``schedule.group_size`` (grouped sampling is a setting of the schedule, which
@@ -71,7 +72,8 @@ class CriticConfig:
     and returns of the last this-many updates, the ridge strength chosen by cross-validation over
     whole tasks, and keep the current head when no strength beats it
     (``learners/head_refit.py``). The gradient-trained head ranks tasks but spreads its values far
-    less than the returns (docs/results.md); the closed-form fit is not limited by step size.
+    less than the returns (a small ``critic/value_std`` beside a fair ``critic/value_return_corr``);
+    the closed-form fit is not limited by step size.
     State values only (MARFT-A, single-agent PPO). 0 = off: only gradient steps train the head."""
     health_window: int = 10
     """Updates in a row with ``losses/explained_variance`` below ``health_min_ev`` before the

@@ -23,8 +23,7 @@ class LoraSpec:
     reject a value > 0 (``TrainConfig.validate``); it only matters to other uses of the spec."""
     target_modules: tuple[str, ...] | str | None = None
     """Module names to adapt, e.g. ("q_proj", "v_proj") or "all-linear" (more capacity, a
-    larger adapter cost; figures: docs/performance.md). None = peft's default for the
-    architecture (q_proj + v_proj for
+    larger adapter cost). None = peft's default for the architecture (q_proj + v_proj for
     Llama/Qwen/Mistral, c_attn for GPT-2, ...); for a model type peft has no default for, the
     model's attention projections (the fused QKV projection, else the query and value ones; see
     ``marft_agents.adapters.default_target_modules``), named in one log line."""

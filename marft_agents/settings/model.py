@@ -40,10 +40,11 @@ class ModelConfig:
     """An alias (see ``PACKAGED_GGUF``), a local Hugging Face folder, or a Hub id."""
     dtype: str = "float32"
     """Parameter dtype: "float32" (exact, the tested default), "bfloat16" (faster on
-    GPUs and CPUs with AMX, slower on CPUs without it; figures: docs/performance.md), "float16"
-    (GPU only in
-    practice), or "auto": bfloat16 where the device computes it faster than float32 (CUDA with bf16,
-    CPUs with AMX or Arm BF16; not AVX512-BF16 alone, which ran slower), else float32. "auto" is
+    GPUs and CPUs with AMX, slower on CPUs without it; compare on yours: ``python
+    benchmarks/bench_rollout.py --dtype bfloat16`` against ``--dtype float32``), "float16" (GPU
+    only in practice), or "auto": bfloat16 where the device computes it faster than float32
+    (CUDA with bf16, CPUs with AMX or Arm BF16; not AVX512-BF16 alone, which ran slower), else
+    float32. "auto" is
     replaced by the concrete name before the model loads (``TrainConfig.resolve_hardware``), so
     runs record what they used."""
     device: str = AUTO_DEVICE

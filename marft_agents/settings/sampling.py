@@ -48,17 +48,16 @@ class SamplingConfig:
     """Compute each agent's system turn once per batch instead of once per row (see "shared
     prefixes" in ``marft_agents/engine/layout.py``; the collector then records every decision's
     ``prefix_len`` so that training scores it the same way): much less work for prompts
-    dominated by the system turn (docs/performance.md). False = every row runs its whole
-    prompt."""
+    dominated by the system turn (measure: ``python benchmarks/bench_rollout.py`` with and
+    without ``--no-share-prefix``). False = every row runs its whole prompt."""
     recompute_logprobs: bool = False
     """False: log-probs come from the decoding steps themselves (free; in float32 they match the
     training forward pass to ~1e-5, the two paths use different kernels). True: one extra
-    no-grad training-style forward pass per batch (its cost: docs/performance.md), bit-identical to
-    the training forward of a batch with the same padding. Caveat in bfloat16 on CPU: a row's
-    numbers also move with its batch's padding width, by about as much as the decoding path
-    differs (figures: docs/performance.md, "Figures behind design choices"), so a training
-    minibatch padded differently from the
-    sampling batch sees most of that noise again; in float32 both are ~1e-5."""
+    no-grad training-style forward pass per batch (its cost: ``python benchmarks/bench_rollout.py
+    --recompute-logprobs``), bit-identical to the training forward of a batch with the same
+    padding. Caveat in bfloat16 on CPU: a row's numbers also move with its batch's padding width,
+    by about as much as the decoding path differs, so a training minibatch padded differently
+    from the sampling batch sees most of that noise again; in float32 both are ~1e-5."""
 
     engine: str = "direct"
     """Rollout engine (one of ``ROLLOUT_ENGINES``; ``engine/rollout_engine.py`` is the interface). A decoding

@@ -9,7 +9,7 @@
 - :mod:`marft_envs.code.env`: ``CodeEnv``, the base of ``marft/HumanEval-v0``,
   ``marft/MBPP-v0`` and ``marft/StdioCode-v0``.
 
-Documentation: ``docs/environments.md`` ("Coding").
+Documentation: ``docs/environments.md`` ("Coding: HumanEval, MBPP, StdioCode").
 """
 
 from marft_envs.code.passk import mean_pass_at_k, pass_at_k

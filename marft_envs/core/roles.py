@@ -269,7 +269,7 @@ def load_profile(spec: str | Path | Mapping[str, Any] | Profile) -> Profile:
     ep = _plugin_profiles().get(name)
     if ep is not None:
         # Cached: every env instance loads its profile, and scanning the installed packages'
-        # metadata is slow enough to add up over many eval envs (figures: docs/performance.md).
+        # metadata is slow enough to add up over many eval envs.
         _entry_point_profiles[name] = _load_entry_point(ep)
         return _entry_point_profiles[name]
     raise FileNotFoundError(_not_found_message(spec))

@@ -12,8 +12,7 @@ Why this module exists
       limit (the child keeps running); if the child does not answer by the hard limit (a C-level
       loop, a memory blow-up) the parent kills it and starts a new one on the next call. Works
       from any thread; costs a little IPC per call and a one-off start (import plus a warm-up
-      comparison, not counted against any timeout; figures: docs/performance.md, "Figures
-      behind design choices"). The child caps its
+      comparison, not counted against any timeout). The child caps its
       address space (``RLIMIT_AS``, 4 GiB) so a blow-up fails fast instead of swapping.
     * **inline**: same guard in the calling process. Only possible in the main thread with no
       other ``ITIMER_REAL`` armed; cannot stop C-level loops.
@@ -84,7 +83,7 @@ def _math_verify() -> tuple[Callable[..., Any], Callable[..., Any]]:
                 module.TIMEOUT_WARNING_SHOWN = True
         parse, verify = math_verify.parse, math_verify.verify
         # Warm up: the first comparison in a process pays for sympy's lazy set-up; pay it here,
-        # outside any caller's time budget (figures: docs/performance.md).
+        # outside any caller's time budget.
         verify(parse("$x^2+1$", parsing_timeout=None), parse("$1+x*x$", parsing_timeout=None), timeout_seconds=None)
         _MV["parse"], _MV["verify"] = parse, verify
     return _MV["parse"], _MV["verify"]

@@ -170,9 +170,8 @@ _NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?
 def extract_last_number(text: str) -> str | None:
     """The last number in the text, thousands separators removed (``-1,234.5`` -> ``-1234.5``)."""
     # Search growing suffixes (numbers sit near the end, and scanning all of a long text costs
-    # time in proportion to its length; figures: docs/performance.md). The last match of a
-    # suffix is the last match of the text
-    # unless the character before it could continue the number; then look further back.
+    # time in proportion to its length). The last match of a suffix is the last match of the
+    # text unless the character before it could continue the number; then look further back.
     size = 512
     while True:
         start = max(0, len(text) - size)

@@ -18,7 +18,7 @@ Level 5 draws each problem's size by a fair coin: a level-1 sum, or a sum of two
 that the base model rarely gets right. Its problems differ in difficulty, visibly in the problem
 text, so the state value of a problem's first decision differs between problems and a critic has
 something to learn: the between-problem share of the return variance (``critic/ev_ceiling``), near
-zero on level 1 where the problems are alike, is what the critic can explain (issue 31). It is
+zero on level 1 where the problems are alike, is what the critic can explain. It is
 the relay counterpart of Arithmetic level 8, ``add_mixed`` (:mod:`marft_envs.tasks.arithmetic`).
 
 Levels 1-3 deal the values round-robin. Level 4 is *staged* (:attr:`RelayTasks.staged`): the

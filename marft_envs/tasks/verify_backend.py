@@ -8,9 +8,8 @@ Modes
     ``"process"``: a persistent worker child per Python process, shared by every caller and
         serialised by a lock. Hard bound: the parent kills the child at ``timeout_s`` (the child's
         own guard fires first at 80 % of it, which keeps the child alive). The one-off start
-        (importing sympy and a warm-up comparison; figures: docs/performance.md) is not counted
-        against ``timeout_s``;
-        after a hard kill the next call pays it again.
+        (importing sympy and a warm-up comparison) is not counted against ``timeout_s``; after a
+        hard kill the next call pays it again.
     ``"inline"``: in this process under a ``setitimer`` guard at ``timeout_s``; in a non-main
         thread (or when another timer is armed) the call runs *unguarded*, with a one-time
         warning.

@@ -1,4 +1,4 @@
-"""The critic's health figures and the changes that make it learn (issue 31).
+"""The critic's health figures and the changes that make it learn.
 
 The ceiling estimator against hand-computed values and against a population with a known
 between-task share; the not-learning warning; PopArt's output preservation and checkpointing;
@@ -306,7 +306,7 @@ def test_the_value_head_gets_its_own_learning_rate(tiny):
 
 @pytest.mark.parametrize("standardise", [True, False])
 def test_a_linear_head_finds_a_small_spread_only_with_standardised_features(standardise):
-    # What SmolLM2's last hidden states look like to the head (docs/results.md): a shared
+    # What SmolLM2's last hidden states look like to the head (benchmarks/critic_probe.py): a shared
     # component far larger than the part that tells tasks apart. The value is linear in that
     # part, so a standardised head fits it; a plain head under Adam's per-weight steps (the
     # learner's optimizer, at a critic learning rate) chases the shared component and stays
@@ -342,7 +342,7 @@ def test_a_linear_head_finds_a_small_spread_only_with_standardised_features(stan
 # -- one value-head slot per acting agent (critic.per_agent_head) --------------------------------------
 def _two_position_states(gen: torch.Generator, tasks: int = 16, dims: int = 256):
     """States of two decision points per task, as a language model's last hidden states look
-    to the head (docs/results.md): the first agent's states sit on one shared component with a
+    to the head (``benchmarks/critic_probe.py``): the first agent's states sit on one shared component with a
     small task spread; the second agent's on another component, far from the first, with a
     wider spread of their own (its input also holds the first agent's output). Both have a
     value that is linear in the task's small spread."""

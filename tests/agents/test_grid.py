@@ -457,10 +457,12 @@ def test_a_cell_at_the_floor_fails_its_gate_and_the_grid_refuses_unless_forced(t
     # team and shared start alike (fresh adapters): one pilot for both; 2 episodes per update
     assert calls == ["team", "solo"]
     for cell in ("team", "shared"):
+        # 0 of 128: the rate's exact 90 % interval is [0, 0.0231], so P(update rewarded) <= 1 - 0.9769^2 = 0.046
         assert (f"- cell {cell}: its starting policy earned the reward in 0 of 128 sampled episodes (0.00 %, from "
-                "pilot): an update of 2 episodes holds a rewarded one with probability 0.00 < 0.25") in captured.out
+                "pilot): an update of 2 episodes holds a rewarded one with probability 0.00 [0.00, 0.05] < 0.25"
+                ) in captured.out
     assert "cell solo" not in captured.out.split("Start gates")[0]  # 1 - (1 - 0.5)^2 = 0.75: it passes
-    assert "| solo | pilot | 64 / 128 | 50.00 | 2 | 0.75 | pass |" in captured.out
+    assert "| solo | pilot | 64 / 128 | 50.00 | 2 | 0.75 [0.67, 0.82] | pass |" in captured.out
     assert "the plan refuses this grid" in captured.err and _records(tmp_path) == {}
     gate = json.loads((tmp_path / "board" / "gates" / "shared.json").read_text())
     assert gate["rewarded"] == 0 and gate["episodes"] == 128 and gate["code"]
@@ -480,6 +482,23 @@ def test_a_cell_at_the_floor_fails_its_gate_and_the_grid_refuses_unless_forced(t
     assert "## Plan" in report and "**refused** (started anyway with --force)" in report
     summary = json.loads((tmp_path / "board" / "summary.json").read_text())
     assert summary["plan"]["forced"] and not summary["plan"]["accepted"]
+
+
+def test_a_gate_whose_interval_straddles_the_threshold_is_inconclusive_and_names_a_pilot_that_can_decide(
+        tmp_path, tiny_models, monkeypatch, capsys):
+    from baselines import grid_plan
+
+    path = _grid(tmp_path, [{"name": "team", "overrides": {}}], seeds=[0], gate={"episodes": 128, "min_signal": 0.25})
+    # 20 of 128: P(update of 2 rewarded) = 1 - (108/128)^2 = 0.29 at the point, but the rate's exact
+    # 90 % interval [0.1062, 0.2207] gives [0.20, 0.39] around 0.25: neither pass nor fail
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({"team": 20}, []))
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
+    out = capsys.readouterr().out
+    assert ("holds a rewarded one with probability 0.29 [0.20, 0.39], which straddles 0.25: inconclusive at this "
+            "pilot's size; pilot more (--gate-episodes 512) or change the start") in out
+    assert "| team | pilot | 20 / 128 | 15.62 | 2 | 0.29 [0.20, 0.39] | inconclusive |" in out
+    plan = json.loads((tmp_path / "board" / "plan.json").read_text())
+    assert plan["gates"][0]["verdict"] == "inconclusive" and not plan["gates"][0]["passed"]
 
 
 def _contrast_grid(tmp_path, comparisons, meaningful=None):
