@@ -51,11 +51,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[int, dict[str, float]]
     parser.add_argument("runs", nargs="+", type=Path, help="training run folders (with metrics.jsonl)")
     parser.add_argument("--all-updates", action="store_true", help="pool every update, not the later half")
     args = parser.parse_args(argv)
-    results = {}
-    print("| run | position | no baseline | group (LOO) | critic | group_critic | reduction: group / critic / "
-          "group_critic | critic's gain over LOO |")
-    print("|---|---|---|---|---|---|---|---|")
-    for run in args.runs:
+    tables = {}
+    for run in args.runs:  # read every run first: an error is one line, not one under a header
         metrics = run / "metrics.jsonl"
         if not metrics.is_file():
             raise SystemExit(f"{run}: no metrics.jsonl; expected a training run folder")
@@ -63,6 +60,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict[int, dict[str, float]]
         table = pooled(rows, args.all_updates)
         if not table:
             raise SystemExit(f"{run}: no update logged the baseline figures; they need schedule.group_size >= 2")
+        tables[run] = table
+    print("| run | position | no baseline | group (LOO) | critic | group_critic | reduction: group / critic / "
+          "group_critic | critic's gain over LOO |")
+    print("|---|---|---|---|---|---|---|---|")
+    results = {}
+    for run, table in tables.items():
         results[str(run)] = table
         for p, f in table.items():
             def cut(name: str, f: dict = f) -> str:

@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="training passes to time, comma-separated, the first one's ratio printed last: "
                          "fast (the policy's defaults), unmerged (fast with one critic row per decision) "
                          "and/or plain (the model's own forward with full logits, one critic row per "
-                         "decision, sdpa attention and eager RMSNorm: the path before issue 18's work)")
+                         "decision, sdpa attention and eager RMSNorm: the unoptimised reference path)")
     ap.add_argument("--recompute-old-logprobs", action="store_true",
                     help="ppo.recompute_old_logprobs (the shipped bf16 training configs): the update adds a "
                          "no-grad pass over its micro-batches, replayed as a bare no-grad forward")

@@ -445,7 +445,7 @@ def check_logprobs(ctx: Context) -> Result:
     worst, mean = float(every.max()), float(every.mean())
     ok = mean <= LOGPROB_MEAN_TOL and worst <= LOGPROB_MAX_TOL
     return Result("logprobs", "PASS" if ok else "FAIL",
-                  f"|vLLM - learner| over {every.numel()} tokens: max {worst:.4f}, mean {mean:.4f} "
+                  f"|vLLM - learner| over {every.numel()} tokens: max {worst:.2e}, mean {mean:.2e} "
                   f"(tolerance mean {LOGPROB_MEAN_TOL}, max {LOGPROB_MAX_TOL})",
                   {"max": worst, "mean": mean, "tokens": every.numel(), "dtype": str(policy.lm.dtype)})
 

@@ -40,7 +40,7 @@ import yaml
 
 from marft_agents.config_schema import ConfigError, build_dataclass, field_docs, join_key, type_name
 from marft_agents.learners.registry import Capabilities, UnknownLearnerError, learner_capabilities
-from marft_agents.settings.advantage import AdvantageConfig
+from marft_agents.settings.advantage import GROUP_BASELINES, AdvantageConfig, resolve_group_size
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.model import (
@@ -110,8 +110,8 @@ class PPOConfig:
     """Before the first epoch, replace every policy sample's "old" log-probs with a no-grad pass
     of the learner itself over exactly the micro-batches its policy steps will use (same rows,
     order and padding). In bfloat16 a row's log-probs move with its batch's padding nearly as
-    much as cached decoding differs from a full pass (figures: docs/performance.md, "Figures
-    behind design choices"); with this on, the first
+    much as cached decoding differs from a full pass (measure it:
+    ``python benchmarks/bench_update.py --dtype bfloat16 --recompute-old-logprobs``); with this on, the first
     minibatch starts at ratio exactly 1 and later ones measure only the policy's change. Costs
     one forward pass (no backward) over the policy samples, in the update instead of the
     rollout; makes ``sampling.recompute_logprobs`` unnecessary. Later epochs reshuffle their
@@ -137,7 +137,7 @@ class PPOConfig:
     under ``critic.value_norm``); None (default) disables it. Off by default because it slows the
     critic down without a trust region to protect: a head that starts far from the returns may
     move only ``value_clip`` per update (Andrychowicz et al., 2021, found value clipping does not
-    help PPO). 0.2 was the default before issue 31."""
+    help PPO)."""
     huber_delta: float | None = 10.0
     """Huber threshold of the value loss; None = squared error."""
     entropy_coef: float = 0.0
@@ -510,6 +510,20 @@ class TrainConfig:
         if self.critic is None and cls.value_mode is not None:
             raise ConfigError(f"critic: algorithm {self.algorithm!r} needs a critic (value_mode "
                               f"{cls.value_mode!r}); remove 'critic: null'")
+        baseline = self.advantage.baseline
+        if baseline not in cls.baselines:
+            raise ConfigError(f"advantage.baseline: algorithm {self.algorithm!r} implements "
+                              f"{', '.join(cls.baselines)}, got {baseline!r}")
+        if baseline in GROUP_BASELINES:
+            try:
+                k = resolve_group_size(self.schedule.group_size, self.schedule.episodes_per_update, uses_groups=True,
+                                       deprecated=self.critic.ceiling_group_size if self.critic else None)
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+            if k < 2:
+                raise ConfigError(f"advantage.baseline: {baseline} compares the episodes of a task group; set "
+                                  f"schedule.group_size >= 2 (a divisor of schedule.episodes_per_update "
+                                  f"{self.schedule.episodes_per_update})")
         if self.critic is not None and self.critic.head_refit_window > 0 and cls.value_mode != "state":
             raise ConfigError(f"critic.head_refit_window: algorithm {self.algorithm!r} has value_mode "
                               f"{cls.value_mode!r}, but only state values (one per decision, e.g. mappo_action) "

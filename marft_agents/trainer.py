@@ -119,7 +119,8 @@ def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequen
     from marft_agents.engine.rollout_engine import EngineSettings
     from marft_agents.policy import MultiAgentPolicy
 
-    needs_critic = get_learner(cfg.algorithm).value_mode is not None
+    # ``advantage.baseline: group`` runs no critic: build no critic adapter or value head for it
+    needs_critic = get_learner(cfg.algorithm).value_mode is not None and cfg.advantage.uses_critic
     policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
                               critic=cfg.critic if needs_critic else None,
                               gradient_checkpointing=cfg.schedule.gradient_checkpointing)

@@ -49,6 +49,7 @@ against ``tests/agents/vllm_standin.py`` for what vLLM's CPU build cannot show (
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import importlib.metadata
@@ -315,6 +316,8 @@ class VLLMEngine(RolloutEngine):
         finally:
             if self.version is not None:
                 shutil.rmtree(self.adapter_root / f"v{self.version}", ignore_errors=True)
+                with contextlib.suppress(OSError):  # the folder this engine made, unless something else is in it
+                    self.adapter_root.rmdir()
             self.loras, self.version = {}, None
             del llm
             gc.collect()

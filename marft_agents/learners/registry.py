@@ -33,6 +33,7 @@ import warnings
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
+from marft_agents.settings.advantage import BASELINES
 
 ENTRY_POINT_GROUP = "marft_agents.learners"
 
@@ -54,12 +55,15 @@ class Capabilities:
     """False for a learner that never trains (the evaluation-only baseline)."""
     max_agents: int | None = None
     """The env may have at most this many agents; None: any number."""
+    baselines: tuple[str, ...] = ("critic",)
+    """The ``advantage.baseline`` choices the learner's estimator implements."""
 
     @classmethod
     def of(cls, learner_class: type) -> Capabilities:
         """The capabilities ``learner_class`` declares (``trains`` and ``max_agents`` optional)."""
         return cls(learner_class.value_mode, learner_class.options_class,
-                   bool(getattr(learner_class, "trains", True)), getattr(learner_class, "max_agents", None))
+                   bool(getattr(learner_class, "trains", True)), getattr(learner_class, "max_agents", None),
+                   tuple(getattr(learner_class, "baselines", ("critic",))))
 
 
 @dataclass(frozen=True)
@@ -73,17 +77,22 @@ class LearnerSpec:
     options: str | None = None
     trains: bool = True
     max_agents: int | None = None
+    baselines: tuple[str, ...] = ("critic",)
 
     def capabilities(self) -> Capabilities:
         options = pkgutil.resolve_name(self.options) if self.options is not None else None
-        return Capabilities(self.value_mode, options, self.trains, self.max_agents)
+        return Capabilities(self.value_mode, options, self.trains, self.max_agents, tuple(self.baselines))
 
 
 BUILTIN_LEARNERS: dict[str, LearnerSpec] = {
-    "mappo_action": LearnerSpec("marft_agents.learners.mappo_action:ActionLevelMAPPO", "state"),  # MARFT-A
-    "mappo_token": LearnerSpec("marft_agents.learners.mappo_token:TokenLevelMAPPO", "token"),  # MARFT-T
-    "ppo": LearnerSpec("marft_agents.learners.single_agent:SingleAgentPPO", "state", max_agents=1),
-    "ppo_token": LearnerSpec("marft_agents.learners.single_agent:SingleAgentTokenPPO", "token", max_agents=1),
+    "mappo_action": LearnerSpec("marft_agents.learners.mappo_action:ActionLevelMAPPO", "state",  # MARFT-A
+                                baselines=BASELINES),
+    "mappo_token": LearnerSpec("marft_agents.learners.mappo_token:TokenLevelMAPPO", "token",  # MARFT-T
+                               baselines=BASELINES),
+    "ppo": LearnerSpec("marft_agents.learners.single_agent:SingleAgentPPO", "state", max_agents=1,
+                       baselines=BASELINES),
+    "ppo_token": LearnerSpec("marft_agents.learners.single_agent:SingleAgentTokenPPO", "token", max_agents=1,
+                             baselines=BASELINES),
     EVAL_ONLY: LearnerSpec("marft_agents.learners.eval_only:EvalOnly", None, trains=False),  # no training
     "grpo": LearnerSpec("marft_agents.learners.grpo:GRPO", None,  # critic-free, group-relative
                         options="marft_agents.settings.grpo:GRPOOptions"),

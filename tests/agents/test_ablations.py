@@ -171,6 +171,7 @@ def _grid(tmp_path, cells):
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump(config_to_dict(cfg)))
     spec = {"name": "tiny", "base": str(base), "budget": {"episodes": 2}, "seeds": [0], "cells": cells,
+            "gate": {"episodes": 4, "min_signal": 0},  # a short pilot that refuses nothing: not the test here
             "records": str(tmp_path / "board" / "records"), "output_root": str(tmp_path / "runs")}
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(spec))

@@ -217,3 +217,26 @@ def test_the_baseline_settings_refuse_what_cannot_work(caplog):
     assert ActionLevelMAPPO(_FakePolicy(), cfg, ["r", "a"]).group_size == 2  # the old key still decides
     auto = _learner(ActionLevelMAPPO, "critic", **{"schedule.group_size": None})
     assert auto.group_size == 4  # a value learner at 8 episodes: groups of 4, as before the setting existed
+
+
+def test_a_group_baseline_without_groups_is_refused_when_the_config_is_read(tmp_path):
+    """One line at load time (before any model loads), not a traceback from the learner."""
+    from marft_agents.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"schedule.group_size >= 2 \(a divisor of schedule.episodes_per_update 2\)"):
+        small_config(tmp_path, **{"advantage.baseline": "group"})  # 2 episodes per update: groups of 1
+    with pytest.raises(ConfigError, match="algorithm 'grpo' implements critic, got 'group_critic'"):
+        small_config(tmp_path, **{"advantage.baseline": "group_critic", "algorithm": "grpo",
+                                  "schedule.episodes_per_update": 4})
+
+
+@pytest.mark.parametrize("baseline, has_critic", [("critic", True), ("group", False), ("group_critic", True)])
+def test_only_the_baselines_that_use_the_critic_build_one(tmp_path, baseline, has_critic):
+    from agent_helpers import tiny_on_device
+    from marft_agents.trainer import build_policy
+
+    cfg = small_config(tmp_path, **{"advantage.baseline": baseline, "schedule.episodes_per_update": 4,
+                                    "schedule.group_size": 2})
+    model, tokenizer = tiny_on_device(seed=0, hidden_size=32, num_layers=1)
+    with build_policy(cfg, model, tokenizer, ["reasoner_0", "actor_1"]) as policy:
+        assert bool(policy.critic_adapters) is has_critic and (policy.critic_config is not None) is has_critic

@@ -276,7 +276,9 @@ def test_device_auto_is_the_default_and_is_recorded_as_the_device_it_stands_for(
     assert ModelConfig().device == "auto"
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = config_from_dict({})
-    assert cfg.model.device == expected  # resolved at validation, like dtype: auto
+    assert cfg.model.device == "auto"  # validation is plain data: it imports no torch to resolve it
+    cfg.resolve_hardware()  # where the model is about to load, like dtype: auto
+    assert cfg.model.device == expected
     assert config_to_dict(cfg)["model"]["device"] == expected  # what the run records
     assert config_from_dict({"model": {"device": "cpu"}}).model.device == "cpu"
     with pytest.raises(ConfigError, match="model.device must be 'auto' or a torch device string"):
