@@ -509,7 +509,7 @@ def _grid_meta(spec: GridSpec, run: GridRun, wall_s: float) -> dict[str, Any]:
 def train_run(spec: GridSpec, run: GridRun) -> Record:
     """Train (resuming from the run folder's latest checkpoint, if any), then build its record."""
     from marft_agents.cli import main as marft_main
-    from marft_agents.protocol import STOP_STATUS
+    from marft_agents.session import STOP_STATUS
 
     commit, code_state = git_commit(), code_digest()
     started = time.perf_counter()
@@ -571,7 +571,7 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
         cfg = dataclasses.replace(cfg, scripted_seats={})
     cfg.resolve_hardware()  # the record names the device and dtype used, not "auto"
     model, tokenizer = models.load_model_and_tokenizer(cfg.model)
-    with build_policy(cfg, model, tokenizer, env_agents(cfg)) as policy:  # the block's end closes the rollout engine
+    with build_policy(cfg, model, tokenizer, env_agents(cfg)) as policy:  # the block's end closes the sampling engine
         return _evaluate_policy(spec, run, cfg, policy, commit, code_state, started)
 
 

@@ -124,7 +124,7 @@ def _inline(rel: str, number: int, line: str) -> list[Command]:
         command = Command(rel, number, span, inline=True)
         if PLACEHOLDER.search(span):
             command.skip = "inline, has a placeholder"
-        elif re.fullmatch(r"(\.venv/bin/)?marft (train|eval|bench)\b.*", span) \
+        elif re.fullmatch(r"(\.venv/bin/)?marft (train|eval|score|bench)\b.*", span) \
                 and not re.search(r"--(config|policy)\b", span):
             command.skip = "inline, names a subcommand (no config)"
         elif (re.fullmatch(r"(\S+=\S+ ?)+", span) or re.search(r"\s-[cm]$", span)
@@ -189,7 +189,7 @@ def plan(command: Command, short_dir: Path) -> None:
             sets[0] = "--set schedule.num_updates=2"  # one more update than the run it resumes
         run += " " + " ".join(sets)
         command.notes.append("shortened: " + ", ".join(f"{k}={v}" for k, v in SHORT_CONFIG.items()))
-    elif re.search(r"\bmarft\s+(eval|bench)\b", run):
+    elif re.search(r"\bmarft\s+(eval|score|bench)\b", run):
         if " --policy scripted:" not in run:
             run += " --n 4 --set sampling.max_new_tokens=8 --set eval.num_envs=4 --set model.threads=1"
     elif any(f"benchmarks/{script}" in run for script in BENCH_SCRIPTS):

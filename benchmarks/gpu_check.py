@@ -6,7 +6,7 @@ Checks (``--only`` picks some, by name):
    random model: engines, draws, log-probs, train/checkpoint/resume, bfloat16);
 2. ``update``: the model (``--model``, a folder or Hub id; ``--random-init`` a Qwen2.5 size with
    random weights; default a tiny random Qwen2; the last two saved to a temporary folder, offline) loads through the trainer and runs one MARFT-A update (dual agents
-   on ``marft/Arithmetic-v0``) with each rollout engine that runs on this device: losses finite,
+   on ``marft/Arithmetic-v0``) with each sampling engine that runs on this device: losses finite,
    every adapter moved;
 3. ``throughput``: decode tokens/s of each engine of marft's, and of bare vLLM (``vllm.LLM`` with
    the policy's 2 LoRA adapters, in a child process so that its memory is its own; its figures
@@ -173,7 +173,7 @@ def _random_folder(scratch: Path, name: str, device: str) -> str:
 
 
 def _config(ctx: Context, engine: str, name: str, **overrides: Any) -> Any:
-    """A small MARFT-A config on ``ctx``'s model and device with rollout engine ``engine``."""
+    """A small MARFT-A config on ``ctx``'s model and device with sampling engine ``engine``."""
     from marft_agents.config import load_config
 
     quick = ctx.args.quick
@@ -199,10 +199,10 @@ def _config(ctx: Context, engine: str, name: str, **overrides: Any) -> Any:
 def _engines_here(ctx: Context) -> tuple[list[str], dict[str, str]]:
     """(engines that run on this device, {engine: why not} for the others)."""
     from marft_agents.engine.registry import engine_class
-    from marft_agents.settings.sampling import ROLLOUT_ENGINES
+    from marft_agents.settings.sampling import SAMPLING_ENGINES
 
     runs, skipped = [], {}
-    for name in ROLLOUT_ENGINES:
+    for name in SAMPLING_ENGINES:
         cls = engine_class(name)
         if ctx.device not in cls.devices:
             skipped[name] = f"runs on {'/'.join(cls.devices)} only; this machine has {ctx.device}"
@@ -261,7 +261,7 @@ def check_cuda_tests(ctx: Context) -> Result:
 
 
 def check_update(ctx: Context) -> Result:
-    """One MARFT-A update through the trainer with each rollout engine that runs here."""
+    """One MARFT-A update through the trainer with each sampling engine that runs here."""
     import torch
 
     from marft_agents.trainer import prepare_trainer

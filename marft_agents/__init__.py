@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 _LAZY = {
-    "Learner": "marft_agents.learners.protocol",
+    "Learner": "marft_agents.learners.interface",
     "VALUE_MODES": "marft_agents.episodes",
     "register_learner": "marft_agents.learners.registry",
     "get_learner": "marft_agents.learners.registry",

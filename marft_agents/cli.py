@@ -1,7 +1,7 @@
-"""The ``marft`` command: ``marft train``, ``marft eval``, ``marft envs``, ``marft config``, ``marft bench``.
+"""The ``marft`` command: ``marft train``, ``marft eval``, ``marft envs``, ``marft config``, ``marft score``.
 
 ``marft train --config run.yaml`` trains as configured (see ``marft_agents/config.py``) inside the
-run protocol of :mod:`marft_agents.protocol`: the untrained policy is evaluated first (logged at
+run session of :mod:`marft_agents.session`: the untrained policy is evaluated first (logged at
 step 0), every update is logged to ``<output_dir>/metrics.{jsonl,csv}`` and TensorBoard with a
 progress bar, and the run ends with ``learning_curve.png`` and ``summary.json``. ``--resume``
 continues from the latest checkpoint in ``output_dir`` (re-running a finished run with
@@ -18,9 +18,9 @@ traceback of user errors too. The config is read and validated before anything h
 imported (it is plain data), so such a line comes at once. Output cut short by its reader
 (``marft config --show | head``) ends quietly, with the shell's status for SIGPIPE.
 
-Without the ``agents`` extra (torch, transformers, peft) ``marft envs`` and ``marft bench`` with a
+Without the ``agents`` extra (torch, transformers, peft) ``marft envs`` and ``marft score`` with a
 scripted policy work; ``marft config`` lists and checks configs; ``marft train``, ``eval`` and
-``bench`` of a config policy say in one line how to install the extra (exit status 2). This
+``score`` of a config policy say in one line how to install the extra (exit status 2). This
 module imports torch-using modules only inside the subcommands that need them.
 """
 
@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 # Only torch-free modules at import time: without the ``agents`` extra (torch, transformers, peft)
-# ``marft envs`` and ``marft bench`` with a scripted policy still work, and the subcommands that
+# ``marft envs`` and ``marft score`` with a scripted policy still work, and the subcommands that
 # need a model say which extra to install (``main``). ConfigError lives in the torch-free schema
 # module (``marft_agents.config`` re-exports it); UsageError and the ``--set`` parsing in
-# ``cli_args``, which ``bench`` (the ``marft bench`` subcommand) shares.
+# ``cli_args``, which ``score`` (the ``marft score`` subcommand) shares.
 from marft_agents import hints
 from marft_agents.cli_args import UsageError, parse_overrides
 from marft_agents.config_schema import ConfigError
@@ -157,7 +157,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg, _ = _load(args, {"output_dir": args.output_dir} if args.output_dir else None)
     # the config is valid: only now the modules that import torch, transformers and peft
     from marft_agents.distributed import process_group
-    from marft_agents.protocol import STOP_STATUS, run_protocol
+    from marft_agents.session import STOP_STATUS, run_session
     from marft_agents.trainer import prepare_trainer
 
     if not args.resume:
@@ -166,9 +166,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     with process_group() as world:
         if not world.is_main:
             logging.getLogger().setLevel(logging.WARNING)
-        # refuses a used output_dir before loading the model; the block's end closes the rollout engine
+        # refuses a used output_dir before loading the model; the block's end closes the sampling engine
         with prepare_trainer(cfg, args.resume, None) as trainer:
-            outcome = run_protocol(trainer, resume=args.resume, eval_before=args.eval_before,
+            outcome = run_session(trainer, resume=args.resume, eval_before=args.eval_before,
                                    tensorboard=not args.no_tensorboard, progress=not args.quiet,
                                    config_source=str(args.config), say=print, resume_hint=_resume_hint(args))
     if outcome.stopped_by is not None:
@@ -208,14 +208,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from marft_agents.checkpoint import load_adapters
     from marft_agents.evaluation import evaluate
     from marft_agents.models import load_model_and_tokenizer
-    from marft_agents.protocol import describe, eval_dict
+    from marft_agents.session import describe, eval_dict
     from marft_agents.trainer import build_policy, scripted_seats
 
     cfg.resolve_hardware()
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
     checkpoint = _eval_checkpoint(cfg, args.checkpoint)  # before the (slow) model load
     model, tokenizer = load_model_and_tokenizer(cfg.model)
-    with build_policy(cfg, model, tokenizer, agent_ids) as policy:  # the block's end closes the rollout engine
+    with build_policy(cfg, model, tokenizer, agent_ids) as policy:  # the block's end closes the sampling engine
         if checkpoint is not None:
             policy.load_adapter_state_dict(load_adapters(checkpoint))
             print(f"loaded adapters from {checkpoint}")
@@ -249,7 +249,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
     import marft_envs
 
     if args.verbose:
-        from marft_agents.bench import print_env_details
+        from marft_agents.score import print_env_details
 
         return print_env_details()
     for env_id in marft_envs.list_envs():
@@ -316,9 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--show", action="store_true", help="also print each key's documentation")
     conf.add_argument("--config", help="show the values of this YAML config instead of the defaults")
     conf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    from marft_agents.bench import add_bench_parser
+    from marft_agents.score import add_score_parser
 
-    add_bench_parser(sub)
+    add_score_parser(sub)
     return parser
 
 

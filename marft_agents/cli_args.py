@@ -1,7 +1,7 @@
 """Command-line pieces shared by the modules that define ``marft`` subcommands (``cli.py`` and
-``bench.py``): the user-error type and the parsing of ``--set section.key=value`` overrides.
+``score.py``): the user-error type and the parsing of ``--set section.key=value`` overrides.
 
-Torch-free, like ``cli.py``'s import time: ``marft envs`` and a scripted ``marft bench`` run
+Torch-free, like ``cli.py``'s import time: ``marft envs`` and a scripted ``marft score`` run
 without the ``agents`` extra.
 """
 

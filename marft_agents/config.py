@@ -323,7 +323,7 @@ class TrainConfig:
     over them."""
     scripted_seats: dict[str, str] = field(default_factory=dict)
     """Agents played by a scripted policy instead of the model: agent id -> ``"module:function"``
-    (``function(agent, observation, info) -> str``, as ``marft bench --policy scripted:...``).
+    (``function(agent, observation, info) -> str``, as ``marft score --policy scripted:...``).
     A scripted seat's utterances are not sampled and never trained on (``ppo.train_agents``
     defaults to the other agents), in training and in every evaluation of the run: a role
     trained alone against a scripted partner (e.g. the Relay oracle,
@@ -331,7 +331,7 @@ class TrainConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Generation settings for rollouts (their temperature is also used in the loss)."""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
-    """Options of the vLLM rollout engine (read only with ``sampling.engine: vllm``)."""
+    """Options of the vLLM sampling engine (read only with ``sampling.engine: vllm``)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyperparameters."""
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -430,7 +430,7 @@ class TrainConfig:
                               + (f"; did you mean {close[0]!r}?" if close else ""))
         if trains:
             self._check_training_policy()
-            self._check_rollout_engine()
+            self._check_sampling_engine()
         if self.sampling.temperature <= 0:
             raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
                               f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
@@ -454,7 +454,7 @@ class TrainConfig:
         machine, so that every record and checkpoint names the device and dtype the run used
         ("cuda" stays "cuda": each rank's current GPU); returns self. Loads torch to probe the
         device, so it runs where the model is about to load (the trainer, ``marft eval``,
-        ``marft bench``), not in :meth:`validate`."""
+        ``marft score``), not in :meth:`validate`."""
         from marft_agents.models import auto_dtype, resolve_device  # loads torch
 
         try:
@@ -467,8 +467,8 @@ class TrainConfig:
             self.model.dtype = auto_dtype(self.model.device)
         return self
 
-    def _check_rollout_engine(self) -> None:
-        """What training with the rollout engine ``sampling.engine`` needs: an engine whose
+    def _check_sampling_engine(self) -> None:
+        """What training with the sampling engine ``sampling.engine`` needs: an engine whose
         log-probs are not the learner's pass (``scores_in_learner``, read without importing the
         engine: ``SCORED_ELSEWHERE``) needs the old log-probs rescored by the learner; the importance
         weight needs them too."""

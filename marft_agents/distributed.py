@@ -28,7 +28,7 @@ collective (``torch.distributed`` need not be initialised).
 One process per GPU: :func:`process_group` makes ``cuda:<LOCAL_RANK>`` the current device of each
 rank before joining, and nothing here touches another rank's GPU (the collectives run on the
 current device; ``marft_agents/seeding.py``'s ``fork_rng`` and ``cuda_rng_state`` fork and save
-the RNG of that device alone). Each rank builds its own rollout engine on its own device.
+the RNG of that device alone). Each rank builds its own sampling engine on its own device.
 
 A collective that waits longer than the process group's timeout (:func:`process_group_timeout`:
 ``MARFT_DIST_TIMEOUT_S`` seconds, default 30 minutes) fails on every rank instead of hanging the

@@ -1,7 +1,7 @@
 """What a rollout records: one :class:`Decision` per agent turn, one :class:`EpisodeRecord` per
 episode, the :class:`Rollout` that holds them, and :func:`rollout_metrics` over them.
 
-``marft_agents/rollout.py`` (the collector) fills them; its docstring says what each field means
+``marft_agents/collector.py`` (the collector) fills them; its docstring says what each field means
 for rewards, rounds and task groups. Learners read them (``learners/``) without touching the env.
 """
 
@@ -37,7 +37,7 @@ class Decision:
     response_ids: list[int]
     text: str
     logprobs: list[float]
-    """Sampling-time log-probs of ``response_ids``, as the rollout engine computed them: the PPO
+    """Sampling-time log-probs of ``response_ids``, as the sampling engine computed them: the PPO
     "old" log-probs, unless the learner rescores those (``ppo.recompute_old_logprobs``; required
     with an engine whose kernels differ from the learner's, e.g. vLLM), in which case these stay
     the behaviour log-probs (``Sample.behaviour_logprobs``)."""

@@ -40,7 +40,7 @@ import numpy as np
 import marft_envs
 
 # torch (and the rollout collector, which needs it) are imported by :func:`evaluate` only: the
-# problem set, the standard error and the split check serve ``marft bench`` with a scripted
+# problem set, the standard error and the split check serve ``marft score`` with a scripted
 # policy, which an install without the ``agents`` extra (no torch) can run.
 
 
@@ -203,13 +203,13 @@ def evaluate(
         samples_per_problem: plays of each problem (k); k > 1 needs sampling (``greedy`` False)
             and adds avg@k and pass@k to the result (see the module docstring).
         scripted: seats played by scripted policies (agent id -> ``fn(agent, observation, info)``;
-            the run's ``scripted_seats``, see ``marft_agents.rollout``).
+            the run's ``scripted_seats``, see ``marft_agents.collector``).
     """
     import torch
 
     from marft_agents.seeding import fork_rng
     from marft_agents.settings.sampling import SamplingConfig
-    from marft_agents.rollout import RolloutCollector
+    from marft_agents.collector import RolloutCollector
 
     k = samples_per_problem
     if not isinstance(k, int) or k < 1:

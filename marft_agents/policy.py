@@ -14,8 +14,8 @@ adapters on or off) is the one its forward pass ran under, and raises
 :class:`AdapterSwitchError` otherwise: under checkpointing, backward each loss before switching
 adapter (the learners do: one adapter per micro-batch, backward at once).
 
-Sampling goes through the rollout engine ``sampling.engine`` names (``policy.engine``,
-``engine/rollout_engine.py``): the in-process loops (``marft_agents.engine.sample``) or vLLM.
+Sampling goes through the sampling engine ``sampling.engine`` names (``policy.engine``,
+``engine/base.py``): the in-process loops (``marft_agents.engine.sample``) or vLLM.
 Log-probs are defined once, by ``engine.sampling.scaled_logprobs`` (``log_softmax(logits.float() /
 temperature)``), and used both while sampling (``generate``) and in the training forward pass
 (``token_logprobs``, run by the policy's ``scoring.Scorer``), so PPO ratios start at 1 up to float rounding.
@@ -53,7 +53,7 @@ from marft_agents.engine import GenRequest, Generation
 from marft_agents.engine.attention import in_training_passes, training_passes, use_grouped_matmul_attention
 from marft_agents.engine.compiled_norm import use_compiled_rms_norm
 from marft_agents.engine.registry import engine_class
-from marft_agents.engine.rollout_engine import EngineSettings, RolloutEngine
+from marft_agents.engine.base import EngineSettings, SamplingEngine
 from marft_agents.models import prepare_tokenizer
 from marft_agents.scoring import Scorer, TokenStats
 from marft_agents.settings.critic import CriticConfig
@@ -437,19 +437,19 @@ class MultiAgentPolicy(nn.Module):
         turn = self.system_turn_ids(system_prompt)
         return len(turn) if list(prompt_ids[:len(turn)]) == turn else 0
 
-    # ------------------------------------------------------------------ the rollout engine
+    # ------------------------------------------------------------------ the sampling engine
 
     engine_settings: EngineSettings | None = None
     """What an engine reads beyond each call's sampling config (:class:`EngineSettings`:
     ``trainer.build_policy`` sets it from the run's config); None = none (the loops need none,
     and :attr:`engine` then builds the default sampling config's engine)."""
-    _engine: RolloutEngine | None = None
+    _engine: SamplingEngine | None = None
     weights_version: int = 0
     """Version of the adapters' weights, as last given to :meth:`sync_engine` (an engine built
     later exports this version first)."""
 
-    def engine_for(self, name: str) -> RolloutEngine:
-        """The rollout engine ``name`` (a ``sampling.engine``), built on first use; asking for an
+    def engine_for(self, name: str) -> SamplingEngine:
+        """The sampling engine ``name`` (a ``sampling.engine``), built on first use; asking for an
         engine of another class closes the current one."""
         cls = engine_class(name)
         if type(self._engine) is not cls:
@@ -458,8 +458,8 @@ class MultiAgentPolicy(nn.Module):
         return self._engine
 
     @property
-    def engine(self) -> RolloutEngine:
-        """The current rollout engine; if none is built yet, the one the run's (or the default)
+    def engine(self) -> SamplingEngine:
+        """The current sampling engine; if none is built yet, the one the run's (or the default)
         sampling config names."""
         if self._engine is not None:
             return self._engine
@@ -468,20 +468,20 @@ class MultiAgentPolicy(nn.Module):
 
     def sync_engine(self, version: int) -> None:
         """The adapters changed (an update, a restore): the engine, if one is built, samples with
-        them from its next call on (:meth:`RolloutEngine.sync`)."""
+        them from its next call on (:meth:`SamplingEngine.sync`)."""
         self.weights_version = version
         if self._engine is not None:
             self._engine.sync(version)
 
     def close_engine(self) -> None:
-        """Close the rollout engine, if one is built (a later ``generate`` builds a new one)."""
+        """Close the sampling engine, if one is built (a later ``generate`` builds a new one)."""
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
 
     def __enter__(self) -> MultiAgentPolicy:
         """``with build_policy(...) as policy:`` for a run that only evaluates: the block's end
-        closes the rollout engine (a training run owns it through its ``Trainer`` instead)."""
+        closes the sampling engine (a training run owns it through its ``Trainer`` instead)."""
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -489,8 +489,8 @@ class MultiAgentPolicy(nn.Module):
 
     def generate(self, requests: Sequence[GenRequest], sampling: SamplingConfig | None = None,
                  generator: torch.Generator | None = None) -> list[Generation]:
-        """Sample one response per request with the rollout engine ``sampling.engine`` names
-        (:meth:`engine_for`; ``engine/rollout_engine.py``), batching requests that share an adapter.
+        """Sample one response per request with the sampling engine ``sampling.engine`` names
+        (:meth:`engine_for`; ``engine/base.py``), batching requests that share an adapter.
 
         Results come back in request order. Sampling uses ``generator`` if given (it must live
         on the policy's device), else torch's global RNG (so ``torch.manual_seed`` makes a call

@@ -3,7 +3,7 @@
 A record (:class:`Record`) says what was run (env id and kwargs, profile, algorithm, model,
 budget), on what (machine, commit, code digest), and what it scored (greedy eval accuracy with
 its standard error, before and after training). The library owns the schema and its file format:
-``marft bench`` writes records with :func:`write_record`, and :func:`read_records` reads a folder
+``marft score`` writes records with :func:`write_record`, and :func:`read_records` reads a folder
 of them back, refusing a record that lacks a :data:`REQUIRED` field. The leaderboards
 (``leaderboards/records.py``, ``python -m leaderboards.build``) build their tables and reports
 on this module.
@@ -108,9 +108,9 @@ class Record:
     """Digest of marft's code that trained it (:func:`code_digest`, taken with ``commit``): equal for
     two commits that differ only in docs, records or grid declarations, and filled outside git too."""
     marft_version: str = ""
-    """The installed marft version (``marft bench`` fills it: outside a git checkout ``commit`` is empty)."""
+    """The installed marft version (``marft score`` fills it: outside a git checkout ``commit`` is empty)."""
     env_package: dict[str, Any] = field(default_factory=dict)
-    """Who provides the env: ``{"distribution", "version", "entry_point", "origin"}`` (``marft bench``
+    """Who provides the env: ``{"distribution", "version", "entry_point", "origin"}`` (``marft score``
     fills it; for a plugin env this is the plugin's distribution, not marft)."""
     date: str = ""
     """UTC timestamp (filled in automatically)."""
@@ -316,7 +316,7 @@ def read_record(path: str | os.PathLike) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise ValueError(f"record {path} lacks {missing}; regenerate it with the tool that wrote it "
-                         "(baselines/run.py, marft bench)")
+                         "(baselines/run.py, marft score)")
     return data
 
 

@@ -16,8 +16,8 @@ learner's own code, in its constructor, ``update``, ``state_dict`` or ``load_sta
 check in progress the same way, naming the exception, its message and the line that raised it,
 with the original exception chained):
 
-``protocol``
-    The class satisfies :class:`marft_agents.learners.protocol.Learner` (``check_learner_class``:
+``interface``
+    The class satisfies :class:`marft_agents.learners.interface.Learner` (``check_learner_class``:
     methods, ``value_mode``, ``options_class``; optional ``trains``, ``max_agents``); a
     constructed learner is an instance of it with an int ``group_size >= 1``,
     ``trainable_agents(0)`` names known agents (some, when ``trains``), ``data_parallel`` is None
@@ -86,7 +86,7 @@ import torch
 import marft_envs
 from marft_envs import RoundOutcome, Task, TextTaskEnv
 
-CHECKS: tuple[str, ...] = ("protocol", "options", "update direction", "frozen base", "state round trip",
+CHECKS: tuple[str, ...] = ("interface", "options", "update direction", "frozen base", "state round trip",
                            "exact resume")
 """The names a failure message starts with (``learner_api_test[<check>]``), in the order listed in
 the module docstring (``frozen base`` is checked on the update of ``update direction``, first)."""
@@ -204,17 +204,17 @@ def learner_api_test(learner_class: type, options: Mapping[str, Any] | None = No
     return {"name": label, "group_size": group_size, **direction}
 
 
-# -- protocol --------------------------------------------------------------------------------------
+# -- interface -------------------------------------------------------------------------------------
 def _check_class(cls: Any, label: str) -> None:
-    from marft_agents.learners.protocol import check_learner_class
+    from marft_agents.learners.interface import check_learner_class
 
     try:
         check_learner_class(label, cls)
     except TypeError as err:
-        raise _fail("protocol", label, str(err)) from None
+        raise _fail("interface", label, str(err)) from None
     declared = getattr(cls, "data_parallel", None)
     if not _one_process(declared):
-        raise _fail("protocol", label, f"data_parallel must be None or distributed.SINGLE_PROCESS on the class "
+        raise _fail("interface", label, f"data_parallel must be None or distributed.SINGLE_PROCESS on the class "
                                        f"(the Trainer sets it under torchrun), got {declared!r}")
 
 
@@ -226,47 +226,47 @@ def _one_process(data_parallel: Any) -> bool:
 
 
 def _check_instance(learner: Any, name: str, label: str, agent_ids: list[str]) -> None:
-    from marft_agents.learners.protocol import check_learner_instance
+    from marft_agents.learners.interface import check_learner_instance
 
     try:
         check_learner_instance(name, learner)
     except TypeError as err:
-        raise _fail("protocol", label, str(err)) from None
+        raise _fail("interface", label, str(err)) from None
     if not _one_process(getattr(learner, "data_parallel", None)):
-        raise _fail("protocol", label, "data_parallel must be None or distributed.SINGLE_PROCESS until the "
+        raise _fail("interface", label, "data_parallel must be None or distributed.SINGLE_PROCESS until the "
                                        "Trainer sets it (one process here)")
     agents = learner.trainable_agents(0)
     if not isinstance(agents, list) or not set(agents) <= set(agent_ids):
-        raise _fail("protocol", label, f"trainable_agents(0) must be a list of the env's agents {agent_ids}, "
+        raise _fail("interface", label, f"trainable_agents(0) must be a list of the env's agents {agent_ids}, "
                                        f"got {agents!r}")
     if _trains(type(learner)) and not agents:
-        raise _fail("protocol", label, "trains is True but trainable_agents(0) is empty")
+        raise _fail("interface", label, "trains is True but trainable_agents(0) is empty")
 
 
 def _trains(cls: type) -> bool:
-    return bool(getattr(cls, "trains", True))  # optional member, default True (learners/protocol.py)
+    return bool(getattr(cls, "trains", True))  # optional member, default True (learners/interface.py)
 
 
 def _check_metrics(metrics: Any, label: str) -> None:
     if not isinstance(metrics, dict):
-        raise _fail("protocol", label, f"update() must return a dict of metrics, got {type(metrics).__name__}")
+        raise _fail("interface", label, f"update() must return a dict of metrics, got {type(metrics).__name__}")
     bad = {k: v for k, v in metrics.items()
            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, numbers.Real)}
     if bad:
         key, value = next(iter(bad.items()))
-        raise _fail("protocol", label, f"update() must return flat {{str: float}} metrics; {key!r}: "
+        raise _fail("interface", label, f"update() must return flat {{str: float}} metrics; {key!r}: "
                                        f"{type(value).__name__} {value!r}")
 
 
 def _torch_round_trip(state: Any, label: str) -> Any:
     """``state`` through ``torch.save`` / ``torch.load`` as a checkpoint stores it."""
     if not isinstance(state, dict):
-        raise _fail("protocol", label, f"state_dict() must return a dict, got {type(state).__name__}")
+        raise _fail("interface", label, f"state_dict() must return a dict, got {type(state).__name__}")
     buffer = io.BytesIO()
     try:
         torch.save(state, buffer)
     except Exception as err:  # noqa: BLE001 - any failure here is the learner's
-        raise _fail("protocol", label, f"state_dict() cannot be torch.save'd: {type(err).__name__}: {err}") from None
+        raise _fail("interface", label, f"state_dict() cannot be torch.save'd: {type(err).__name__}: {err}") from None
     buffer.seek(0)
     return torch.load(buffer, map_location="cpu", weights_only=False)
 
@@ -392,13 +392,13 @@ class _Run:
         agent_ids = list(marft_envs.make(API_TEST_ENV, **cfg.env.kwargs).possible_agents)
         model, tokenizer = self.model()
         policy = build_policy(cfg, model, tokenizer, agent_ids)
-        with _learner_code("protocol", self.label, "building the learner as the Trainer does"):
-            try:  # make_learner checks the instance too (learners.protocol.check_learner_instance)
+        with _learner_code("interface", self.label, "building the learner as the Trainer does"):
+            try:  # make_learner checks the instance too (learners.interface.check_learner_instance)
                 learner = make_learner(self.name, policy, cfg, agent_ids)
             except TypeError as err:
-                raise _fail("protocol", self.label, f"building the learner as the Trainer does: {err}") from None
+                raise _fail("interface", self.label, f"building the learner as the Trainer does: {err}") from None
         _check_instance(learner, self.name, self.label, agent_ids)
-        with _learner_code("protocol", self.label, "state_dict()"):
+        with _learner_code("interface", self.label, "state_dict()"):
             state = learner.state_dict()
         _torch_round_trip(state, self.label)
         k = learner.group_size

@@ -2,16 +2,16 @@
 
 ``train(cfg)`` runs ``cfg.schedule.num_updates`` updates (fewer when a budget of the schedule,
 seconds, episodes or sampled tokens, runs out first: :meth:`Trainer.budget_spent`) inside the
-run protocol that ``marft train`` also uses (baseline evaluation first, metric files,
-summary.json, plot, SIGINT/SIGTERM handling: :mod:`marft_agents.protocol`) and returns a
+run session that ``marft train`` also uses (baseline evaluation first, metric files,
+summary.json, plot, SIGINT/SIGTERM handling: :mod:`marft_agents.session`) and returns a
 :class:`TrainResult`; ``iter_train(cfg)`` is the bare loop as a generator that yields each
 update's metrics. One update:
 
-1. the :class:`~marft_agents.rollout.RolloutCollector` plays ``episodes_per_update`` episodes on
+1. the :class:`~marft_agents.collector.RolloutCollector` plays ``episodes_per_update`` episodes on
    ``env.num_envs`` env instances (generation batched across envs per adapter);
-2. the learner (``cfg.algorithm``) runs its PPO epochs on them, inside the rollout engine's
+2. the learner (``cfg.algorithm``) runs its PPO epochs on them, inside the sampling engine's
    ``suspend()`` (vLLM sleeps), after which the engine is synced to the new adapters
-   (``engine/rollout_engine.py``; a restore syncs too);
+   (``engine/base.py``; a restore syncs too);
 3. every ``eval.interval`` updates (and at the end) the policy is scored on a fixed problem set,
    its per-problem outcomes kept in ``<output_dir>/evals/``; an evaluation that beats every
    earlier one saves its adapters to ``<output_dir>/best/`` (``eval.keep_best``);
@@ -28,14 +28,14 @@ the result is the same as a run that was never interrupted (tested on CPU). Star
 in a folder that already has checkpoints is refused rather than silently overwriting them, and so
 is a resume that changes the evaluation setting (``eval.n_problems``, ``eval.seed``, the split ...:
 :data:`EVAL_SET_FIELDS`), whose "best" would otherwise compare accuracies on different problem sets.
-Setting ``Trainer.stop_requested`` (the protocol's signal handlers do) ends the loop after the
+Setting ``Trainer.stop_requested`` (the session's signal handlers do) ends the loop after the
 update in progress, with a checkpoint, so a preempted run resumes exactly; a stop requested once
 the last update has started leaves a complete run (:attr:`Trainer.finished`).
 
 One lifecycle: a :class:`Trainer` is a context manager, and every entry point (``train``,
 ``iter_train``, ``marft train``, ``baselines/run.py`` and the grid through it, the benchmarks)
 holds it as ``with prepare_trainer(cfg, resume) as trainer:``; leaving the block, on error too,
-closes the rollout engine (vLLM's memory and exported adapter folders). An evaluation without
+closes the sampling engine (vLLM's memory and exported adapter folders). An evaluation without
 training holds its policy the same way (``with build_policy(...) as policy:``).
 """
 
@@ -69,7 +69,7 @@ from marft_agents.evaluation import EvalResult, evaluate
 from marft_agents.learners import get_learner, make_learner
 from marft_agents.learners.registry import learner_trains
 from marft_agents.episodes import rollout_metrics
-from marft_agents.rollout import RolloutCollector
+from marft_agents.collector import RolloutCollector
 from marft_agents.seeding import seed_everything
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class TrainResult:
     """The trained ``MultiAgentPolicy`` (evaluate it or save its adapters)."""
     summary: dict[str, Any] = field(default_factory=dict)
     """What ``<output_dir>/summary.json`` holds: ``eval_before``, ``eval_after``, ``eval_best``,
-    ``counters``, ... (see :mod:`marft_agents.protocol`)."""
+    ``counters``, ... (see :mod:`marft_agents.session`)."""
     stopped_by: str | None = None
     """``"SIGINT"`` / ``"SIGTERM"`` when a signal stopped the run early (after a checkpoint)."""
 
@@ -114,9 +114,9 @@ def scripted_seats(cfg: TrainConfig, agent_ids: Sequence[str]) -> dict[str, Any]
 def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequence[str]) -> Any:
     """The run's ``MultiAgentPolicy``: with a critic only if the learner uses values (training
     and ``marft eval`` build the same adapters, so checkpoints load strictly), and the engine
-    settings of the run (:class:`~marft_agents.engine.rollout_engine.EngineSettings`). A caller
+    settings of the run (:class:`~marft_agents.engine.base.EngineSettings`). A caller
     that only evaluates holds it as ``with build_policy(...) as policy:`` (closes its engine)."""
-    from marft_agents.engine.rollout_engine import EngineSettings
+    from marft_agents.engine.base import EngineSettings
     from marft_agents.policy import MultiAgentPolicy
 
     # ``advantage.baseline: group`` runs no critic: build no critic adapter or value head for it
@@ -194,7 +194,7 @@ class Trainer:
     (:meth:`stop_outcome` says which it will be now).
 
     A context manager: ``with Trainer(...) as trainer:`` (or ``prepare_trainer``) closes the
-    rollout engine when the block ends, on error too (:meth:`close`).
+    sampling engine when the block ends, on error too (:meth:`close`).
 
     Args:
         cfg: the run's configuration.
@@ -444,7 +444,7 @@ class Trainer:
                 break
 
     def close(self) -> None:
-        """Release the rollout engine (vLLM's GPU memory and exported adapters); the policy
+        """Release the sampling engine (vLLM's GPU memory and exported adapters); the policy
         builds a new one if asked to generate again."""
         self.policy.close_engine()
 
@@ -471,7 +471,7 @@ class Trainer:
     def finished(self) -> bool:
         """Whether the schedule is done (every update run, or a budget reached). A stop signal
         that arrives once it is (during the last update or its evaluation) stops nothing: the run
-        is complete, and the protocol records it as such."""
+        is complete, and the session records it as such."""
         return self.cfg.schedule.done(self.counters)
 
     def budget_spent(self) -> str | None:
@@ -512,7 +512,7 @@ def prepare_trainer(cfg: TrainConfig, resume: bool = False,
 def iter_train(cfg: TrainConfig, resume: bool = False,
                model_and_tokenizer: tuple[Any, Any] | None = None) -> Iterator[dict[str, float]]:
     """Generator form of :func:`train`: yields every update's metrics as soon as it is done
-    (closing the generator, or finishing it, closes the rollout engine)."""
+    (closing the generator, or finishing it, closes the sampling engine)."""
     with prepare_trainer(cfg, resume, model_and_tokenizer) as trainer:
         yield from trainer.run()
 
@@ -520,20 +520,20 @@ def iter_train(cfg: TrainConfig, resume: bool = False,
 def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] = (),
           model_and_tokenizer: tuple[Any, Any] | None = None, *, eval_before: bool = True,
           tensorboard: bool = True, plot: bool = True, handle_signals: bool = True) -> TrainResult:
-    """Train as configured, following the same run protocol as ``marft train``.
+    """Train as configured, following the same run session as ``marft train``.
 
     The untrained policy is evaluated first (``eval_before``), every update is logged to
     ``<output_dir>/metrics.{jsonl,csv}`` (and TensorBoard), SIGINT/SIGTERM stop after the current
     update with a checkpoint (``handle_signals``, main thread only), and the run ends with
-    ``summary.json`` and ``learning_curve.png`` (``plot``); see :mod:`marft_agents.protocol`.
+    ``summary.json`` and ``learning_curve.png`` (``plot``); see :mod:`marft_agents.session`.
     ``callbacks`` get ``(update_index, metrics)`` after every update. Env kwargs are checked
     (:func:`~marft_agents.config.check_env_config`) before the model is loaded.
     """
-    from marft_agents.protocol import run_protocol
+    from marft_agents.session import run_session
 
     check_env_config(cfg)
     with prepare_trainer(cfg, resume, model_and_tokenizer) as trainer:  # closes the engine after the final evaluation
-        outcome = run_protocol(trainer, resume=resume, eval_before=eval_before, tensorboard=tensorboard, plot=plot,
+        outcome = run_session(trainer, resume=resume, eval_before=eval_before, tensorboard=tensorboard, plot=plot,
                                handle_signals=handle_signals, callbacks=callbacks)
     return TrainResult(history=outcome.history, output_dir=trainer.output_dir,
                        last_checkpoint=trainer.last_checkpoint, final_eval=outcome.final_eval,

@@ -60,12 +60,12 @@ def test_envs_works_without_torch(tmp_path):
     assert "reasoner_0, actor_0 (default profile 'dual')" in verbose.stdout
 
 
-def test_scripted_bench_works_without_torch(tmp_path):
+def test_scripted_score_works_without_torch(tmp_path):
     (tmp_path / "always_42.py").write_text("def answer(agent, observation, info):\n    return '42'\n")
-    done = _marft(tmp_path, "bench", "--env", "marft/Arithmetic-v0", "--policy", "scripted:always_42:answer",
+    done = _marft(tmp_path, "score", "--env", "marft/Arithmetic-v0", "--policy", "scripted:always_42:answer",
                   "--n", "2", "--env-kwargs", "{profile: solo, horizon: 1}")
     assert done.returncode == 0, done.stderr
-    record = json.loads((tmp_path / "bench_marft_arithmetic_v0_answer.json").read_text())
+    record = json.loads((tmp_path / "score_marft_arithmetic_v0_answer.json").read_text())
     assert record["eval_after"]["n"] == 2 and record["algorithm"] == "scripted"
 
 
@@ -80,7 +80,7 @@ def test_config_listing_works_without_torch(tmp_path):
     ["train", "--config", "run.yaml"],
     ["train", "--config", "run.yaml", "--resume"],
     ["eval", "--config", "run.yaml", "--checkpoint", "none"],
-    ["bench", "--policy", "run.yaml"],
+    ["score", "--policy", "run.yaml"],
 ])
 def test_model_commands_name_the_extra_in_one_line(tmp_path, argv):
     (tmp_path / "run.yaml").write_text("env: {id: marft/Arithmetic-v0}\noutput_dir: out\n")
@@ -101,7 +101,7 @@ def test_model_commands_name_the_extra_in_one_line(tmp_path, argv):
     (["train", "--config", "run.yaml", "--set", "algorithm=mapo_action"], "unknown algorithm 'mapo_action'"),
     (["train", "--config", "run.yaml", "--set", "env.kwargs.profile=duel"], "did you mean 'dual'?"),
     (["eval", "--config", "run.yaml", "--set", "model.dtype=bf16"], "did you mean 'bfloat16'?"),
-    (["bench", "--policy", "run.yaml", "--set", "learner.group_size=4"], "declares no learner options"),
+    (["score", "--policy", "run.yaml", "--set", "learner.group_size=4"], "declares no learner options"),
     (["config", "--config", "run.yaml", "--set", "sampling.engine=vlm"], "sampling.engine must be one of"),
 ])
 def test_a_config_mistake_is_found_before_anything_heavy_is_imported(tmp_path, argv, expected):

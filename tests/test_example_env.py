@@ -5,7 +5,7 @@ so its ``pyproject.toml`` is validated and built like a user's, and marft finds 
 profile and the dependency only through the installed entry points. Then: plain ``pettingzoo.make``
 right after ``import marft_envs``, the package's own test of the env contract (``marft_envs.testing``),
 two training updates on a tiny random model through ``marft train``, a checkpoint, a resume, and
-``marft bench`` writing a record into the current folder.
+``marft score`` writing a record into the current folder.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def test_profile_and_time_varying_dependency_come_from_entry_points(installed):
 
 
 def test_splits_are_disjoint_and_training_tasks_warn(installed):
-    from marft_agents.bench import evaluate_scripted, load_scripted
+    from marft_agents.score import evaluate_scripted, load_scripted
     from marft_agents.evaluation import TrainingTasksWarning
 
     train, test = (marft_envs.make(ENV_ID, split=s).tasks for s in ("train", "test"))
@@ -142,7 +142,7 @@ def _tiny_config(tmp_path: Path) -> Path:
     return path
 
 
-def test_trains_checkpoints_resumes_and_benches(installed, tiny_loader, tmp_path, monkeypatch, capsys):
+def test_trains_checkpoints_resumes_and_scores(installed, tiny_loader, tmp_path, monkeypatch, capsys):
     from leaderboards.records import RECORDS_DIR
     from marft_agents.cli import main
 
@@ -161,8 +161,8 @@ def test_trains_checkpoints_resumes_and_benches(installed, tiny_loader, tmp_path
     assert [r["step"] for r in rows if "losses/policy_loss" in r] == [1, 2, 3]
 
     monkeypatch.chdir(tmp_path)
-    assert main(["bench", "--env", ENV_ID, "--policy", str(config), "--checkpoint", "latest", "--n", "3"]) == 0
-    record = json.loads((tmp_path / "bench_example_vowelcount_v0_vowels.json").read_text())
+    assert main(["score", "--env", ENV_ID, "--policy", str(config), "--checkpoint", "latest", "--n", "3"]) == 0
+    record = json.loads((tmp_path / "score_example_vowelcount_v0_vowels.json").read_text())
     assert record["env_package"]["distribution"] == "marft-example-env"
     assert record["env_package"]["version"] == "0.1.0"
     assert record["algorithm"] == "mappo_action" and record["budget"]["updates"] == 3
@@ -172,13 +172,13 @@ def test_trains_checkpoints_resumes_and_benches(installed, tiny_loader, tmp_path
     assert sorted(RECORDS_DIR.glob("*")) == shipped_records  # nothing written into the package
 
 
-def test_scripted_bench_scores_what_the_policy_earns(installed, tmp_path, monkeypatch):
+def test_scripted_score_scores_what_the_policy_earns(installed, tmp_path, monkeypatch):
     from marft_agents.cli import main
 
     monkeypatch.chdir(tmp_path)
     policy = "scripted:marft_example_env.scripted:always_two"
-    assert main(["bench", "--env", ENV_ID, "--policy", policy, "--n", "40", "--seed", "5"]) == 0
-    record = json.loads((tmp_path / "bench_example_vowelcount_v0_always_two.json").read_text())
+    assert main(["score", "--env", ENV_ID, "--policy", policy, "--n", "40", "--seed", "5"]) == 0
+    record = json.loads((tmp_path / "score_example_vowelcount_v0_always_two.json").read_text())
     # Independent count: "always 2" solves exactly the test words with two vowels.
     from marft_agents.evaluation import problem_indices
 

@@ -1,10 +1,10 @@
-"""How tokens are computed: the rollout engines a policy samples with, and the kernels its training
+"""How tokens are computed: the sampling engines a policy samples with, and the kernels its training
 passes score with.
 
-``MultiAgentPolicy.generate`` hands its requests to a rollout engine (``rollout_engine``: the
+``MultiAgentPolicy.generate`` hands its requests to a sampling engine (``base``: the
 interface, generate / sync after an update / suspend during it / close) that
 ``SamplingConfig.engine`` names. :class:`GenRequest` and :class:`Generation` are its request and
-result types. The in-process engine (``rollout_engine.LoopEngine``) groups requests by adapter
+result types. The in-process engine (``base.LoopEngine``) groups requests by adapter
 and shared prefix and calls one function per batch, :func:`sample`: decode a batch of prompts
 with the loop ``SamplingConfig.engine`` names.
 
@@ -21,7 +21,7 @@ Why loops of our own instead of ``model.generate``: RL rollouts need
 
 Modules:
 
-* ``rollout_engine``: the :class:`~marft_agents.engine.rollout_engine.RolloutEngine` interface,
+* ``base``: the :class:`~marft_agents.engine.base.SamplingEngine` interface,
   its capabilities (``scores_in_learner``, ``devices``, ``mixes_adapters``) and ``LoopEngine``
   (the loops below); ``registry``: each engine name's class (``engine_class``);
 * ``vllm_engine``: ``VLLMEngine`` (``sampling.engine: vllm``, the extra ``marft[vllm]``): one

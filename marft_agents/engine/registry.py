@@ -1,5 +1,5 @@
-"""Which class runs each ``sampling.engine``: the names (``settings.sampling.ROLLOUT_ENGINES``,
-declared once) mapped to :mod:`marft_agents.engine.rollout_engine`'s classes. A module of its own
+"""Which class runs each ``sampling.engine``: the names (``settings.sampling.SAMPLING_ENGINES``,
+declared once) mapped to :mod:`marft_agents.engine.base`'s classes. A module of its own
 so that the interface module does not import its implementations (``vllm_engine`` imports the
 interface); the vLLM engine's module imports vLLM itself only when an engine is built.
 """
@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import functools
 
-from marft_agents.engine.rollout_engine import LoopEngine, RolloutEngine
+from marft_agents.engine.base import LoopEngine, SamplingEngine
 from marft_agents.engine.vllm_engine import VLLMEngine
-from marft_agents.settings.sampling import ENGINES, ROLLOUT_ENGINES, SCORED_ELSEWHERE
+from marft_agents.settings.sampling import ENGINES, SAMPLING_ENGINES, SCORED_ELSEWHERE
 
 __all__ = ["engine_class", "engine_classes"]
 
 
 @functools.cache
-def engine_classes() -> dict[str, type[RolloutEngine]]:
-    """Every engine name of ``ROLLOUT_ENGINES`` and its class (checked against ``SCORED_ELSEWHERE``,
+def engine_classes() -> dict[str, type[SamplingEngine]]:
+    """Every engine name of ``SAMPLING_ENGINES`` and its class (checked against ``SCORED_ELSEWHERE``,
     which config validation reads instead of the classes)."""
-    classes: dict[str, type[RolloutEngine]] = {name: LoopEngine for name in ENGINES}
+    classes: dict[str, type[SamplingEngine]] = {name: LoopEngine for name in ENGINES}
     classes["vllm"] = VLLMEngine
-    missing = set(ROLLOUT_ENGINES) ^ set(classes)
+    missing = set(SAMPLING_ENGINES) ^ set(classes)
     if missing:
         raise RuntimeError(f"engines without a class, or classes of unknown engines: {sorted(missing)}")
     disagree = sorted(name for name, cls in classes.items() if cls.scores_in_learner != (name in SCORED_ELSEWHERE))
@@ -30,9 +30,9 @@ def engine_classes() -> dict[str, type[RolloutEngine]]:
     return classes
 
 
-def engine_class(name: str) -> type[RolloutEngine]:
+def engine_class(name: str) -> type[SamplingEngine]:
     """The class of the engine ``sampling.engine`` names."""
     try:
         return engine_classes()[name]
     except KeyError:
-        raise ValueError(f"unknown sampling engine {name!r}; choose one of {list(ROLLOUT_ENGINES)}") from None
+        raise ValueError(f"unknown sampling engine {name!r}; choose one of {list(SAMPLING_ENGINES)}") from None

@@ -67,7 +67,7 @@ import torch
 
 from marft_agents.engine import GenRequest, Generation
 from marft_agents.engine.layout import effective_prefix_len
-from marft_agents.engine.rollout_engine import RolloutEngine
+from marft_agents.engine.base import SamplingEngine
 from marft_agents.seeding import fork_rng
 from marft_agents.settings.sampling import SamplingConfig
 from marft_agents.settings.vllm import CPU_KV_CACHE_GIB
@@ -205,7 +205,7 @@ def shutdown_llm(llm: Any) -> None:
         shutdown()
 
 
-class VLLMEngine(RolloutEngine):
+class VLLMEngine(SamplingEngine):
     """Rollouts by a colocated multi-LoRA vLLM engine; see the module docstring."""
 
     scores_in_learner = True

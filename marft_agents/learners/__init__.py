@@ -4,7 +4,7 @@ learner registered by name.
 
 ``make_learner(name, policy, cfg, agent_ids)`` builds the learner registered as ``name``
 (``learners/registry.py``); the interface every learner implements is
-``learners/protocol.py`` (guide: ``marft_agents/ADDING_A_LEARNER.md``).
+``learners/interface.py`` (guide: ``marft_agents/ADDING_A_LEARNER.md``).
 
 Importing this package imports no learner: the names below load their modules on first use, so
 that the registry (which a config's validation reads) stays free of torch.
@@ -24,14 +24,14 @@ _LAZY = {
     "ENTRY_POINT_GROUP": "marft_agents.learners.registry",
     "EvalOnly": "marft_agents.learners.eval_only",
     "GRPO": "marft_agents.learners.grpo",
-    "Learner": "marft_agents.learners.protocol",
+    "Learner": "marft_agents.learners.interface",
     "LearnerSpec": "marft_agents.learners.registry",
     "Sample": "marft_agents.learners.base",
     "SingleAgentPPO": "marft_agents.learners.single_agent",
     "SingleAgentTokenPPO": "marft_agents.learners.single_agent",
     "TokenLevelMAPPO": "marft_agents.learners.mappo_token",
     "UnknownLearnerError": "marft_agents.learners.registry",
-    "VALUE_MODES": "marft_agents.learners.protocol",
+    "VALUE_MODES": "marft_agents.learners.interface",
     "assign_credit": "marft_agents.learners.credit",
     "get_learner": "marft_agents.learners.registry",
     "learner_capabilities": "marft_agents.learners.registry",
@@ -43,7 +43,7 @@ _LAZY = {
 def make_learner(name: str, policy: Any, cfg: Any, agent_ids: Sequence[str]) -> Any:
     """Build the learner registered as ``name`` for ``agent_ids`` (checks its ``max_agents``, and
     that the learner built has every member of :class:`Learner`, ``group_size`` included)."""
-    from marft_agents.learners.protocol import check_learner_instance
+    from marft_agents.learners.interface import check_learner_instance
     from marft_agents.learners.registry import get_learner
 
     cls = get_learner(name)

@@ -45,7 +45,7 @@ which records of runs that train nothing name as their algorithm (a grid's untra
 @dataclass(frozen=True)
 class Capabilities:
     """What a config's validation and the trainer read of a learner class before building it: the
-    class attributes of the learner interface (:mod:`marft_agents.learners.protocol`)."""
+    class attributes of the learner interface (:mod:`marft_agents.learners.interface`)."""
 
     value_mode: str | None
     """One of ``VALUE_MODES``; None: no critic."""
@@ -113,7 +113,7 @@ def register_learner(name: str, cls: Any, replace: bool = False) -> None:
     available as ``name``.
 
     Registering a taken name raises unless ``replace``; classes are checked against
-    :class:`~marft_agents.learners.protocol.Learner` now, strings and specs when first used.
+    :class:`~marft_agents.learners.interface.Learner` now, strings and specs when first used.
     """
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"a learner name must be a non-empty string, got {name!r}")
@@ -121,7 +121,7 @@ def register_learner(name: str, cls: Any, replace: bool = False) -> None:
         raise ValueError(f"a learner named {name!r} is already registered ({_describe(name)}); "
                          "pass replace=True to override it")
     if not isinstance(cls, (str, LearnerSpec)):
-        from marft_agents.learners.protocol import check_learner_class
+        from marft_agents.learners.interface import check_learner_class
 
         check_learner_class(name, cls)
     _registry[name] = cls
@@ -136,7 +136,7 @@ def list_learners() -> list[str]:
 
 def get_learner(name: str) -> type:
     """The learner class registered as ``name`` (importing it if it was given as a string or spec)."""
-    from marft_agents.learners.protocol import check_learner_class
+    from marft_agents.learners.interface import check_learner_class
 
     target = _lookup(name)
     if isinstance(target, str):

@@ -8,7 +8,7 @@ the names its fields accept, declared once:
 * :mod:`marft_agents.settings.lora`: ``lora:`` and ``critic.lora:`` (``LoraSpec``);
 * :mod:`marft_agents.settings.critic`: ``critic:`` (``CriticConfig``, critic modes);
 * :mod:`marft_agents.settings.sampling`: ``sampling:`` (``SamplingConfig``, decoding engines);
-* :mod:`marft_agents.settings.vllm`: ``vllm:`` (``VLLMConfig``, the vLLM rollout engine's options);
+* :mod:`marft_agents.settings.vllm`: ``vllm:`` (``VLLMConfig``, the vLLM sampling engine's options);
 * :mod:`marft_agents.settings.grpo`: the ``learner:`` section of ``algorithm: grpo``
   (``GRPOOptions``, groupings, normalisations, aggregations).
 

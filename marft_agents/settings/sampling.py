@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 ENGINES = ("direct", "fast", "legacy")
 """Decoding loops of our own (``marft_agents.engine.sampler_for`` returns each one's function),
-run in-process on the policy's own model by ``engine.rollout_engine.LoopEngine``."""
-ROLLOUT_ENGINES = (*ENGINES, "vllm")
-"""Every rollout engine ``SamplingConfig.engine`` can name: the loops, and ``vllm``
+run in-process on the policy's own model by ``engine.base.LoopEngine``."""
+SAMPLING_ENGINES = (*ENGINES, "vllm")
+"""Every sampling engine ``SamplingConfig.engine`` can name: the loops, and ``vllm``
 (``engine.vllm_engine.VLLMEngine``, the optional extra ``marft[vllm]``).
-``engine.rollout_engine.ENGINE_CLASSES`` maps each to its class."""
+``engine.base.ENGINE_CLASSES`` maps each to its class."""
 SCORED_ELSEWHERE: frozenset[str] = frozenset({"vllm"})
-"""The rollout engines whose log-probs come from other kernels than the learner's forward pass
+"""The sampling engines whose log-probs come from other kernels than the learner's forward pass
 (their class's ``scores_in_learner``), declared here so that a config is validated without
 importing the engines (torch); ``engine.registry.engine_classes`` checks the two agree."""
 
@@ -60,7 +60,7 @@ class SamplingConfig:
     from the sampling batch sees most of that noise again; in float32 both are ~1e-5."""
 
     engine: str = "direct"
-    """Rollout engine (one of ``ROLLOUT_ENGINES``; ``engine/rollout_engine.py`` is the interface). A decoding
+    """Sampling engine (one of ``SAMPLING_ENGINES``; ``engine/base.py`` is the interface). A decoding
     loop of our own (in ``marft_agents/engine/``): ``direct`` (the ``fast``
     loop whose decode steps run ``engine.direct.DirectDecoder``: Llama-family layers computed
     against the weights with fused products and prepacked bf16 weights; other models fall back
@@ -74,8 +74,8 @@ class SamplingConfig:
     ``ppo.recompute_old_logprobs`` (and may correct the gap with ``ppo.behaviour_is_cap``)."""
 
     def __post_init__(self) -> None:
-        if self.engine not in ROLLOUT_ENGINES:
-            raise ValueError(f"sampling.engine must be one of {list(ROLLOUT_ENGINES)}, got {self.engine!r}")
+        if self.engine not in SAMPLING_ENGINES:
+            raise ValueError(f"sampling.engine must be one of {list(SAMPLING_ENGINES)}, got {self.engine!r}")
         if self.stop_token_ids is not None and not isinstance(self.stop_token_ids, tuple):
             # YAML gives lists; keep the config hashable (frozen dataclass)
             object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))

@@ -1,4 +1,4 @@
-"""The ``vllm:`` section: options of the vLLM rollout engine (``sampling.engine: vllm``).
+"""The ``vllm:`` section: options of the vLLM sampling engine (``sampling.engine: vllm``).
 
 Plain data; the engine is ``marft_agents/engine/vllm_engine.py``. Read only when the sampling
 engine is ``vllm``; the other engines ignore it.

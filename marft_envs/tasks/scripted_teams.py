@@ -148,7 +148,7 @@ def solve_check_random(agent: str, observation: str, rng: random.Random) -> str:
 
 # -- as scripted seats ------------------------------------------------------------------------------
 def _seat(policy: Policy, observation: dict, info: dict, agent: str) -> str:
-    """``policy`` with the seat signature of ``scripted_seats`` and ``marft bench``
+    """``policy`` with the seat signature of ``scripted_seats`` and ``marft score``
     (``fn(agent, observation, info)``), its rng seeded by the task and the round so a seat plays
     the same on the same input."""
     rng = random.Random(f"seat/{agent}/{info.get('task_id', '')}/{info.get('round', 0)}")

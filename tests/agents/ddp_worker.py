@@ -73,7 +73,7 @@ def rollout_positions(rollout) -> int:
 @contextlib.contextmanager
 def counting_positions():
     """Within the block, every rollout collected appends its ``rollout_positions`` to the list."""
-    from marft_agents.rollout import RolloutCollector
+    from marft_agents.collector import RolloutCollector
 
     seen: list[int] = []
     collect = RolloutCollector.collect

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import marft_agents.models as models
-import marft_agents.protocol as protocol
+import marft_agents.session as session
 from agent_helpers import load_tiny_model, small_config
 from marft_agents import hints
 from marft_agents.cli import build_parser, main
@@ -64,21 +64,21 @@ def _updates(tmp_path: Path) -> int:
 
 def test_the_stop_hint_continues_the_run_as_printed(tmp_path, tiny_loader, outside_make, capsys, monkeypatch):
     path = _config(tmp_path, **{"schedule.num_updates": 3})
-    log = protocol.MetricsLogger.log
+    log = session.MetricsLogger.log
 
     def interrupt_after_the_first_update(self, step, metrics):
         log(self, step, metrics)
         if step == 1:
             signal.raise_signal(signal.SIGINT)  # Ctrl-C during the run
 
-    monkeypatch.setattr(protocol.MetricsLogger, "log", interrupt_after_the_first_update)
+    monkeypatch.setattr(session.MetricsLogger, "log", interrupt_after_the_first_update)
     argv = ["train", "--config", str(path), "--set", "schedule.checkpoint_interval=1", "--quiet", "--no-tensorboard"]
     assert main(argv) == 128 + signal.SIGINT
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("stopped by SIGINT"))
     [command] = _quoted(line)
     resumed = _marft_argv(command)
     assert "--resume" in resumed and "--config" in resumed and "schedule.checkpoint_interval=1" in resumed
-    monkeypatch.setattr(protocol.MetricsLogger, "log", log)
+    monkeypatch.setattr(session.MetricsLogger, "log", log)
     assert main(resumed) == 0  # pasted: continues to the end
     assert _updates(tmp_path) == 3
 

@@ -5,7 +5,7 @@ every run of every shipped grid) loads no deep-learning library.
 Each check runs in a fresh interpreter, since this test session has long imported torch.
 Validation reads a learner's capabilities from the registry's declarations
 (:class:`~marft_agents.learners.registry.LearnerSpec`) instead of importing the learner, and a
-rollout engine's from ``settings.sampling.SCORED_ELSEWHERE``; the tests below pin that the
+sampling engine's from ``settings.sampling.SCORED_ELSEWHERE``; the tests below pin that the
 declarations agree with the classes. ``model.device`` / ``model.dtype`` "auto" are resolved by
 ``TrainConfig.resolve_hardware`` (torch), which the last test pins.
 """

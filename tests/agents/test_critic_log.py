@@ -13,7 +13,7 @@ import torch
 import marft_envs
 from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
 from marft_agents.critic import GlobalStateLog
-from marft_agents.rollout import RolloutCollector
+from marft_agents.collector import RolloutCollector
 from marft_agents.scoring import prefix_chains
 
 TRIO = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think."},

@@ -138,7 +138,7 @@ def test_grpo_trains_end_to_end_on_two_ranks(runs):
 def test_a_rank_plays_whole_groups_of_the_global_task_order():
     from agent_helpers import LettersEnv
     from marft_agents.policy import MultiAgentPolicy
-    from marft_agents.rollout import RolloutCollector
+    from marft_agents.collector import RolloutCollector
     from marft_agents.settings.sampling import SamplingConfig
 
     model, tokenizer = ddp_worker.tiny()

@@ -19,7 +19,7 @@ import yaml
 import marft_agents.models as models
 from agent_helpers import load_tiny_model, small_config
 from marft_agents.config import config_to_dict
-from marft_agents.protocol import StoppedAtOnce, stop_on_signals
+from marft_agents.session import StoppedAtOnce, stop_on_signals
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -36,7 +36,7 @@ class FakeTrainer:
 def test_the_first_sigint_says_what_the_stop_does_and_the_second_stops_at_once(caplog):
     trainer = FakeTrainer()
     before = signal.getsignal(signal.SIGINT)
-    with caplog.at_level(logging.WARNING, logger="marft_agents.protocol"):
+    with caplog.at_level(logging.WARNING, logger="marft_agents.session"):
         with pytest.raises(StoppedAtOnce, match=r"SIGINT again: stopped at once, without a new checkpoint "
                                                 r"\(last checkpoint: runs/x/checkpoints/update_000003\)"):
             with stop_on_signals(trainer):
@@ -84,7 +84,7 @@ def test_sigint_during_the_final_evaluation_lets_the_run_finish_and_says_so(tmp_
         return evaluate(self, progress)
 
     monkeypatch.setattr(Trainer, "evaluate", interrupted_when_finished)
-    with caplog.at_level(logging.WARNING, logger="marft_agents.protocol"):
+    with caplog.at_level(logging.WARNING, logger="marft_agents.session"):
         assert main(["train", "--config", str(_config(tmp_path)), "--quiet", "--no-tensorboard"]) == 0
     assert "SIGINT received: every update is done: finishing the run" in caplog.text
     assert "stopping after the current update" not in caplog.text

@@ -16,7 +16,7 @@ import torch
 
 import agent_helpers  # noqa: F401 (one intra-op thread, like the other model tests)
 from marft_agents.learners import GRPO, ActionLevelMAPPO, EvalOnly, Learner, get_learner, list_learners
-from marft_agents.learners.protocol import METHODS, REQUIRED_MEMBERS
+from marft_agents.learners.interface import METHODS, REQUIRED_MEMBERS
 from marft_agents.learners.registry import BUILTIN_LEARNERS, ENTRY_POINT_GROUP
 from marft_agents.engine.attention import training_passes
 from marft_agents.testing import CHECKS, learner_api_test
@@ -60,7 +60,7 @@ def test_the_example_plugins_own_test_runs_the_api_test(rloo):
     assert learner_api_test(rloo.RLOO)["direction"] > 0
 
 
-def test_the_shipped_classes_satisfy_the_protocol_they_publish(tmp_path):
+def test_the_shipped_classes_satisfy_the_interface_they_publish(tmp_path):
     from agent_helpers import small_config
 
     published = set(Learner.__annotations__) | {m for m in vars(Learner) if m in METHODS}
@@ -178,19 +178,19 @@ def test_a_complete_learner_without_training_passes():
     assert report["group_size"] == 2 and report["direction"] is None
 
 
-def test_protocol_failures_name_the_missing_member():
+def test_interface_failures_name_the_missing_member():
     class NoGroupSize(NullLearner):
         def __init__(self, policy, cfg, agent_ids):
             self.agent_ids = list(agent_ids)
 
-    with pytest.raises(AssertionError, match=r"^learner_api_test\[protocol\] .*lacks the members \['group_size'\]"):
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[interface\] .*lacks the members \['group_size'\]"):
         learner_api_test(NoGroupSize)
     class NoOptionsClass:
         value_mode = None
         trainable_agents, update = NullLearner.trainable_agents, NullLearner.update
         state_dict, load_state_dict = NullLearner.state_dict, NullLearner.load_state_dict
 
-    with pytest.raises(AssertionError, match=r"^learner_api_test\[protocol\] .*lacks the class attributes "
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[interface\] .*lacks the class attributes "
                                              r"\['options_class'\]"):
         learner_api_test(NoOptionsClass)
 
@@ -198,13 +198,13 @@ def test_protocol_failures_name_the_missing_member():
         def update(self, rollout, update):
             return {"null/loss": torch.tensor(1.0)}
 
-    with pytest.raises(AssertionError, match=r"^learner_api_test\[protocol\] .*flat \{str: float\}.*Tensor"):
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[interface\] .*flat \{str: float\}.*Tensor"):
         learner_api_test(TensorMetrics)
 
     class TrainsNobody(NullLearner):
         trains = True
 
-    with pytest.raises(AssertionError, match=r"^learner_api_test\[protocol\] .*trainable_agents\(0\) is empty"):
+    with pytest.raises(AssertionError, match=r"^learner_api_test\[interface\] .*trainable_agents\(0\) is empty"):
         learner_api_test(TrainsNobody)
 
 
@@ -258,7 +258,7 @@ def test_the_api_test_leaves_no_registration_rng_or_thread_change_behind():
     learner_api_test(NullLearner)
     assert list_learners() == before and torch.get_num_threads() == threads
     assert torch.equal(torch.get_rng_state(), rng)
-    assert CHECKS == ("protocol", "options", "update direction", "frozen base", "state round trip", "exact resume")
+    assert CHECKS == ("interface", "options", "update direction", "frozen base", "state round trip", "exact resume")
 
 
 def test_a_resume_uses_the_configured_learning_rates_and_keeps_the_moments(tmp_path):

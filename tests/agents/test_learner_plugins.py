@@ -60,7 +60,7 @@ class CountingLearner:
 register_learner("test_counting", CountingLearner, replace=True)
 
 
-def test_shipped_learners_go_through_the_registry_and_satisfy_the_protocol():
+def test_shipped_learners_go_through_the_registry_and_satisfy_the_interface():
     assert set(BUILTIN_LEARNERS) <= set(list_learners())
     for name in BUILTIN_LEARNERS:
         cls = get_learner(name)

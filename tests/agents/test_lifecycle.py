@@ -1,5 +1,5 @@
 """One lifecycle: every entry point that builds a trainer (or, to evaluate only, a policy) holds it
-in a context whose end closes the rollout engine, on error too; the collector asks the policy's
+in a context whose end closes the sampling engine, on error too; the collector asks the policy's
 engine for its capabilities instead of looking its class up by name."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import yaml
 import marft_agents.models as models
 from agent_helpers import load_tiny_model, small_config, tiny_on_device
 from marft_agents.config import config_to_dict
-from marft_agents.engine.rollout_engine import EngineSettings, LoopEngine
+from marft_agents.engine.base import EngineSettings, LoopEngine
 
 
 @dataclasses.dataclass
 class Engines:
-    """Every rollout engine built during a test, and those closed."""
+    """Every sampling engine built during a test, and those closed."""
 
     built: list[int] = dataclasses.field(default_factory=list)
     closed: list[int] = dataclasses.field(default_factory=list)
@@ -152,7 +152,7 @@ def test_the_collector_asks_the_policy_s_engine_for_its_capabilities(tmp_path):
     """The collector reads ``mixes_adapters`` from the engine the policy serves (``engine_for``),
     not from a class looked up by the engine's name."""
     import marft_envs
-    from marft_agents.rollout import RolloutCollector
+    from marft_agents.collector import RolloutCollector
     from marft_agents.trainer import build_policy
 
     cfg = small_config(tmp_path)

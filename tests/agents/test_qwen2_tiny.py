@@ -1,11 +1,11 @@
 """A tiny random Qwen2 (q/k/v biases, tied embeddings: Qwen2.5-1.5B-Instruct's layout) trains
-through every learner marft ships with every rollout engine that runs on this device.
+through every learner marft ships with every sampling engine that runs on this device.
 
 Each run: ``Trainer.run`` on the Qwen2 for two updates (so the engine's life cycle, ``suspend``
 and ``sync``, is the trainer's own); after each collection the sampled log-probs must equal the
 training forward pass's; every update's losses are finite; at the end the adapters of the agents
 the learner trained have moved, and nothing has when the learner's class says it trains nothing
-(``trains = False``). Engines are read from their classes (``engine.rollout_engine``): one whose
+(``trains = False``). Engines are read from their classes (``engine.base``): one whose
 ``devices`` excludes this device is skipped, as is one whose optional package is missing.
 
 The learners are ``BUILTIN_LEARNERS`` (the registry's list of the shipped ones), not
@@ -26,7 +26,7 @@ from agent_helpers import DEVICE, SOLO, small_config, tiny_on_device
 from marft_agents.engine.registry import engine_class
 from marft_agents.learners import get_learner
 from marft_agents.learners.registry import BUILTIN_LEARNERS, learner_trains
-from marft_agents.settings.sampling import ROLLOUT_ENGINES, SamplingConfig
+from marft_agents.settings.sampling import SAMPLING_ENGINES, SamplingConfig
 from marft_agents.tiny_models import TINY_ARCHITECTURES
 
 ARCH = "qwen2"
@@ -60,7 +60,7 @@ def _engine_skip_reason(engine: str) -> str | None:
 def _runs() -> list:
     params = []
     for name in BUILTIN_LEARNERS:
-        for engine in ROLLOUT_ENGINES:
+        for engine in SAMPLING_ENGINES:
             reason = _engine_skip_reason(engine)
             marks = [pytest.mark.skip(reason=reason)] if reason else []
             params.append(pytest.param(name, engine, id=f"{name}-{engine}", marks=marks))

@@ -26,7 +26,7 @@ import vllm_standin
 from agent_helpers import DEVICE, small_config, tiny_on_device
 
 from marft_agents.engine import vllm_engine
-from marft_agents.engine.rollout_engine import LoopEngine
+from marft_agents.engine.base import LoopEngine
 from marft_agents.engine.vllm_engine import (VLLMEngine, engine_core_visible_devices, lora_rank_slot,
                                              resolve_sleep_level)
 from marft_agents.learners.base import BaseLearner
@@ -370,7 +370,7 @@ def test_a_tick_of_several_adapters_is_one_call_when_the_engine_mixes_adapters(t
     import marft_envs
     from agent_helpers import LETTERS_ID
     from marft_agents.episodes import Rollout
-    from marft_agents.rollout import RolloutCollector
+    from marft_agents.collector import RolloutCollector
 
     policy = _policy(tmp_path)
     envs = [marft_envs.make(LETTERS_ID) for _ in range(2)]

@@ -1,4 +1,4 @@
-"""Scripted baselines for ``marft bench --policy scripted:marft_example_env.scripted:<name>``.
+"""Scripted baselines for ``marft score --policy scripted:marft_example_env.scripted:<name>``.
 
 A scripted policy is ``fn(agent, observation, info) -> str``: the agent id, its PettingZoo
 observation (``{"text": ...}``) and its ``infos`` entry; it returns the utterance.

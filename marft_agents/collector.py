@@ -4,8 +4,8 @@ The collector drives any registered marft env (``marft_envs.make(id, **kwargs)``
 PettingZoo AEC API. Within one env the agents act one after another (the env's D_t decides the
 order), but different envs are advanced in lock-step: at every tick each running env is at some
 agent's turn, and all envs whose current agent uses the same adapter are answered by *one*
-``policy.generate`` call (or all of them by one call, when the rollout engine batches several
-adapters together: ``RolloutEngine.mixes_adapters``). Dead agents (terminated/truncated) are
+``policy.generate`` call (or all of them by one call, when the sampling engine batches several
+adapters together: ``SamplingEngine.mixes_adapters``). Dead agents (terminated/truncated) are
 stepped with ``None`` until the env has no agents left; then the env starts its next planned
 episode, if any.
 

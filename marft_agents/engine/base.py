@@ -1,7 +1,7 @@
-"""The rollout-engine interface: what samples the policy's responses, and how it follows the
+"""The sampling-engine interface: what samples the policy's responses, and how it follows the
 policy's weights through training.
 
-``MultiAgentPolicy.generate`` hands its requests to one :class:`RolloutEngine` (the one
+``MultiAgentPolicy.generate`` hands its requests to one :class:`SamplingEngine` (the one
 ``sampling.engine`` names, built the first time it is asked for: ``MultiAgentPolicy.engine_for``).
 The trainer drives the engine's life cycle around each update:
 
@@ -38,7 +38,7 @@ Engines: :class:`LoopEngine` runs this package's own decoding loops (``legacy``,
 ``direct``: ``engine.sample``) in-process on the policy's model, which *is* the trained
 model, so there is nothing to sync or free; ``vllm`` is
 :class:`marft_agents.engine.vllm_engine.VLLMEngine`. ``engine/registry.py`` maps every name of
-``settings.sampling.ROLLOUT_ENGINES`` to its class.
+``settings.sampling.SAMPLING_ENGINES`` to its class.
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ from marft_agents.settings.model import ModelConfig
 from marft_agents.settings.sampling import SamplingConfig
 from marft_agents.settings.vllm import VLLMConfig
 
-__all__ = ["EngineSettings", "LoopEngine", "RolloutEngine"]
+__all__ = ["EngineSettings", "LoopEngine", "SamplingEngine"]
 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """What a rollout engine may read beyond each call's sampling config (``policy.engine_settings``,
+    """What a sampling engine may read beyond each call's sampling config (``policy.engine_settings``,
     set by ``trainer.build_policy`` from the run's config with :meth:`of`): the run's sampling
     config, the ``vllm:`` options, where the base model comes from and the run folder. A policy
     built without them gets the defaults (the loops need none of it)."""
@@ -83,7 +83,7 @@ class EngineSettings:
         return cls(sampling=cfg.sampling, vllm=cfg.vllm, model=cfg.model, output_dir=str(cfg.output_dir))
 
 
-class RolloutEngine(ABC):
+class SamplingEngine(ABC):
     """Samples a ``MultiAgentPolicy``'s responses; see the module docstring for the life cycle."""
 
     scores_in_learner: ClassVar[bool] = False
@@ -120,7 +120,7 @@ class RolloutEngine(ABC):
         """Release what the engine holds; the policy builds a new engine if asked to generate again."""
 
 
-class LoopEngine(RolloutEngine):
+class LoopEngine(SamplingEngine):
     """The in-process decoding loops (``sampling.engine``: legacy, fast or direct, chosen per
     call by ``engine.sample``) on the policy's own model.
 

@@ -1,4 +1,4 @@
-"""The run protocol shared by ``train()`` and ``marft train``: baseline, metric files, summary,
+"""The run session shared by ``train()`` and ``marft train``: baseline, metric files, summary,
 signals that stop with a checkpoint, and resumes that log every step once."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _steps(out) -> tuple[list[int], list[int]]:
     return jsonl, csv_steps
 
 
-def test_train_from_python_follows_the_cli_protocol(tmp_path):
+def test_train_from_python_follows_the_cli_session(tmp_path):
     cfg = small_config(tmp_path, **{"eval.at_end": True})
     result = train(cfg, model_and_tokenizer=_tiny(), tensorboard=False)
     out = tmp_path / "run"
@@ -81,7 +81,7 @@ def test_sigterm_checkpoints_and_the_resume_is_bit_identical(tmp_path):
     # checkpoint_interval 0 saves only after the last update: this checkpoint is the signal's.
     assert [p.name for p in list_checkpoints(cfg.output_dir)] == ["update_000001"]
     assert json.loads((tmp_path / "cut" / "run" / "summary.json").read_text())["stopped_by"] == "SIGTERM"
-    assert signal.getsignal(signal.SIGTERM) == handler_before  # the protocol's handler is gone
+    assert signal.getsignal(signal.SIGTERM) == handler_before  # the session's handler is gone
 
     resumed = train(cfg, resume=True, model_and_tokenizer=_tiny(), tensorboard=False, eval_before=False,
                     plot=False)

@@ -1,4 +1,4 @@
-"""The rollout-engine interface: the loops behind it sample exactly what they sampled before it
+"""The sampling-engine interface: the loops behind it sample exactly what they sampled before it
 existed, the registry covers every engine name, and the policy keeps one engine per class."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from marft_agents.engine import Generation, sample
 from marft_agents.engine.attention import training_passes
 from marft_agents.engine.layout import effective_prefix_len
 from marft_agents.engine.registry import engine_class, engine_classes
-from marft_agents.engine.rollout_engine import LoopEngine, RolloutEngine
+from marft_agents.engine.base import LoopEngine, SamplingEngine
 from marft_agents.policy import GenRequest, MultiAgentPolicy
-from marft_agents.settings.sampling import ENGINES, ROLLOUT_ENGINES, SamplingConfig
+from marft_agents.settings.sampling import ENGINES, SAMPLING_ENGINES, SamplingConfig
 from test_policy import perturb
 
 AGENTS = ["reasoner_0", "actor_0"]
@@ -93,10 +93,10 @@ def test_loop_engines_sample_exactly_what_generate_sampled_before(engine, recomp
 
 def test_every_engine_name_has_a_class_with_capabilities():
     classes = engine_classes()
-    assert set(classes) == set(ROLLOUT_ENGINES) and set(ENGINES) < set(ROLLOUT_ENGINES)
+    assert set(classes) == set(SAMPLING_ENGINES) and set(ENGINES) < set(SAMPLING_ENGINES)
     assert all(classes[name] is LoopEngine for name in ENGINES)
     for cls in classes.values():
-        assert issubclass(cls, RolloutEngine) and cls.devices and isinstance(cls.scores_in_learner, bool)
+        assert issubclass(cls, SamplingEngine) and cls.devices and isinstance(cls.scores_in_learner, bool)
     assert not LoopEngine.scores_in_learner and "cpu" in LoopEngine.devices
     assert engine_class("vllm").scores_in_learner and engine_class("vllm").mixes_adapters
     assert not LoopEngine.mixes_adapters  # the loops' RNG draws follow one call per adapter

@@ -1,8 +1,8 @@
-"""``marft bench``: score a baseline policy once on any registered env and write a leaderboard record.
+"""``marft score``: score a baseline policy once on any registered env and write a leaderboard record.
 
-    marft bench --env mylab/Task-v0 --policy scripted:mylab.baselines:always_yes
-    marft bench --env mylab/Task-v0 --policy baselines/configs/untrained_dual_arithmetic.yaml
-    marft bench --policy runs/my_run.yaml --checkpoint best      # a trained run (its config's env)
+    marft score --env mylab/Task-v0 --policy scripted:mylab.baselines:always_yes
+    marft score --env mylab/Task-v0 --policy baselines/configs/untrained_dual_arithmetic.yaml
+    marft score --policy runs/my_run.yaml --checkpoint best      # a trained run (its config's env)
 
 The policy is either ``scripted:module:function`` - ``function(agent, observation, info) -> str``
 plays every agent, no model - or a training config (YAML): its model, LoRA, sampling and eval
@@ -38,8 +38,12 @@ from typing import Any
 from marft_agents.scripted import SCRIPTED_PREFIX, ScriptedPolicy, ScriptedPolicyError, load_scripted, load_seats
 
 
-class BenchError(ValueError):
-    """Bad ``marft bench`` input (policy spec, env id, env keywords); the message says how to fix it."""
+FORMER_NAME = "bench"
+"""The subcommand's former name, still accepted (an argparse alias) with a one-line notice."""
+
+
+class ScoreError(ValueError):
+    """Bad ``marft score`` input (policy spec, env id, env keywords); the message says how to fix it."""
 
 
 def _envs() -> Any:
@@ -48,7 +52,7 @@ def _envs() -> Any:
     return marft_envs
 
 
-def bench_env_kwargs(env_id: str, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def score_env_kwargs(env_id: str, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """``base`` then ``extra``; ``split: test`` when the env takes a split and none was given."""
     from marft_agents.evaluation import split_parameter
 
@@ -69,7 +73,7 @@ def evaluate_scripted(fn: ScriptedPolicy, env_id: str, env_kwargs: dict[str, Any
     env = _envs().make(env_id, **env_kwargs)
     tasks = getattr(env.unwrapped, "tasks", None)
     if tasks is None:
-        raise BenchError(f"env {env_id!r} exposes no task source (env.unwrapped.tasks); a fixed "
+        raise ScoreError(f"env {env_id!r} exposes no task source (env.unwrapped.tasks); a fixed "
                          "problem set needs a TextTaskEnv")
     warn_if_training_tasks(env, env_id, env_kwargs)
     per_task = []
@@ -156,7 +160,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
 
 
-def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any] | None = None,
+def run_score(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any] | None = None,
               n_problems: int | None = None, seed: int | None = None, name: str | None = None,
               records_dir: str | Path | None = None, checkpoint: str | None = "none",
               overrides: dict[str, Any] | None = None) -> Path:
@@ -179,7 +183,7 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
     scripted = policy.startswith(SCRIPTED_PREFIX)
     if scripted:
         if env_id is None:
-            raise BenchError("a scripted policy needs --env ID (the env to play)")
+            raise ScoreError("a scripted policy needs --env ID (the env to play)")
         fn, cfg = load_scripted(policy), None
         base: dict[str, Any] = {}
     else:
@@ -189,9 +193,9 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         env_id = env_id or cfg.env.id
         base = {**cfg.env.kwargs, **cfg.eval.env_kwargs} if env_id == cfg.env.id else {}
     if env_id not in marft_envs.list_envs():
-        raise BenchError(f"unknown environment id {env_id!r}; registered: {', '.join(marft_envs.list_envs())} "
+        raise ScoreError(f"unknown environment id {env_id!r}; registered: {', '.join(marft_envs.list_envs())} "
                          "(`marft envs --verbose` shows where each comes from)")
-    kwargs = bench_env_kwargs(env_id, base, env_kwargs or {})
+    kwargs = score_env_kwargs(env_id, base, env_kwargs or {})
     n_problems = n_problems or (cfg.eval.n_problems if cfg else 100)
     seed = seed if seed is not None else (cfg.eval.seed if cfg else 1234)
     commit = git_commit()
@@ -206,7 +210,7 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
     source = marft_envs.env_source(env_id)
     label = policy.rsplit(":", 1)[-1] if scripted else Path(policy).stem
     record = Record(
-        name=name or f"bench_{_slug(env_id)}_{_slug(label)}",
+        name=name or f"score_{_slug(env_id)}_{_slug(label)}",
         env_id=env_id,
         env_kwargs=kwargs,
         algorithm="scripted" if scripted else (cfg.algorithm if ckpt is not None else "none"),
@@ -226,20 +230,22 @@ def run_bench(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
     return write_record(record, Path(records_dir) if records_dir is not None else Path.cwd())
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def cmd_score(args: argparse.Namespace) -> int:
     import yaml
 
     from marft_agents.cli_args import parse_overrides
 
+    if getattr(args, "command", "score") == FORMER_NAME:
+        print(f"marft {FORMER_NAME} is now marft score", file=sys.stderr)
     overrides = parse_overrides(args.set)
     env_kwargs = yaml.safe_load(args.env_kwargs) if args.env_kwargs else {}
     try:
         if not isinstance(env_kwargs, dict):
-            raise BenchError(f"--env-kwargs must be a YAML mapping such as '{{split: test}}', got {args.env_kwargs!r}")
-        path = run_bench(args.policy, args.env, env_kwargs, args.n, args.seed, args.name, args.records,
+            raise ScoreError(f"--env-kwargs must be a YAML mapping such as '{{split: test}}', got {args.env_kwargs!r}")
+        path = run_score(args.policy, args.env, env_kwargs, args.n, args.seed, args.name, args.records,
                          args.checkpoint, overrides)
-    except (BenchError, ScriptedPolicyError) as err:
-        print(f"marft bench: error: {err}", file=sys.stderr)
+    except (ScoreError, ScriptedPolicyError) as err:
+        print(f"marft score: error: {err}", file=sys.stderr)
         return 2
     after = json.loads(path.read_text())["eval_after"]
     print(f"accuracy {after['accuracy']:.3f} +- {after['stderr']:.3f} (n={after['n']}), "
@@ -248,22 +254,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_bench_parser(sub: Any) -> None:
-    """The ``marft bench`` subcommand (called from ``marft_agents.cli.build_parser``)."""
-    bench = sub.add_parser("bench", help="score a baseline policy once on an env and write a leaderboard record")
-    bench.add_argument("--env", help="registered env id (default for a config policy: its env.id)")
-    bench.add_argument("--policy", required=True,
+def add_score_parser(sub: Any) -> None:
+    """The ``marft score`` subcommand (called from ``marft_agents.cli.build_parser``)."""
+    score = sub.add_parser("score", aliases=[FORMER_NAME],
+                           help="score a baseline policy once on an env and write a leaderboard record")
+    score.add_argument("--env", help="registered env id (default for a config policy: its env.id)")
+    score.add_argument("--policy", required=True,
                        help="'scripted:module:function' (fn(agent, observation, info) -> str) or a config YAML")
-    bench.add_argument("--env-kwargs", help="env keywords as a YAML mapping, e.g. '{split: test, horizon: 2}'")
-    bench.add_argument("--checkpoint", default="none",
+    score.add_argument("--env-kwargs", help="env keywords as a YAML mapping, e.g. '{split: test, horizon: 2}'")
+    score.add_argument("--checkpoint", default="none",
                        help="config policies: 'none' (untrained adapters), 'latest', 'best' or a folder")
-    bench.add_argument("--n", type=int, help="number of problems (default: the config's eval.n_problems, else 100)")
-    bench.add_argument("--seed", type=int, help="problem-set seed (default: the config's eval.seed, else 1234)")
-    bench.add_argument("--name", help="record name (default: bench_<env>_<policy>)")
-    bench.add_argument("--records", type=Path, default=None,
+    score.add_argument("--n", type=int, help="number of problems (default: the config's eval.n_problems, else 100)")
+    score.add_argument("--seed", type=int, help="problem-set seed (default: the config's eval.seed, else 1234)")
+    score.add_argument("--name", help="record name (default: score_<env>_<policy>)")
+    score.add_argument("--records", type=Path, default=None,
                        help="folder for <name>.json (default: the current folder)")
-    bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
-    bench.set_defaults(func=cmd_bench)
+    score.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    score.set_defaults(func=cmd_score)
 
 
 def print_env_details() -> int:

@@ -1,4 +1,4 @@
-"""The run protocol around the training loop, shared by ``marft train`` and ``trainer.train``.
+"""The run session around the training loop, shared by ``marft train`` and ``trainer.train``.
 
 So that a run started from Python and one started from the command line leave the same files:
 
@@ -10,7 +10,7 @@ So that a run started from Python and one started from the command line leave th
 2. **updates**: each update's metrics go to :class:`~marft_agents.metrics.MetricsLogger`; a resumed
    run first drops the rows logged after its checkpoint, so re-run updates appear once;
 3. **signals**: SIGINT (Ctrl-C) and SIGTERM (what schedulers and ``timeout`` send) ask the trainer
-   to stop at the end of the update in progress; it writes a checkpoint and the protocol ends
+   to stop at the end of the update in progress; it writes a checkpoint and the session ends
    without the final evaluation (``--resume`` continues exactly); one that arrives during the last
    update or after it lets the run complete, and its line says so. A second signal stops at once
    (a second SIGINT as :class:`StoppedAtOnce`, which ``marft`` prints as one line);
@@ -50,7 +50,7 @@ SUMMARY_FILE = "summary.json"
 
 @dataclass
 class RunOutcome:
-    """What :func:`run_protocol` leaves besides its files."""
+    """What :func:`run_session` leaves besides its files."""
 
     history: list[dict[str, float]]
     """Metrics of every update this call ran."""
@@ -135,7 +135,7 @@ def _recorded_baseline(out: Path, summary: dict[str, Any]) -> dict[str, Any] | N
             "mean_reward": first.get("eval/mean_reward")}
 
 
-def run_protocol(
+def run_session(
     trainer: Any,
     *,
     resume: bool = False,
@@ -162,7 +162,7 @@ def run_protocol(
     from tqdm import tqdm
 
     cfg, out = trainer.cfg, Path(trainer.cfg.output_dir)
-    # Under torchrun every rank runs the protocol (evaluations and updates are collective), but
+    # Under torchrun every rank runs the session (evaluations and updates are collective), but
     # only rank 0 writes metrics, summary.json and the plot, and speaks.
     main = getattr(getattr(trainer, "world", None), "is_main", True)
     if not main:

@@ -1,4 +1,4 @@
-"""``marft bench``, ``marft envs --verbose`` and the evaluation's train-split warning."""
+"""``marft score``, ``marft envs --verbose`` and the evaluation's train-split warning."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import yaml
 
 import marft_agents.models as models
 from agent_helpers import LETTERS_ID, load_tiny_model, small_config
-from marft_agents.bench import evaluate_scripted, load_scripted, run_bench
+from marft_agents.score import evaluate_scripted, load_scripted, run_score
 from marft_agents.cli import main
 from marft_agents.config import config_to_dict
 from marft_agents.evaluation import TrainingTasksWarning
@@ -45,27 +45,34 @@ def test_test_split_evaluates_silently():
                           n_problems=2, seed=0)
 
 
-def test_scripted_bench_writes_into_the_current_folder(tmp_path, monkeypatch, capsys):
+def test_scripted_score_writes_into_the_current_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    policy = "scripted:test_bench:say_letters"
-    assert main(["bench", "--env", "marft/Arithmetic-v0", "--policy", policy, "--n", "4",
+    policy = "scripted:test_score:say_letters"
+    assert main(["score", "--env", "marft/Arithmetic-v0", "--policy", policy, "--n", "4",
                  "--env-kwargs", "{profile: solo, horizon: 1}"]) == 0
-    record = json.loads((tmp_path / "bench_marft_arithmetic_v0_say_letters.json").read_text())
-    # The env has a split, so the bench scores its test split; letters never answer arithmetic.
+    record = json.loads((tmp_path / "score_marft_arithmetic_v0_say_letters.json").read_text())
+    # The env has a split, so the score is of its test split; letters never answer arithmetic.
     assert record["env_kwargs"] == {"profile": "solo", "horizon": 1, "split": "test"}
     assert record["eval_after"]["accuracy"] == 0.0 and record["eval_after"]["n"] == 4
     assert record["env_package"]["distribution"] == "marft" and record["env_package"]["origin"] == "builtin"
     assert "leaderboard record:" in capsys.readouterr().out
 
 
-def test_a_bench_record_is_an_ordinary_file_not_a_private_one(tmp_path, monkeypatch):
+def test_the_former_name_bench_still_scores_and_says_it_is_now_score(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--env", "marft/Arithmetic-v0", "--policy", "scripted:test_score:say_letters", "--n", "2",
+                 "--env-kwargs", "{profile: solo, horizon: 1}"]) == 0
+    assert (tmp_path / "score_marft_arithmetic_v0_say_letters.json").is_file()
+    assert capsys.readouterr().err.strip().splitlines() == ["marft bench is now marft score"]
+
+def test_a_score_record_is_an_ordinary_file_not_a_private_one(tmp_path, monkeypatch):
     import os
     import stat
 
     monkeypatch.chdir(tmp_path)
     previous = os.umask(0o022)
     try:
-        assert main(["bench", "--env", "marft/Arithmetic-v0", "--policy", "scripted:test_bench:say_letters", "--n", "1",
+        assert main(["score", "--env", "marft/Arithmetic-v0", "--policy", "scripted:test_score:say_letters", "--n", "1",
                      "--name", "shared", "--env-kwargs", "{profile: solo, horizon: 1}"]) == 0
     finally:
         os.umask(previous)
@@ -74,14 +81,14 @@ def test_a_bench_record_is_an_ordinary_file_not_a_private_one(tmp_path, monkeypa
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_a_bench_record_names_its_task_revision_so_only_older_splits_are_flagged(tmp_path, monkeypatch):
+def test_a_score_record_names_its_task_revision_so_only_older_splits_are_flagged(tmp_path, monkeypatch):
     from leaderboards.records import load_records
     from marft_envs.envs.relay import RelayEnv
 
     monkeypatch.chdir(tmp_path)
     current, older = max(RelayEnv.task_revisions), min(RelayEnv.task_revisions)
     for name, kwargs in (("now", "{profile: solo}"), ("old", f"{{profile: solo, task_revision: {older}}}")):
-        assert main(["bench", "--env", "marft/Relay-v0", "--policy", "scripted:test_bench:say_letters", "--n", "2",
+        assert main(["score", "--env", "marft/Relay-v0", "--policy", "scripted:test_score:say_letters", "--n", "2",
                      "--name", name, "--env-kwargs", kwargs]) == 0
     records = {r["name"]: r for r in load_records(tmp_path)}
     assert records["now"]["task_revision"] == current and records["now"]["caveats"] == []
@@ -89,22 +96,22 @@ def test_a_bench_record_names_its_task_revision_so_only_older_splits_are_flagged
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--policy", "scripted:test_bench:say_letters"], "needs --env"),
-    (["--env", "marft/Nope-v0", "--policy", "scripted:test_bench:say_letters"], "unknown environment id"),
-    (["--env", LETTERS_ID, "--policy", "scripted:test_bench"], "scripted:module:function"),
-    (["--env", LETTERS_ID, "--policy", "scripted:test_bench:missing"], "no function 'missing'"),
+    (["--policy", "scripted:test_score:say_letters"], "needs --env"),
+    (["--env", "marft/Nope-v0", "--policy", "scripted:test_score:say_letters"], "unknown environment id"),
+    (["--env", LETTERS_ID, "--policy", "scripted:test_score"], "scripted:module:function"),
+    (["--env", LETTERS_ID, "--policy", "scripted:test_score:missing"], "no function 'missing'"),
     (["--env", LETTERS_ID, "--policy", "scripted:no_such_module:f"], "cannot import"),
-    (["--env", LETTERS_ID, "--policy", "scripted:test_bench:say_letters", "--env-kwargs", "[1]"], "YAML mapping"),
+    (["--env", LETTERS_ID, "--policy", "scripted:test_score:say_letters", "--env-kwargs", "[1]"], "YAML mapping"),
 ])
-def test_bad_bench_input_is_one_clear_line(argv, message, tmp_path, monkeypatch, capsys):
+def test_bad_score_input_is_one_clear_line(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["bench", *argv]) == 2
+    assert main(["score", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not list(tmp_path.glob("*.json"))
 
 
-def test_config_bench_evaluates_once_without_training(tmp_path, monkeypatch):
+def test_config_score_evaluates_once_without_training(tmp_path, monkeypatch):
     calls = []
 
     def loader(cfg):
@@ -112,17 +119,17 @@ def test_config_bench_evaluates_once_without_training(tmp_path, monkeypatch):
         return load_tiny_model(cfg)
 
     monkeypatch.setattr(models, "load_model_and_tokenizer", loader)
-    import marft_agents.rollout as rollout
+    import marft_agents.collector as collector
 
     collected = []
-    original = rollout.RolloutCollector.collect
-    monkeypatch.setattr(rollout.RolloutCollector, "collect",
+    original = collector.RolloutCollector.collect
+    monkeypatch.setattr(collector.RolloutCollector, "collect",
                         lambda self, n, plans=None: collected.append(n) or original(self, n, plans))
     cfg = small_config(tmp_path, **{"eval.n_problems": 3, "algorithm": "eval_only"})
     path = tmp_path / "baseline.yaml"
     path.write_text(yaml.safe_dump(config_to_dict(cfg)))
     with pytest.warns(TrainingTasksWarning):
-        record_path = run_bench(str(path), records_dir=tmp_path / "out")
+        record_path = run_score(str(path), records_dir=tmp_path / "out")
     record = json.loads(record_path.read_text())
     assert collected == [3] and len(calls) == 1  # one evaluation pass, no training rollout
     assert record["env_id"] == LETTERS_ID and record["algorithm"] == "none"
@@ -155,15 +162,15 @@ class NoCriticLearner:
         self.updates = state["updates"]
 
 
-register_learner("test_bench_no_critic", NoCriticLearner, replace=True)
+register_learner("test_score_no_critic", NoCriticLearner, replace=True)
 
 
 @pytest.mark.parametrize("algorithm, sections", [
     ("grpo", {"learner": {"group_size": 2}, "schedule.episodes_per_update": 4}),
-    ("test_bench_no_critic", {}),
+    ("test_score_no_critic", {}),
 ])
-def test_config_bench_loads_a_critic_less_checkpoint_like_eval(algorithm, sections, tmp_path, monkeypatch, capsys):
-    # grpo and plug-in learners with value_mode None train no value head: the bench must build the
+def test_config_score_loads_a_critic_less_checkpoint_like_eval(algorithm, sections, tmp_path, monkeypatch, capsys):
+    # grpo and plug-in learners with value_mode None train no value head: score must build the
     # policy without one, as `marft eval` does, or loading their adapters fails.
     monkeypatch.setattr(models, "load_model_and_tokenizer", load_tiny_model)
     cfg = small_config(tmp_path, **{"algorithm": algorithm, "schedule.num_updates": 1, **sections})
@@ -176,11 +183,11 @@ def test_config_bench_loads_a_critic_less_checkpoint_like_eval(algorithm, sectio
     # `marft eval` of the checkpoint works (the reference behaviour) ...
     with pytest.warns(TrainingTasksWarning):
         assert main(["eval", "--config", str(path), "--checkpoint", "latest", "--quiet"]) == 0
-    # ... and so does `marft bench` of latest, best, a checkpoint folder and a run folder.
+    # ... and so does `marft score` of latest, best, a checkpoint folder and a run folder.
     for k, checkpoint in enumerate(["latest", "best", str(trained.last_checkpoint), cfg.output_dir]):
         records = tmp_path / "records" / str(k)
         with pytest.warns(TrainingTasksWarning):
-            code = main(["bench", "--policy", str(path), "--checkpoint", checkpoint, "--records", str(records)])
+            code = main(["score", "--policy", str(path), "--checkpoint", checkpoint, "--records", str(records)])
         assert code == 0, capsys.readouterr().err
         record = json.loads(next(records.glob("*.json")).read_text())
         assert record["algorithm"] == algorithm and record["eval_after"]["n"] == 2
@@ -189,5 +196,5 @@ def test_config_bench_loads_a_critic_less_checkpoint_like_eval(algorithm, sectio
 
 
 def test_load_scripted_accepts_the_prefixless_form():
-    assert load_scripted("test_bench:say_letters") is say_letters
+    assert load_scripted("test_score:say_letters") is say_letters
     assert marft_envs.env_source(LETTERS_ID).origin == "runtime"
