@@ -121,7 +121,7 @@ def zero_seat_adapter(state: Mapping[str, Any], policy: Any, seat: str) -> dict[
 
 @dataclass(frozen=True)
 class FixedReply:
-    """A scripted policy (``fn(agent, observation, info) -> str``, :mod:`marft_agents.scripted`)
+    """A scripted policy (``fn(agent, observation, info) -> str``, :mod:`marft_agents.evaluation.scripted`)
     that says ``message`` whatever it is asked."""
 
     message: str

@@ -453,7 +453,7 @@ def status(spec: GridSpec, run: GridRun) -> str:
     (checkpoint, no record), ``conflict`` (the run folder holds a checkpoint of a run with another
     budget: resuming it would mix the two), ``blocked`` (an ablation run whose source, or another
     run it reads, has no current record yet) or ``todo``."""
-    from marft_agents.checkpoint import latest_checkpoint
+    from marft_agents.run.checkpoint import latest_checkpoint
 
     path = records_dir(spec) / f"{run.name}.json"
     if path.is_file() and record_is_current(spec, json.loads(path.read_text(encoding="utf-8"))):
@@ -477,7 +477,7 @@ def record_is_current(spec: GridSpec, record: dict[str, Any]) -> bool:
 def budget_changes(run: GridRun, checkpoint: Path) -> list[str]:
     """``key: saved -> now`` for each key the grid sets (:data:`GRID_SET_KEYS`) that differs between
     the config a checkpoint was saved with and this run's."""
-    from marft_agents.checkpoint import load_checkpoint_config
+    from marft_agents.run.checkpoint import load_checkpoint_config
 
     saved = load_checkpoint_config(checkpoint) or {}
     changes = []
@@ -509,7 +509,7 @@ def _grid_meta(spec: GridSpec, run: GridRun, wall_s: float) -> dict[str, Any]:
 def train_run(spec: GridSpec, run: GridRun) -> Record:
     """Train (resuming from the run folder's latest checkpoint, if any), then build its record."""
     from marft_agents.cli import main as marft_main
-    from marft_agents.session import STOP_STATUS
+    from marft_agents.run.session import STOP_STATUS
 
     commit, code_state = git_commit(), code_digest()
     started = time.perf_counter()
@@ -561,8 +561,8 @@ def _write_attempts(run: GridRun, machine_s: float) -> None:
 
 def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     """Evaluate the untrained policy, or the source run's final adapters changed by an ablation."""
-    import marft_agents.models as models
-    from marft_agents.trainer import build_policy
+    import marft_agents.model.loading as models
+    from marft_agents.run.trainer import build_policy
 
     commit, code_state = git_commit(), code_digest()
     started = time.perf_counter()
@@ -578,9 +578,9 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
 def _evaluate_policy(spec: GridSpec, run: GridRun, cfg: TrainConfig, policy: Any, commit: str, code_state: str,
                      started: float) -> Record:
     """The record of :func:`evaluate_run` for the built ``policy``."""
-    from marft_agents.checkpoint import latest_checkpoint, load_adapters
-    from marft_agents.evaluation import evaluate
-    from marft_agents.trainer import scripted_seats
+    from marft_agents.run.checkpoint import latest_checkpoint, load_adapters
+    from marft_agents.evaluation.problem_set import evaluate
+    from marft_agents.run.trainer import scripted_seats
 
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
     agent_ids = env_agents(cfg)
@@ -638,7 +638,7 @@ def _evaluate_policy(spec: GridSpec, run: GridRun, cfg: TrainConfig, policy: Any
 
 def run_grid(spec: GridSpec, runs: list[GridRun], log=print) -> dict[str, int]:
     """Run every run not done yet; returns counts by outcome (``ran``, ``skipped``, ``blocked``)."""
-    from marft_agents.checkpoint import latest_checkpoint
+    from marft_agents.run.checkpoint import latest_checkpoint
 
     counts = {"ran": 0, "skipped": 0, "blocked": 0}
     records = records_dir(spec)

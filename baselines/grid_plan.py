@@ -8,7 +8,7 @@ status 3, one line per reason) unless ``--force``. A plan:
 1. **Start gates.** For every training cell, a pilot of its *starting* policy: ``gate.episodes``
    (default 128) problems of its training split, each played once, sampled with the cell's
    sampling settings and scripted seats, scored by the team reward
-   (:func:`marft_agents.evaluation.evaluate`, ``greedy: false``). Under a 0/1 team reward the
+   (:func:`marft_agents.evaluation.problem_set.evaluate`, ``greedy: false``). Under a 0/1 team reward the
    policy gradient of an update is exactly zero unless one of its episodes was rewarded, so a
    cell passes when ``1 - (1 - rate) ** episodes_per_update >= gate.min_signal`` holds over the
    whole exact 90 % interval of the pilot's rate, fails when it holds nowhere in it, and is
@@ -116,11 +116,11 @@ def _config(spec: GridSpec, run: GridRun) -> dict[str, Any]:
 def pilot(spec: GridSpec, run: GridRun, episodes: int) -> dict[str, Any]:
     """Play ``episodes`` training problems with ``run``'s starting policy, sampled: the rewarded
     episodes and the seconds it took."""
-    import marft_agents.models as models
+    import marft_agents.model.loading as models
     import marft_envs
-    from marft_agents.checkpoint import load_adapters
-    from marft_agents.evaluation import TrainingTasksWarning, evaluate
-    from marft_agents.trainer import build_policy, scripted_seats
+    from marft_agents.run.checkpoint import load_adapters
+    from marft_agents.evaluation.problem_set import TrainingTasksWarning, evaluate
+    from marft_agents.run.trainer import build_policy, scripted_seats
 
     started = time.perf_counter()
     cfg = run_config(spec, run)

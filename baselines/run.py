@@ -24,7 +24,7 @@ from leaderboards.records import (RECORDS_DIR, Record, code_digest, env_task_rev
 from marft_agents.cli import INTERRUPTED_EXIT
 from marft_agents.cli import main as marft_main
 from marft_agents.config import TrainConfig, config_to_dict, load_config
-from marft_agents.metrics import read_metrics
+from marft_agents.run.metrics import read_metrics
 
 
 def dedupe_by_step(rows: list[dict]) -> list[dict]:
@@ -39,7 +39,7 @@ def dedupe_by_step(rows: list[dict]) -> list[dict]:
 def read_eval_outcomes(out: Path, updates: list[int]) -> dict[int, dict[str, Any]]:
     """The per-problem outcomes the trainer kept of the evaluations at ``updates`` (update -> file
     content); evaluations without a file (a run from before the trainer kept them) are left out."""
-    from marft_agents.trainer import EVAL_OUTCOMES_DIR  # imports torch: not at module level
+    from marft_agents.run.trainer import EVAL_OUTCOMES_DIR  # imports torch: not at module level
 
     found = {}
     for update in updates:

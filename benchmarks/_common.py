@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from marft_agents.models import load_model_and_tokenizer
+from marft_agents.model.loading import load_model_and_tokenizer
 from marft_agents.settings.model import DEFAULT_MODEL, ModelConfig
-from marft_agents.tiny_models import DEFAULT_TINY_ARCHITECTURE, TINY_ARCHITECTURES, tiny_model_and_tokenizer
+from marft_agents.model.tiny_models import DEFAULT_TINY_ARCHITECTURE, TINY_ARCHITECTURES, tiny_model_and_tokenizer
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

@@ -48,8 +48,8 @@ from benchmarks._common import set_threads  # noqa: E402
 from marft_agents.config import load_config  # noqa: E402
 from marft_agents.settings.critic import CRITIC_MODES  # noqa: E402
 from marft_agents.settings.model import DTYPES  # noqa: E402
-from marft_agents.tiny_models import tiny_model_and_tokenizer  # noqa: E402
-from marft_agents.trainer import Trainer  # noqa: E402
+from marft_agents.model.tiny_models import tiny_model_and_tokenizer  # noqa: E402
+from marft_agents.run.trainer import Trainer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 BASE_CONFIG = REPO / "baselines" / "configs" / "marft_a_arithmetic.yaml"

@@ -80,15 +80,15 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from marft_agents.config import load_config
-    from marft_agents.distributed import process_group
-    from marft_agents.trainer import train
+    from marft_agents.run.distributed import process_group
+    from marft_agents.run.trainer import train
 
     with process_group() as world:
         pinned = pin_to_one_core(world.local_rank if args.slot is None else args.slot)
         torch.set_num_threads(1)
         tiny = None
         if args.smoke:
-            from marft_agents.tiny_models import tiny_model_and_tokenizer
+            from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
             tiny = tiny_model_and_tokenizer(seed=0, hidden_size=64, num_layers=2)
         cfg = load_config(run_config(args, Path(args.out) / f"run{args.tag}"))

@@ -27,8 +27,8 @@ import torch
 from transformers import GenerationConfig
 
 from marft_agents.engine import GenRequest
-from marft_agents.models import load_model_and_tokenizer
-from marft_agents.policy import MultiAgentPolicy
+from marft_agents.model.loading import load_model_and_tokenizer
+from marft_agents.model.policy import MultiAgentPolicy
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.model import DEFAULT_MODEL, ModelConfig
 from marft_agents.settings.sampling import SamplingConfig

@@ -32,8 +32,8 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     from marft_agents.engine import GenRequest
-    from marft_agents.models import load_model_and_tokenizer
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.loading import load_model_and_tokenizer
+    from marft_agents.model.policy import MultiAgentPolicy
     from marft_agents.settings.critic import CriticConfig
     from marft_agents.settings.model import ModelConfig
     from marft_agents.settings.sampling import SamplingConfig

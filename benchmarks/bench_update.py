@@ -71,10 +71,10 @@ from marft_agents.engine.attention import GROUPED_MATMUL, training_passes, use_g
 from marft_agents.engine.compiled_norm import use_compiled_rms_norm, use_eager_rms_norm  # noqa: E402
 from marft_agents.engine.layout import after_prefix, left_pad, pack, prefix_cache  # noqa: E402
 from marft_agents.learners import get_learner, make_learner  # noqa: E402
-from marft_agents.policy import MultiAgentPolicy  # noqa: E402
+from marft_agents.model.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.episodes import Rollout  # noqa: E402
-from marft_agents.collector import RolloutCollector  # noqa: E402
-from marft_agents.scoring import last_token_index, token_index  # noqa: E402
+from marft_agents.run.collector import RolloutCollector  # noqa: E402
+from marft_agents.model.scoring import last_token_index, token_index  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.8

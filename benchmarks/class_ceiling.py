@@ -37,7 +37,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from marft_agents.checkpoint import list_checkpoints, load_checkpoint
+from marft_agents.run.checkpoint import list_checkpoints, load_checkpoint
 from marft_agents.learners.critic_health import split_by_task
 from marft_envs.tasks.relay import MIXED_SIZES, RelayTasks
 

@@ -58,14 +58,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     import marft_envs
     from marft_agents.config import load_config
-    from marft_agents.critic import CRITIC_SYSTEM_PROMPT, GlobalStateLog
+    from marft_agents.model.critic import CRITIC_SYSTEM_PROMPT, GlobalStateLog
     from marft_agents.engine import GenRequest
     from marft_agents.episodes import Decision, EpisodeRecord, Rollout
     from marft_agents.learners import make_learner
     from marft_agents.learners.critic_health import pooled_share
-    from marft_agents.models import load_model_and_tokenizer
-    from marft_agents.tiny_models import tiny_model_and_tokenizer
-    from marft_agents.trainer import build_policy
+    from marft_agents.model.loading import load_model_and_tokenizer
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
+    from marft_agents.run.trainer import build_policy
 
     torch.set_num_threads(args.threads)
     overrides = {"ppo.critic_warmup_updates": 10**9, "seed": args.seed}

@@ -1,7 +1,7 @@
 """Is the task in what the value head reads? Linear probes on the critic's last hidden state.
 
 The value head of marft's critic reads the final hidden state (after the model's last norm) at
-the last token of the critic's input, the global-state log (``marft_agents/critic.py``). For
+the last token of the critic's input, the global-state log (``marft_agents/model/critic.py``). For
 Arithmetic level 1 ("Compute a + b."), this script builds that input for the first decision of
 ``--n`` training tasks exactly as the collector does (``GlobalStateLog``), runs the model with
 the critic adapter at initialisation (= the base model), and prints:
@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     import marft_envs
     from marft_agents.config import load_config
-    from marft_agents.critic import CRITIC_SYSTEM_PROMPT
-    from marft_agents.models import load_model_and_tokenizer
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.critic import CRITIC_SYSTEM_PROMPT
+    from marft_agents.model.loading import load_model_and_tokenizer
+    from marft_agents.model.policy import MultiAgentPolicy
 
     cfg = load_config("baselines/configs/marft_a_arithmetic.yaml", overrides={"model.name_or_path": args.model})
     model, tokenizer = load_model_and_tokenizer(cfg.model)
@@ -100,7 +100,7 @@ def first_decision(env, policy, system_ids, cfg, index: int):
     acting agent, critic input ids, final hidden states [T, H] after the last norm, on the CPU)``."""
     import torch
 
-    from marft_agents.critic import GlobalStateLog
+    from marft_agents.model.critic import GlobalStateLog
 
     env.reset(options={"task_index": index})
     agent = env.agent_selection
@@ -143,9 +143,9 @@ def relay5(args) -> dict:
 
     import marft_envs
     from marft_agents.config import load_config
-    from marft_agents.critic import CRITIC_SYSTEM_PROMPT
-    from marft_agents.models import load_model_and_tokenizer
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.critic import CRITIC_SYSTEM_PROMPT
+    from marft_agents.model.loading import load_model_and_tokenizer
+    from marft_agents.model.policy import MultiAgentPolicy
 
     cfg = load_config("baselines/configs/grid/relay.yaml",
                       overrides={"model.name_or_path": args.model, "env.kwargs.level": 5})

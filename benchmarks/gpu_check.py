@@ -109,7 +109,7 @@ class Context:
 # -- helpers -----------------------------------------------------------------------------------
 def _tiny_folder(scratch: Path) -> str:
     """A tiny random Qwen2 and its tokenizer, saved as a Hugging Face folder (no download)."""
-    from marft_agents.tiny_models import tiny_model_and_tokenizer
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
     folder = scratch / "tiny-qwen2"
     if not folder.is_dir():
@@ -132,7 +132,7 @@ def random_config(name: str) -> Any:
     from transformers import Qwen2Config
 
     import memory_estimate
-    from marft_agents.tiny_models import tiny_tokenizer
+    from marft_agents.model.tiny_models import tiny_tokenizer
 
     shape = memory_estimate.QWEN25[random_init_names()[name]]
     tokenizer = tiny_tokenizer()
@@ -155,7 +155,7 @@ def _random_folder(scratch: Path, name: str, device: str) -> str:
     import torch
     from transformers import Qwen2ForCausalLM
 
-    from marft_agents.tiny_models import tiny_tokenizer
+    from marft_agents.model.tiny_models import tiny_tokenizer
 
     folder = scratch / f"random-{name}"
     previous = torch.get_default_dtype()
@@ -237,7 +237,7 @@ def _requests(policy: Any, n: int, words: int) -> list[Any]:
 def _vllm_policy(ctx: Context) -> Any:
     """A trainer's policy with the vLLM engine (built once, shared by throughput and logprobs)."""
     if "vllm_trainer" not in ctx.cache:
-        from marft_agents.trainer import prepare_trainer
+        from marft_agents.run.trainer import prepare_trainer
 
         ctx.cache["vllm_trainer"] = prepare_trainer(_config(ctx, "vllm", "vllm-shared"))
     return ctx.cache["vllm_trainer"].policy
@@ -264,7 +264,7 @@ def check_update(ctx: Context) -> Result:
     """One MARFT-A update through the trainer with each sampling engine that runs here."""
     import torch
 
-    from marft_agents.trainer import prepare_trainer
+    from marft_agents.run.trainer import prepare_trainer
 
     runs, skipped = _engines_here(ctx)
     per_engine: dict[str, Any] = {name: {"status": "SKIP", "reason": why} for name, why in skipped.items()}
@@ -337,7 +337,7 @@ def check_throughput(ctx: Context) -> Result:
     n, new_tokens = (16, 64) if ctx.args.quick else (64, 256)
     runs, _ = _engines_here(ctx)
     if ctx.vllm_error:
-        from marft_agents.trainer import prepare_trainer
+        from marft_agents.run.trainer import prepare_trainer
 
         trainer = prepare_trainer(_config(ctx, "fast", "throughput"))
         try:
@@ -475,7 +475,7 @@ def check_memory(ctx: Context) -> Result:
         return Result("memory", "SKIP", "no CUDA GPU: torch.cuda.max_memory_allocated is the measurement")
     import torch
 
-    from marft_agents.trainer import prepare_trainer
+    from marft_agents.run.trainer import prepare_trainer
 
     rows, tokens, response = (2, 512, 256) if ctx.args.quick else (ROWS_PER_ADAPTER, MATH_ROW_TOKENS, RESPONSE_TOKENS)
     out: dict[str, Any] = {"rows_per_adapter": rows, "row_tokens": tokens}

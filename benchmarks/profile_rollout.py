@@ -47,7 +47,7 @@ from benchmarks._common import add_common_args, load_avg, load_model, set_thread
 from marft_agents.engine import sample  # noqa: E402
 from marft_agents.engine.direct import DirectDecoder  # noqa: E402
 from marft_agents.engine.layout import effective_prefix_len  # noqa: E402
-from marft_agents.policy import MultiAgentPolicy  # noqa: E402
+from marft_agents.model.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.settings.critic import CriticConfig  # noqa: E402
 from marft_agents.settings.lora import LoraSpec  # noqa: E402
 from marft_agents.settings.sampling import ENGINES, SamplingConfig  # noqa: E402

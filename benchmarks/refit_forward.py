@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
-from marft_agents.checkpoint import load_checkpoint
-from marft_agents.critic import ValueHead
+from marft_agents.run.checkpoint import load_checkpoint
+from marft_agents.model.critic import ValueHead
 from marft_agents.learners.critic_health import split_by_task
 from marft_agents.learners.head_refit import RELATIVE_LAMBDAS, Batch, RefitBuffer, _ridge, ridge_refit
 

@@ -47,7 +47,7 @@ from typing import Any
 
 from leaderboards import stats
 from leaderboards.records import WALL_CLOCK, grid_budget, load_records
-from marft_agents.evaluation import SAMPLED_FIGURES
+from marft_agents.evaluation.problem_set import SAMPLED_FIGURES
 
 README = "README.md"
 PLOT = "curves.png"
@@ -104,7 +104,7 @@ class CellSummary:
     message: str | None = None
     """For a ``fixed_message`` cell, what the seat said instead of its output."""
     sampled: list[dict[str, Any] | None] = field(default_factory=list)
-    """Each seed's sampled-evaluation figures (:data:`marft_agents.evaluation.SAMPLED_FIGURES`:
+    """Each seed's sampled-evaluation figures (:data:`marft_agents.evaluation.problem_set.SAMPLED_FIGURES`:
     ``samples_per_problem`` k, avg@k, pass@k and their s.e.), when its record has them (k > 1)."""
     commits: list[str] = field(default_factory=list)
     problems_evaluated: list[int] = field(default_factory=list)

@@ -1,6 +1,6 @@
 """The leaderboards' records: marft's own, in ``leaderboards/records/``, read with what reports add.
 
-The record schema and its file format belong to the library (:mod:`marft_agents.records`:
+The record schema and its file format belong to the library (:mod:`marft_agents.evaluation.records`:
 :class:`Record`, :func:`write_record`, reading and checking a record); this module re-exports
 them with this folder (:data:`RECORDS_DIR`) as the default, and adds what a report must say about
 a record made under an older protocol: :func:`load_records` gives each record ``caveats`` (a
@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from marft_agents import records as _schema
-from marft_agents.records import (
+from marft_agents.evaluation import records as _schema
+from marft_agents.evaluation.records import (
     CODE_PACKAGES,
     CODE_SUFFIXES,
     DIAGNOSTIC_DIGITS,
@@ -48,12 +48,12 @@ RECORDS_DIR = Path(__file__).resolve().parent / "records"
 
 
 def write_record(record: Record, records_dir: str | os.PathLike = RECORDS_DIR) -> Path:
-    """:func:`marft_agents.records.write_record`, into :data:`RECORDS_DIR` by default."""
+    """:func:`marft_agents.evaluation.records.write_record`, into :data:`RECORDS_DIR` by default."""
     return _schema.write_record(record, records_dir)
 
 
 def load_records(records_dir: str | os.PathLike = RECORDS_DIR) -> list[dict[str, Any]]:
-    """All records, checked (:func:`marft_agents.records.read_records`: a record missing a required
+    """All records, checked (:func:`marft_agents.evaluation.records.read_records`: a record missing a required
     field raises naming the file). A grid record gets ``grid["budget"]`` (:func:`grid_budget`) when
     it was made before grids recorded it, and every record ``caveats`` (:func:`record_caveats`)."""
     records = _schema.read_records(records_dir)

@@ -1,7 +1,7 @@
 """The ``marft`` command: ``marft train``, ``marft eval``, ``marft envs``, ``marft config``, ``marft score``.
 
 ``marft train --config run.yaml`` trains as configured (see ``marft_agents/config.py``) inside the
-run session of :mod:`marft_agents.session`: the untrained policy is evaluated first (logged at
+run session of :mod:`marft_agents.run.session`: the untrained policy is evaluated first (logged at
 step 0), every update is logged to ``<output_dir>/metrics.{jsonl,csv}`` and TensorBoard with a
 progress bar, and the run ends with ``learning_curve.png`` and ``summary.json``. ``--resume``
 continues from the latest checkpoint in ``output_dir`` (re-running a finished run with
@@ -116,7 +116,7 @@ def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None):
     from marft_agents.config import load_config
     from marft_agents.env_check import check_env_config
 
-    from marft_agents.scripted import ScriptedPolicyError, load_seats
+    from marft_agents.evaluation.scripted import ScriptedPolicyError, load_seats
 
     cfg = load_config(args.config, {**parse_overrides(args.set), **(extra or {})})
     agent_ids = check_env_config(cfg)
@@ -138,7 +138,7 @@ def _resume_hint(args: argparse.Namespace) -> str:
 def _refuse_used_output_dir(cfg: Any, args: argparse.Namespace) -> None:
     """A fresh run into an ``output_dir`` with checkpoints is refused (before the model loads),
     saying how to continue it, or, when that run is finished, how to start over."""
-    from marft_agents.checkpoint import latest_checkpoint
+    from marft_agents.run.checkpoint import latest_checkpoint
 
     found = latest_checkpoint(cfg.output_dir)
     if found is None:
@@ -156,9 +156,9 @@ def _refuse_used_output_dir(cfg: Any, args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     cfg, _ = _load(args, {"output_dir": args.output_dir} if args.output_dir else None)
     # the config is valid: only now the modules that import torch, transformers and peft
-    from marft_agents.distributed import process_group
-    from marft_agents.session import STOP_STATUS, run_session
-    from marft_agents.trainer import prepare_trainer
+    from marft_agents.run.distributed import process_group
+    from marft_agents.run.session import STOP_STATUS, run_session
+    from marft_agents.run.trainer import prepare_trainer
 
     if not args.resume:
         _refuse_used_output_dir(cfg, args)
@@ -178,7 +178,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _eval_checkpoint(cfg: Any, choice: str) -> Path | None:
     """The adapters folder ``--checkpoint`` names (None: the untrained policy), checked to exist."""
-    from marft_agents.checkpoint import BEST_DIR, latest_checkpoint
+    from marft_agents.run.checkpoint import BEST_DIR, latest_checkpoint
 
     if choice == "none":
         return None
@@ -205,11 +205,11 @@ def _eval_checkpoint(cfg: Any, choice: str) -> Path | None:
 def cmd_eval(args: argparse.Namespace) -> int:
     cfg, agent_ids = _load(args)
     # the config is valid: only now the modules that import torch, transformers and peft
-    from marft_agents.checkpoint import load_adapters
-    from marft_agents.evaluation import evaluate
-    from marft_agents.models import load_model_and_tokenizer
-    from marft_agents.session import describe, eval_dict
-    from marft_agents.trainer import build_policy, scripted_seats
+    from marft_agents.run.checkpoint import load_adapters
+    from marft_agents.evaluation.problem_set import evaluate
+    from marft_agents.model.loading import load_model_and_tokenizer
+    from marft_agents.run.session import describe, eval_dict
+    from marft_agents.run.trainer import build_policy, scripted_seats
 
     cfg.resolve_hardware()
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
@@ -249,7 +249,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
     import marft_envs
 
     if args.verbose:
-        from marft_agents.score import print_env_details
+        from marft_agents.evaluation.score import print_env_details
 
         return print_env_details()
     for env_id in marft_envs.list_envs():
@@ -316,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--show", action="store_true", help="also print each key's documentation")
     conf.add_argument("--config", help="show the values of this YAML config instead of the defaults")
     conf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    from marft_agents.score import add_score_parser
+    from marft_agents.evaluation.score import add_score_parser
 
     add_score_parser(sub)
     return parser

@@ -275,7 +275,7 @@ class EvalConfig:
     samples_per_problem: int = 1
     """Plays of each problem (k). k > 1 needs ``greedy: false`` and adds avg@k (mean success over
     the samples) and pass@k (share of problems some sample solved) with their standard errors
-    (``marft_agents/evaluation.py``)."""
+    (``marft_agents/evaluation/problem_set.py``)."""
     seed: int = 1234
     """Chooses the fixed problem set; the same seed gives the same problems."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -455,7 +455,7 @@ class TrainConfig:
         ("cuda" stays "cuda": each rank's current GPU); returns self. Loads torch to probe the
         device, so it runs where the model is about to load (the trainer, ``marft eval``,
         ``marft score``), not in :meth:`validate`."""
-        from marft_agents.models import auto_dtype, resolve_device  # loads torch
+        from marft_agents.model.loading import auto_dtype, resolve_device  # loads torch
 
         try:
             device = resolve_device(self.model.device)

@@ -7,8 +7,8 @@
     def test_my_learner_follows_the_learner_api():
         learner_api_test(MyLearner)
 
-:func:`learner_api_test` builds real Trainers (``marft_agents.trainer.Trainer``) around the
-class, on a tiny random Llama (``marft_agents.tiny_models``, no file, no download) and a
+:func:`learner_api_test` builds real Trainers (``marft_agents.run.trainer.Trainer``) around the
+class, on a tiny random Llama (``marft_agents.model.tiny_models``, no file, no download) and a
 two-agent test env (one agent when the class's ``max_agents`` is 1), on the CPU, in seconds.
 It checks, in this order (each failure is an ``AssertionError`` whose message starts with
 ``learner_api_test[<check>]``, ``<check>`` one of :data:`CHECKS`; an exception raised by the
@@ -220,7 +220,7 @@ def _check_class(cls: Any, label: str) -> None:
 
 def _one_process(data_parallel: Any) -> bool:
     """Whether a ``data_parallel`` value is one a learner may hold before the Trainer sets it."""
-    from marft_agents.distributed import SingleProcess
+    from marft_agents.run.distributed import SingleProcess
 
     return data_parallel is None or isinstance(data_parallel, SingleProcess)
 
@@ -311,14 +311,14 @@ class _Run:
         return load_config(self.config_data(learner, minibatch), overrides=dict(self.overrides))
 
     def model(self) -> tuple[Any, Any]:
-        from marft_agents.tiny_models import tiny_model_and_tokenizer
+        from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
         model, tokenizer = tiny_model_and_tokenizer(seed=self.seed, hidden_size=32, num_layers=1)
         return model.to(self.device), tokenizer
 
     def trainer(self, check: str, minibatch: int = 64) -> Any:
         """A Trainer around the class (a failure while building it fails ``check``)."""
-        from marft_agents.trainer import Trainer
+        from marft_agents.run.trainer import Trainer
 
         cfg, model = self.config(minibatch=minibatch), self.model()
         with _learner_code(check, self.label, "building a Trainer around the learner"):
@@ -386,7 +386,7 @@ class _Run:
     def probe(self) -> int:
         """Build one learner as the Trainer does; check the instance; size the rollouts."""
         from marft_agents.learners import make_learner
-        from marft_agents.trainer import build_policy
+        from marft_agents.run.trainer import build_policy
 
         cfg = self.config()
         agent_ids = list(marft_envs.make(API_TEST_ENV, **cfg.env.kwargs).possible_agents)
@@ -467,7 +467,7 @@ class _Run:
 
     # -- state round trip and exact resume -----------------------------------------------------
     def check_resume(self) -> None:
-        from marft_agents.checkpoint import capture_rng_state, restore_rng_state
+        from marft_agents.run.checkpoint import capture_rng_state, restore_rng_state
 
         high, low = RESUME_REWARDS
         # Small minibatches: several optimizer steps per update, in an order the learner's RNG draws.
@@ -638,7 +638,7 @@ def _registered(cls: type) -> Iterator[str]:
 @contextlib.contextmanager
 def _global_rng_kept() -> Iterator[None]:
     """The caller's global RNG states as they were (every Trainer built here reseeds them)."""
-    from marft_agents.checkpoint import capture_rng_state, restore_rng_state
+    from marft_agents.run.checkpoint import capture_rng_state, restore_rng_state
 
     state = capture_rng_state()
     try:

@@ -101,7 +101,7 @@ def test_bench_ddp_smoke_prints_phases_the_ceiling_and_the_efficiency():
 def test_a_benchmark_loads_the_model_that_model_names_from_a_local_folder(tmp_path):
     """``--model`` takes a Hugging Face folder (here a tiny random Qwen2 saved with
     ``save_pretrained``): the benchmark loads, times and reports that model."""
-    from marft_agents.tiny_models import tiny_model_and_tokenizer
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
     folder = tmp_path / "tiny-qwen2"
     model, tokenizer = tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1, arch="qwen2")
@@ -241,7 +241,7 @@ def test_refit_forward_scores_rules_on_the_update_after_the_window(tmp_path):
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     import refit_forward
-    from marft_agents.critic import ValueHead
+    from marft_agents.model.critic import ValueHead
     from marft_agents.learners.head_refit import Batch, RefitBuffer
 
     gen = torch.Generator().manual_seed(0)

@@ -102,8 +102,8 @@ def test_profile_and_time_varying_dependency_come_from_entry_points(installed):
 
 
 def test_splits_are_disjoint_and_training_tasks_warn(installed):
-    from marft_agents.score import evaluate_scripted, load_scripted
-    from marft_agents.evaluation import TrainingTasksWarning
+    from marft_agents.evaluation.score import evaluate_scripted, load_scripted
+    from marft_agents.evaluation.problem_set import TrainingTasksWarning
 
     train, test = (marft_envs.make(ENV_ID, split=s).tasks for s in ("train", "test"))
     train_words = {train[i].metadata["word"] for i in range(2000)}
@@ -120,8 +120,8 @@ def test_splits_are_disjoint_and_training_tasks_warn(installed):
 def tiny_loader(monkeypatch):
     import torch
 
-    import marft_agents.models as models
-    from marft_agents.tiny_models import tiny_model_and_tokenizer
+    import marft_agents.model.loading as models
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
     torch.set_num_threads(1)
     monkeypatch.setattr(models, "load_model_and_tokenizer",
@@ -180,7 +180,7 @@ def test_scripted_score_scores_what_the_policy_earns(installed, tmp_path, monkey
     assert main(["score", "--env", ENV_ID, "--policy", policy, "--n", "40", "--seed", "5"]) == 0
     record = json.loads((tmp_path / "score_example_vowelcount_v0_always_two.json").read_text())
     # Independent count: "always 2" solves exactly the test words with two vowels.
-    from marft_agents.evaluation import problem_indices
+    from marft_agents.evaluation.problem_set import problem_indices
 
     tasks = marft_envs.make(ENV_ID, split="test").tasks
     expected = sum(tasks[i].answer == "2" for i in problem_indices(len(tasks), 40, 5)) / 40

@@ -2,7 +2,7 @@
 
 ``scaled_logprobs`` is THE definition of a token's log-prob (``log_softmax(logits.float() /
 temperature)``): the decoding loops record it while sampling and the training passes recompute it
-(``marft_agents/scoring.py``, ``engine/head_logprobs.py``), so PPO ratios start at exactly 1 up to
+(``marft_agents/model/scoring.py``, ``engine/head_logprobs.py``), so PPO ratios start at exactly 1 up to
 float rounding. ``pick_tokens`` draws from that distribution (temperature, optional top-k/top-p,
 or greedy); ``Sampled`` is what a decoding loop returns per row.
 """

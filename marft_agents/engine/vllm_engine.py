@@ -68,7 +68,7 @@ import torch
 from marft_agents.engine import GenRequest, Generation
 from marft_agents.engine.layout import effective_prefix_len
 from marft_agents.engine.base import SamplingEngine
-from marft_agents.seeding import fork_rng
+from marft_agents.run.seeding import fork_rng
 from marft_agents.settings.sampling import SamplingConfig
 from marft_agents.settings.vllm import CPU_KV_CACHE_GIB
 
@@ -389,6 +389,6 @@ def sampled_logprobs(completion: Any, token_ids: Sequence[int]) -> list[float]:
 
 def _base_folder(model_cfg: Any) -> str:
     """Where vLLM reads the base weights: the folder (or Hub id) the trainer loads."""
-    from marft_agents.models import _source_folder
+    from marft_agents.model.loading import _source_folder
 
     return _source_folder(model_cfg)

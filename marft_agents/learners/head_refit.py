@@ -180,7 +180,7 @@ class RefitBuffer:
 
 @torch.no_grad()
 def refit_head(head: Any, points: Batch) -> dict[str, float]:
-    """Refit every slot of ``head`` (a :class:`marft_agents.critic.ValueHead`) on ``points``
+    """Refit every slot of ``head`` (a :class:`marft_agents.model.critic.ValueHead`) on ``points``
     (steps 2-5); returns ``critic/refit_*`` figures: the points used, the slots refit, and the
     cross-validated gain ``1 - cv_chosen / cv_current`` averaged over the slots that had enough
     tasks (0 where the current head was kept)."""

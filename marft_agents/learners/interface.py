@@ -7,7 +7,7 @@ no base class to inherit; ``isinstance(learner, Learner)`` holds for every learn
 available as ``algorithm: <name>`` in a config, and ``marft_agents.testing.learner_api_test``
 checks one against this contract.
 
-Life of a learner in a run (``marft_agents/trainer.py``):
+Life of a learner in a run (``marft_agents/run/trainer.py``):
 
 1. ``cfg.learner`` is built from the YAML ``learner:`` section as an instance of the class's
    ``options_class`` (strict keys and types, like every other section), or is None when the
@@ -51,10 +51,10 @@ OPTIONAL_MEMBERS: dict[str, str] = {
               "it was (read by marft_agents.learners.registry.learner_trains)",
     "max_agents": "class attribute, int >= 1: the env may have at most this many agents "
                   "(single-agent PPO sets 1); absent = any number",
-    "data_parallel": "attribute, on the class None or marft_agents.distributed.SINGLE_PROCESS (the "
+    "data_parallel": "attribute, on the class None or marft_agents.run.distributed.SINGLE_PROCESS (the "
                      "one-process stand-in, with DataParallel's methods; BaseLearner's): declares that "
                      "update() supports several ranks; the Trainer then sets it to a "
-                     "marft_agents.distributed.DataParallel under torchrun and leaves it as declared in one "
+                     "marft_agents.run.distributed.DataParallel under torchrun and leaves it as declared in one "
                      "process. A learner without it is refused under several ranks",
 }
 """Members a learner may declare and the Trainer honours, but need not have (so they are not

@@ -6,7 +6,7 @@ The PPO engine (``learners/base.py``) holds one :class:`ValueFit` when its learn
 1. ``prepare(rollout, samples, update)`` before any step: the critic's health on the update's
    rollout against its ceiling and the group baseline (``learners/critic_health.py``; the two
    warnings), then PopArt's fold of the update's regression targets
-   (:meth:`marft_agents.critic.ValueHead.update_normaliser`), so the value loss is taken in the
+   (:meth:`marft_agents.model.critic.ValueHead.update_normaliser`), so the value loss is taken in the
    statistics that include them.
 2. ``minibatches(samples)`` at the start of each critic epoch: whole episodes in a random order
    (``samples.episode_minibatches``: an episode's critic inputs share one forward row), drawn

@@ -1,6 +1,6 @@
 """The ``critic:`` section: the value function(s) built next to the agents' adapters.
 
-Plain data; what the modes mean is in :mod:`marft_agents.critic` (its module docstring).
+Plain data; what the modes mean is in :mod:`marft_agents.model.critic` (its module docstring).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from marft_agents.settings.lora import LoraSpec
 log = logging.getLogger(__name__)
 
 CriticMode = Literal["centralised", "per_agent", "local"]
-"""What the critic reads and how many there are (see :mod:`marft_agents.critic`)."""
+"""What the critic reads and how many there are (see :mod:`marft_agents.model.critic`)."""
 CRITIC_MODES: tuple[str, ...] = typing.get_args(CriticMode)
 """The critic modes, in declaration order."""
 GLOBAL_STATE_MODES: tuple[str, ...] = ("centralised", "per_agent")
@@ -52,13 +52,13 @@ class CriticConfig:
     feature_norm: bool = True
     """Standardise each dimension of the hidden state the value head reads, by its moving mean
     and spread over the states valued at collection (the head's weights rescaled so its outputs
-    do not move; :class:`marft_agents.critic.ValueHead`). Without it the head fits the component
+    do not move; :class:`marft_agents.model.critic.ValueHead`). Without it the head fits the component
     every state shares and its values stay nearly constant (``benchmarks/critic_probe.py`` shows
     why). False: the plain head, as before this option existed."""
     per_agent_head: bool = True
     """A team critic (``centralised`` / ``local``) values each acting agent's decisions with a
     value-head row and feature statistics of its own, on the one shared critic adapter
-    (:class:`marft_agents.critic.ValueHead`'s slots): the states at different agents' decision
+    (:class:`marft_agents.model.critic.ValueHead`'s slots): the states at different agents' decision
     points differ far more than different tasks do, so shared statistics and weights leave each
     agent's task spread small and the critic learns more slowly (compare paired runs with
     ``benchmarks/critic_pairs.py``).

@@ -1,6 +1,6 @@
 """The ``lora:`` section (and ``critic.lora:``): LoRA hyper-parameters of one adapter.
 
-Plain data (no peft): :func:`marft_agents.adapters.to_peft_config` turns a spec into a
+Plain data (no peft): :func:`marft_agents.model.adapters.to_peft_config` turns a spec into a
 ``peft.LoraConfig``.
 """
 
@@ -26,7 +26,7 @@ class LoraSpec:
     larger adapter cost). None = peft's default for the architecture (q_proj + v_proj for
     Llama/Qwen/Mistral, c_attn for GPT-2, ...); for a model type peft has no default for, the
     model's attention projections (the fused QKV projection, else the query and value ones; see
-    ``marft_agents.adapters.default_target_modules``), named in one log line."""
+    ``marft_agents.model.adapters.default_target_modules``), named in one log line."""
 
     def __post_init__(self) -> None:
         if self.r < 1:

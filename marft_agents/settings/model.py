@@ -1,8 +1,8 @@
 """The ``model:`` section: which base model to load, in which precision, onto which device.
 
-Plain data (no torch): loading is :mod:`marft_agents.models`, which also resolves ``dtype: auto``
-(:func:`marft_agents.models.auto_dtype`, it probes the device) and ``device: auto``
-(:func:`marft_agents.models.resolve_device`), as ``TrainConfig.resolve_hardware`` does before a
+Plain data (no torch): loading is :mod:`marft_agents.model.loading`, which also resolves ``dtype: auto``
+(:func:`marft_agents.model.loading.auto_dtype`, it probes the device) and ``device: auto``
+(:func:`marft_agents.model.loading.resolve_device`), as ``TrainConfig.resolve_hardware`` does before a
 model loads.
 """
 
@@ -24,7 +24,7 @@ DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 AUTO_DTYPE = "auto"
 DTYPE_NAMES: tuple[str, ...] = (*DTYPES, AUTO_DTYPE)
 """The accepted values of ``ModelConfig.dtype``; "auto" is resolved by
-:func:`marft_agents.models.auto_dtype`."""
+:func:`marft_agents.model.loading.auto_dtype`."""
 AUTO_DEVICE = "auto"
 """The ``ModelConfig.device`` value resolved to "cuda" when CUDA is present, else "cpu"."""
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("sdpa", "eager", "flash_attention_2")
@@ -51,7 +51,7 @@ class ModelConfig:
     """Any torch device string ("cpu", "cuda", "cuda:1", "mps"), or "auto": "cuda" when CUDA is
     present, else "cpu". "auto" is replaced by the concrete name before the model loads
     (``TrainConfig.resolve_hardware``), so runs record what they used. It becomes "cuda", not "cuda:0": under ``torchrun`` each rank has
-    made its own GPU the current one (``marft_agents.distributed``), and "cuda" means that one.
+    made its own GPU the current one (``marft_agents.run.distributed``), and "cuda" means that one.
     The weights are loaded straight onto this device (``device_map``), not into CPU memory first."""
     attn_implementation: str | None = None
     """transformers' attention implementation, passed to ``from_pretrained``: None = transformers'

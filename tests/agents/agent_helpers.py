@@ -87,7 +87,7 @@ if LETTERS_ID not in marft_envs.list_envs():
 
 def tiny_on_device(**kwargs):
     """``tiny_model_and_tokenizer(**kwargs)`` with the model moved to ``DEVICE``."""
-    from marft_agents.tiny_models import tiny_model_and_tokenizer
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
     model, tokenizer = tiny_model_and_tokenizer(**kwargs)
     return model.to(DEVICE), tokenizer
@@ -96,8 +96,8 @@ def tiny_on_device(**kwargs):
 def load_tiny_model(cfg):
     """A stand-in for ``models.load_model_and_tokenizer`` (tests monkeypatch it): the tiny model
     of the ``tiny`` fixture, on the configured ``cfg.device`` like the real loader."""
-    from marft_agents.models import resolve_device
-    from marft_agents.tiny_models import tiny_model_and_tokenizer
+    from marft_agents.model.loading import resolve_device
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
     model, tokenizer = tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
     return model.to(resolve_device(cfg.device)), tokenizer

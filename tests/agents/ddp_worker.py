@@ -47,7 +47,7 @@ def config(out: Path, algorithm: str, extra: dict | None = None):
 
 def update_only(out: Path, algorithm: str) -> dict:
     """Adapters and metrics after 2 updates on the same sampled rollouts on every rank."""
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     cfg = config(out, algorithm, {"sampling.do_sample": True, **UPDATE_ONLY[algorithm]})
     trainer = Trainer(cfg, tiny())
@@ -73,7 +73,7 @@ def rollout_positions(rollout) -> int:
 @contextlib.contextmanager
 def counting_positions():
     """Within the block, every rollout collected appends its ``rollout_positions`` to the list."""
-    from marft_agents.collector import RolloutCollector
+    from marft_agents.run.collector import RolloutCollector
 
     seen: list[int] = []
     collect = RolloutCollector.collect
@@ -96,7 +96,7 @@ def optimizer_steps(learner_state: dict) -> int:
 
 
 def tiny():
-    from marft_agents.tiny_models import tiny_model_and_tokenizer
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
     return tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
 
@@ -105,7 +105,7 @@ def tiny_initial_adapters(algorithm: str, extra: dict | None = None) -> dict:
     """The adapters every run of ``algorithm`` starts from (built as the Trainer builds them)."""
     import tempfile
 
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         return Trainer(config(Path(tmp), algorithm, extra), tiny()).policy.adapter_state_dict()
@@ -114,8 +114,8 @@ def tiny_initial_adapters(algorithm: str, extra: dict | None = None) -> dict:
 def run_all(out: Path, rank: int = 0) -> dict:
     """Train every learner for 2 updates, plus an interrupted-and-resumed run of ``RESUMED``;
     returns (and on every rank saves to ``out/rank<r>.pt``) adapters, metrics and evaluations."""
-    from marft_agents.checkpoint import load_checkpoint
-    from marft_agents.trainer import iter_train, train
+    from marft_agents.run.checkpoint import load_checkpoint
+    from marft_agents.run.trainer import iter_train, train
 
     quiet = {"eval_before": False, "tensorboard": False, "plot": False, "handle_signals": False}
     results: dict = {}
@@ -145,7 +145,7 @@ def run_all(out: Path, rank: int = 0) -> dict:
 
 
 if __name__ == "__main__":
-    from marft_agents.distributed import process_group
+    from marft_agents.run.distributed import process_group
 
     torch.set_num_threads(1)
     with process_group() as world:

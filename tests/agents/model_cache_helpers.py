@@ -1,4 +1,4 @@
-"""A fast stand-in for the GGUF conversion of ``models.py`` (for ``test_models.py``), and the
+"""A fast stand-in for the GGUF conversion of ``model/loading.py`` (for ``test_models.py``), and the
 converter process its concurrency test spawns (module level, so a spawned child can import it).
 
 The fake replaces only what reads the GGUF (``packaged_gguf_path`` and the two ``from_pretrained``
@@ -31,9 +31,9 @@ class _FakeAuto:
 
 
 def fake_gguf_patches(counter: Path, delay_s: float = 0.0) -> dict[str, Any]:
-    """``{attribute of marft_agents.models: replacement}`` that fakes reading the GGUF."""
-    from marft_agents import models
-    from marft_agents.tiny_models import tiny_model_and_tokenizer
+    """``{attribute of marft_agents.model.loading: replacement}`` that fakes reading the GGUF."""
+    from marft_agents.model import loading as models
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
     def make_model():
         with open(counter, "a", encoding="utf-8") as f:
@@ -54,7 +54,7 @@ def fake_gguf_patches(counter: Path, delay_s: float = 0.0) -> dict[str, Any]:
 def load_in_child(cache_dir: str, counter: str, result: str, barrier) -> None:
     """A spawned process: load the default alias from ``cache_dir`` once every process is ready,
     converting with the fake; writes the loaded model's parameter count to ``result``."""
-    from marft_agents import models
+    from marft_agents.model import loading as models
     from marft_agents.settings.model import ModelConfig
 
     for name, value in fake_gguf_patches(Path(counter), delay_s=1.5).items():

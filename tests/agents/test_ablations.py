@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-import marft_agents.models as models
+import marft_agents.model.loading as models
 import marft_envs
 from agent_helpers import LETTERS_ID, load_tiny_model, small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from baselines import grid as grid_mod
@@ -25,7 +25,7 @@ AGENTS = ["reasoner_0", "actor_0"]
 
 def _trained_policy(tiny, seed=1, **kwargs):
     """A policy whose adapters hold random non-zero weights (LoRA B included), as after training."""
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
 
     model, tokenizer = tiny
     policy = MultiAgentPolicy(model, tokenizer, AGENTS, **kwargs)
@@ -47,7 +47,7 @@ def _scores(policy, adapter):
 
 # -- ppo.train_agents --------------------------------------------------------------------------------
 def test_train_agents_trains_only_the_named_agents(tmp_path, tiny):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     cfg = small_config(tmp_path, **{"ppo.train_agents": ["actor_0"]})
     trainer = Trainer(cfg, tiny)
@@ -65,7 +65,7 @@ def test_train_agents_trains_only_the_named_agents(tmp_path, tiny):
 
 def test_train_agents_restricts_the_agent_by_agent_rotation(tmp_path, tiny):
     from marft_agents.learners import make_learner
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
 
     model, tokenizer = tiny
     agents = ["planner_0", "reasoner_0", "actor_0"]
@@ -132,7 +132,7 @@ def test_combined_takes_each_agent_from_its_run(tiny):
 
 
 def test_fixed_message_replaces_the_seats_output_in_what_its_successor_reads(tiny):
-    from marft_agents.evaluation import evaluate
+    from marft_agents.evaluation.problem_set import evaluate
     from marft_agents.settings.sampling import SamplingConfig
 
     policy, _ = _trained_policy(tiny)
@@ -256,7 +256,7 @@ def test_two_call_solo_sees_the_whole_problem_and_submits_its_second_answer(env_
 
 
 def test_two_call_solo_trains_one_shared_adapter(tmp_path, tiny):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     cfg = small_config(tmp_path, **{"env.id": "marft/Arithmetic-v0", "env.kwargs": {"profile": "solo_two_calls",
                                                                                      "horizon": 1},

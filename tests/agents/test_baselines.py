@@ -233,7 +233,7 @@ def test_a_group_baseline_without_groups_is_refused_when_the_config_is_read(tmp_
 @pytest.mark.parametrize("baseline, has_critic", [("critic", True), ("group", False), ("group_critic", True)])
 def test_only_the_baselines_that_use_the_critic_build_one(tmp_path, baseline, has_critic):
     from agent_helpers import tiny_on_device
-    from marft_agents.trainer import build_policy
+    from marft_agents.run.trainer import build_policy
 
     cfg = small_config(tmp_path, **{"advantage.baseline": baseline, "schedule.episodes_per_update": 4,
                                     "schedule.group_size": 2})

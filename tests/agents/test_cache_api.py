@@ -13,7 +13,7 @@ import torch
 from agent_helpers import seeded_generator
 from test_policy import make_policy, prompts
 
-from marft_agents.policy import GenRequest
+from marft_agents.model.policy import GenRequest
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.sampling import ENGINES, SamplingConfig
 

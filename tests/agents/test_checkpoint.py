@@ -9,9 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from marft_agents import checkpoint as ck
-
-
+from marft_agents.run import checkpoint as ck
 def _save(tmp_path, update, keep=2):
     return ck.save_checkpoint(tmp_path, update, {"w": torch.full((2,), float(update))},
                               {"counters": {"update": update}, "x": np.arange(3)}, config={"seed": 1}, keep_last=keep)
@@ -88,7 +86,7 @@ def test_checkpoint_and_best_folders_get_ordinary_permissions(tmp_path):
     import os
     import stat
 
-    from marft_agents.checkpoint import save_best_adapters, save_checkpoint
+    from marft_agents.run.checkpoint import save_best_adapters, save_checkpoint
 
     old = os.umask(0o022)
     try:

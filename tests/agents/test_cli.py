@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-import marft_agents.models as models
+import marft_agents.model.loading as models
 from agent_helpers import load_tiny_model, small_config
 from marft_agents.cli import main
 from marft_agents.config import config_to_dict

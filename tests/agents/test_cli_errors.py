@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import marft_agents.models as models
+import marft_agents.model.loading as models
 from marft_agents.cli import main
 
 REPO = Path(__file__).resolve().parents[2]

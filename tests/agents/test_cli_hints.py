@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import marft_agents.models as models
-import marft_agents.session as session
+import marft_agents.model.loading as models
+import marft_agents.run.session as session
 from agent_helpers import load_tiny_model, small_config
 from marft_agents import hints
 from marft_agents.cli import build_parser, main

@@ -8,12 +8,12 @@ import torch
 import marft_envs
 from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
 from marft_agents.episodes import rollout_metrics
-from marft_agents.collector import RolloutCollector
+from marft_agents.run.collector import RolloutCollector
 
 
 @pytest.fixture
 def policy(tiny):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
 
     model, tokenizer = tiny
     return MultiAgentPolicy(model, tokenizer, ["reasoner_0", "actor_0"])
@@ -102,7 +102,7 @@ def test_task_order_is_seeded_and_resumable(policy):
 
 
 def test_orchestrated_dependency_varies_who_acts(tiny):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
 
     model, tokenizer = tiny
     envs = [marft_envs.make(LETTERS_ID, profile="orchestrated", horizon=2) for _ in range(2)]
@@ -129,7 +129,7 @@ TRIO = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think.
 
 
 def _collect_with_critic(tiny, mode, dependency, values="state", episodes=3):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
     from marft_agents.settings.critic import CriticConfig
 
     model, tokenizer = tiny

@@ -10,7 +10,7 @@ import torch
 
 import marft_agents.engine.compiled_norm as cn
 from marft_agents.engine.attention import training_passes
-from marft_agents.tiny_models import tiny_model_and_tokenizer
+from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
 
 def norms(model):

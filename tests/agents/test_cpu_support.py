@@ -139,7 +139,7 @@ def test_no_load_average_means_every_core():
 
 
 def test_the_start_up_line_says_dtype_device_threads_and_why():
-    from marft_agents.models import setup_line
+    from marft_agents.model.loading import setup_line
 
     line = setup_line(torch.float32, torch.device("cpu"), _choose(load=1.9), fast_bf16=False)
     assert line == ("float32 on cpu, 1 thread (2 cores in affinity, load 1.9 besides marft: busy); "

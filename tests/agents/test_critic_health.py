@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from agent_helpers import small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
-from marft_agents.critic import ValueHead
+from marft_agents.model.critic import ValueHead
 from marft_agents.episodes import Decision, EpisodeRecord, Rollout
 from marft_agents.learners import make_learner
 from marft_agents.learners.critic_health import (
@@ -194,7 +194,7 @@ def test_feature_standardisation_preserves_outputs_and_standardises_what_it_saw(
 
 
 def test_value_head_buffers_travel_with_checkpoints_and_old_checkpoints_load(tiny):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
 
     model, tokenizer = tiny
     policy = MultiAgentPolicy(model, tokenizer, ["a"])
@@ -223,7 +223,7 @@ def _known_value_run(tiny, updates: int, **overrides):
     """Train only the critic (warm-up for the whole run) on rollouts whose returns are drawn from
     ``SUCCESS``; values are recorded before each update, as the collector does. Returns the
     per-update metrics, and the actor adapter's parameters before and after."""
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
     from marft_agents.settings.critic import CriticConfig
 
     model, tokenizer = tiny
@@ -291,7 +291,7 @@ def test_critic_epochs_run_independently_of_the_policy_epochs(tiny, monkeypatch)
 
 
 def test_the_value_head_gets_its_own_learning_rate(tiny):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
 
     cfg = small_config(__import__("pathlib").Path("/tmp"), **{"schedule.critic_lr": 1e-3, "schedule.value_head_lr": 1e-2})
     policy = MultiAgentPolicy(*tiny, ["a"])
@@ -406,7 +406,7 @@ def test_each_slot_standardises_what_it_read_and_keeps_its_outputs():
 
 
 def test_a_single_slot_head_from_an_older_checkpoint_serves_every_slot(tiny):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
     from marft_agents.settings.critic import CriticConfig
 
     model, tokenizer = tiny

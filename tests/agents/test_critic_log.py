@@ -12,9 +12,9 @@ import torch
 
 import marft_envs
 from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
-from marft_agents.critic import GlobalStateLog
-from marft_agents.collector import RolloutCollector
-from marft_agents.scoring import prefix_chains
+from marft_agents.model.critic import GlobalStateLog
+from marft_agents.run.collector import RolloutCollector
+from marft_agents.model.scoring import prefix_chains
 
 TRIO = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think."},
                                    {"name": "actor", "system_prompt": "Act."},
@@ -22,7 +22,7 @@ TRIO = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think.
 
 
 def _policy(tiny, mode="centralised"):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
     from marft_agents.settings.critic import CriticConfig
 
     model, tokenizer = tiny

@@ -18,13 +18,13 @@ import torch
 from agent_helpers import small_config
 from test_policy import AGENTS, perturb
 
-from marft_agents.checkpoint import list_checkpoints, load_checkpoint
+from marft_agents.run.checkpoint import list_checkpoints, load_checkpoint
 from marft_agents.engine.fast import BLOCK, draw_and_score
 from marft_agents.engine.sampling import pick_tokens, scaled_logprobs
-from marft_agents.policy import GenRequest, MultiAgentPolicy
+from marft_agents.model.policy import GenRequest, MultiAgentPolicy
 from marft_agents.settings.sampling import ENGINES
 from marft_agents.settings.sampling import SamplingConfig
-from marft_agents.tiny_models import tiny_model_and_tokenizer
+from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -140,7 +140,7 @@ def _save_tiny_model(folder) -> str:
 
 
 def test_train_on_cuda_checkpoints_and_resumes(tmp_path):
-    from marft_agents.trainer import iter_train, train
+    from marft_agents.run.trainer import iter_train, train
 
     # The trainer loads the model itself (model.device: cuda), as `marft train` does.
     overrides = {"model.name_or_path": _save_tiny_model(tmp_path / "model"), "model.device": "cuda",
@@ -176,7 +176,7 @@ def test_train_on_cuda_checkpoints_and_resumes(tmp_path):
 
 
 def test_bfloat16_trains_an_update_on_cuda(tmp_path):
-    from marft_agents.trainer import prepare_trainer
+    from marft_agents.run.trainer import prepare_trainer
 
     if not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU does not compute in bfloat16")

@@ -14,7 +14,7 @@ from test_policy import make_policy
 
 from marft_agents.engine.direct import DirectDecoder, _Linear, packs
 from marft_agents.engine.kv_cache import reserved_cache
-from marft_agents.policy import GenRequest
+from marft_agents.model.policy import GenRequest
 from marft_agents.settings.sampling import SamplingConfig
 
 STOPS = tuple(range(3, 130))  # rows end at different steps: pruning happens mid-decode

@@ -12,7 +12,7 @@ import marft_envs
 from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
 import math
 
-from marft_agents.evaluation import clustered_stderr, evaluate, problem_indices
+from marft_agents.evaluation.problem_set import clustered_stderr, evaluate, problem_indices
 
 
 def test_problem_set_is_fixed_by_seed():
@@ -30,7 +30,7 @@ def test_clustered_stderr_is_binomial_for_distinct_problems_and_grows_with_repea
 
 
 def test_greedy_evaluation_is_deterministic_and_leaves_rng_alone(tiny):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
     from marft_agents.settings.sampling import SamplingConfig
 
     model, tokenizer = tiny
@@ -53,7 +53,7 @@ def test_greedy_evaluation_is_deterministic_and_leaves_rng_alone(tiny):
 
 
 def test_arithmetic_env_accuracy_with_random_model_is_zero(tiny):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
     from marft_agents.settings.sampling import SamplingConfig
 
     model, tokenizer = tiny
@@ -64,7 +64,7 @@ def test_arithmetic_env_accuracy_with_random_model_is_zero(tiny):
 
 
 def test_pass_at_k_is_the_unbiased_estimator_on_hand_computed_counts():
-    from marft_agents.evaluation import pass_at_k
+    from marft_agents.evaluation.problem_set import pass_at_k
 
     assert math.isclose(pass_at_k(5, 2, 2), 1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
     assert math.isclose(pass_at_k(10, 3, 1), 0.3)  # pass@1 = c / n
@@ -77,7 +77,7 @@ def test_pass_at_k_is_the_unbiased_estimator_on_hand_computed_counts():
 
 
 def test_sampled_scores_cluster_a_problems_samples():
-    from marft_agents.evaluation import score
+    from marft_agents.evaluation.problem_set import score
 
     # three problems, two samples each: solved [1, 1], [1, 0], [0, 0]
     outcomes = [[True, True], [True, False], [False, False]]
@@ -96,7 +96,7 @@ def test_sampled_scores_cluster_a_problems_samples():
 
 
 def test_sampled_evaluation_plays_k_seeded_passes(tiny):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
     from marft_agents.settings.sampling import SamplingConfig
 
     model, tokenizer = tiny

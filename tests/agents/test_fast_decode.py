@@ -14,7 +14,7 @@ from test_policy import make_policy, prompts
 from marft_agents.engine.fast import BLOCK, draw_and_score
 from marft_agents.engine.kv_cache import ReservedLayer, reserved_cache
 from marft_agents.engine.sampling import scaled_logprobs
-from marft_agents.policy import GenRequest
+from marft_agents.model.policy import GenRequest
 from marft_agents.settings.sampling import ENGINES, SamplingConfig
 
 

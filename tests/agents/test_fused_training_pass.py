@@ -17,9 +17,9 @@ from marft_agents.engine.attention import (
     training_passes,
     use_grouped_matmul_attention,
 )
-from marft_agents.policy import MultiAgentPolicy
+from marft_agents.model.policy import MultiAgentPolicy
 from marft_agents.ppo_math import entropy_from_logprobs
-from marft_agents.tiny_models import tiny_model_and_tokenizer
+from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
 
 def reference(hidden, weight, tokens, temperature):

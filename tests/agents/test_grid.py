@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-import marft_agents.models as models
+import marft_agents.model.loading as models
 from agent_helpers import load_tiny_model, small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from baselines import grid as grid_mod
 from baselines.ablations import rotation, swap_agent_adapters
@@ -102,7 +102,7 @@ def test_grid_runs_every_cell_then_skips_them(tmp_path, tiny_models, capsys, mon
 
 
 def test_interrupted_cell_resumes_from_its_checkpoint(tmp_path, tiny_models, monkeypatch, capsys):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     cell = {"name": "team", "overrides": {"schedule.checkpoint_interval": 2}}
     path = _grid(tmp_path, [cell], seeds=[0], budget={"budget": {"episodes": 8}})
@@ -161,7 +161,7 @@ def test_a_signal_stops_the_grid_with_a_checkpoint_and_a_resume_hint(tmp_path, t
     import os
     import signal
 
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     path = _grid(tmp_path, [{"name": "team", "overrides": {}}], seeds=[0], budget={"budget": {"episodes": 8}})
     original_run = Trainer.run
@@ -266,7 +266,7 @@ def test_shipped_grids_plan_and_fit_their_stated_budget(grid_file, monkeypatch):
 
 
 def test_swap_agent_adapters_exchanges_only_policy_adapters(tiny):
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
 
     model, tokenizer = tiny
     policy = MultiAgentPolicy(model, tokenizer, ["reasoner_0", "actor_0"])
@@ -294,7 +294,7 @@ def test_swap_agent_adapters_exchanges_only_policy_adapters(tiny):
 @pytest.mark.parametrize("env_id, profile", [("marft/Relay-v0", "relay"), ("marft/SolveCheck-v0", "solver_checker"),
                                              ("marft/Relay-v0", "relay_anonymous")])
 def test_cooperative_envs_train_and_evaluate_with_a_tiny_model(tmp_path, tiny, env_id, profile):
-    from marft_agents.trainer import train
+    from marft_agents.run.trainer import train
 
     cfg = small_config(tmp_path, **{"env.id": env_id, "env.kwargs": {"profile": profile, "horizon": 2},
                                     "schedule.num_updates": 1, "eval.at_end": True, "eval.env_kwargs": {"split": "test"}})
@@ -335,7 +335,7 @@ def test_cells_of_different_costs_are_evaluated_at_the_same_episodes_and_stop_at
 
 def test_a_sampled_token_budget_stops_after_the_update_that_reaches_it(tmp_path):
     from agent_helpers import tiny_on_device
-    from marft_agents.trainer import train
+    from marft_agents.run.trainer import train
 
     cfg = small_config(tmp_path, **{"schedule.num_updates": 100, "schedule.max_sampled_tokens": 20,
                                     "schedule.checkpoint_interval": 0})

@@ -11,7 +11,7 @@ from agent_helpers import small_config, tiny, tiny_on_device  # noqa: F401 (fixt
 from marft_agents.config import ConfigError
 from marft_agents.learners import GRPO
 from marft_agents.settings.grpo import GRPOOptions
-from marft_agents.trainer import prepare_trainer, train
+from marft_agents.run.trainer import prepare_trainer, train
 
 
 def _grpo_config(tmp_path, **sections):
@@ -91,7 +91,7 @@ def test_options_are_validated_like_the_rest_of_the_config(tmp_path):
 
 
 def test_grouped_grpo_run_resumes_exactly(tmp_path):
-    from marft_agents.trainer import iter_train
+    from marft_agents.run.trainer import iter_train
 
     def tiny_model():
         return tiny_on_device(seed=0, hidden_size=32, num_layers=1)

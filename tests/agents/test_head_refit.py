@@ -9,7 +9,7 @@ import torch
 
 from agent_helpers import small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from marft_agents.config import ConfigError
-from marft_agents.critic import ValueHead
+from marft_agents.model.critic import ValueHead
 from marft_agents.episodes import Decision, EpisodeRecord, Rollout
 from marft_agents.learners import make_learner
 from marft_agents.learners.critic_health import pooled_share
@@ -134,7 +134,7 @@ def _visible_difficulty_run(tiny, updates: int, **overrides):
     """Critic-only updates (warm-up for the whole run) on rollouts of 8 fresh tasks x 4 episodes,
     each task easy or hard as its prompt's last token says; values recorded before each update,
     as the collector does. Returns the per-update metrics."""
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
     from marft_agents.settings.critic import CriticConfig
 
     model, tokenizer = tiny
@@ -198,7 +198,7 @@ def test_the_refit_window_resumes_with_the_learner(tiny):
                                                                    "critic.head_refit_window": 2})
     state = learner.state_dict()
     assert [len(b["tasks"]) for b in state["head_refit"]["critic"]] == [32, 32]
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
 
     cfg = small_config(__import__("pathlib").Path("/tmp"), **{"critic.head_refit_window": 2})
     fresh = make_learner("mappo_action", MultiAgentPolicy(*tiny_on_device(seed=0, hidden_size=32, num_layers=1), ["a"]),

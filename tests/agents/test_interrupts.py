@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-import marft_agents.models as models
+import marft_agents.model.loading as models
 from agent_helpers import load_tiny_model, small_config
 from marft_agents.config import config_to_dict
-from marft_agents.session import StoppedAtOnce, stop_on_signals
+from marft_agents.run.session import StoppedAtOnce, stop_on_signals
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -36,7 +36,7 @@ class FakeTrainer:
 def test_the_first_sigint_says_what_the_stop_does_and_the_second_stops_at_once(caplog):
     trainer = FakeTrainer()
     before = signal.getsignal(signal.SIGINT)
-    with caplog.at_level(logging.WARNING, logger="marft_agents.session"):
+    with caplog.at_level(logging.WARNING, logger="marft_agents.run.session"):
         with pytest.raises(StoppedAtOnce, match=r"SIGINT again: stopped at once, without a new checkpoint "
                                                 r"\(last checkpoint: runs/x/checkpoints/update_000003\)"):
             with stop_on_signals(trainer):
@@ -51,7 +51,7 @@ def test_the_first_sigint_says_what_the_stop_does_and_the_second_stops_at_once(c
 
 def test_what_a_stop_does_at_each_point_of_the_run(tmp_path):
     from agent_helpers import tiny_on_device
-    from marft_agents.trainer import prepare_trainer
+    from marft_agents.run.trainer import prepare_trainer
 
     with prepare_trainer(small_config(tmp_path, **{"schedule.num_updates": 2}),
                          model_and_tokenizer=tiny_on_device(seed=0, hidden_size=32, num_layers=1)) as trainer:
@@ -73,7 +73,7 @@ def _config(tmp_path, **overrides):
 
 def test_sigint_during_the_final_evaluation_lets_the_run_finish_and_says_so(tmp_path, monkeypatch, caplog, capsys):
     from marft_agents.cli import main
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     monkeypatch.setattr(models, "load_model_and_tokenizer", load_tiny_model)
     evaluate = Trainer.evaluate
@@ -84,7 +84,7 @@ def test_sigint_during_the_final_evaluation_lets_the_run_finish_and_says_so(tmp_
         return evaluate(self, progress)
 
     monkeypatch.setattr(Trainer, "evaluate", interrupted_when_finished)
-    with caplog.at_level(logging.WARNING, logger="marft_agents.session"):
+    with caplog.at_level(logging.WARNING, logger="marft_agents.run.session"):
         assert main(["train", "--config", str(_config(tmp_path)), "--quiet", "--no-tensorboard"]) == 0
     assert "SIGINT received: every update is done: finishing the run" in caplog.text
     assert "stopping after the current update" not in caplog.text
@@ -96,9 +96,9 @@ def test_sigint_during_the_final_evaluation_lets_the_run_finish_and_says_so(tmp_
 SECOND_SIGINT = """
 import os, signal, sys
 sys.path.insert(0, {here!r})
-import marft_agents.models as models
+import marft_agents.model.loading as models
 from agent_helpers import load_tiny_model
-from marft_agents.trainer import Trainer
+from marft_agents.run.trainer import Trainer
 
 models.load_model_and_tokenizer = load_tiny_model
 evaluate = Trainer.evaluate

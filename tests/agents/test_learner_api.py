@@ -266,7 +266,7 @@ def test_a_resume_uses_the_configured_learning_rates_and_keeps_the_moments(tmp_p
     continue with a new ``actor_lr`` / ``value_head_lr`` would silently keep the old ones. The
     learner re-applies its config's rates after loading; the AdamW moments are the saved ones."""
     from agent_helpers import small_config, tiny_on_device
-    from marft_agents.trainer import iter_train, prepare_trainer
+    from marft_agents.run.trainer import iter_train, prepare_trainer
 
     def model():
         return tiny_on_device(seed=0, hidden_size=32, num_layers=1)
@@ -289,9 +289,9 @@ def test_init_adapters_starts_a_fresh_run_from_another_runs_adapters(tmp_path):
     checkpoint, with a fresh optimizer and counters; a missing source or one that does not fit
     this config is one ConfigError line before training."""
     from agent_helpers import small_config, tiny_on_device
-    from marft_agents.checkpoint import load_adapters
+    from marft_agents.run.checkpoint import load_adapters
     from marft_agents.config import ConfigError
-    from marft_agents.trainer import iter_train, prepare_trainer
+    from marft_agents.run.trainer import iter_train, prepare_trainer
 
     def model():
         return tiny_on_device(seed=0, hidden_size=32, num_layers=1)

@@ -107,7 +107,7 @@ def test_critic_null_is_refused_by_learners_that_need_values(tmp_path):
 
 @pytest.mark.parametrize("algorithm", ["test_counting", "eval_only"])
 def test_a_learner_without_values_gets_no_critic_at_all(tmp_path, tiny, algorithm):
-    from marft_agents.trainer import prepare_trainer
+    from marft_agents.run.trainer import prepare_trainer
 
     cfg = small_config(tmp_path, algorithm=algorithm, **{"schedule.num_updates": 1, "schedule.episodes_per_update": 4})
     trainer = prepare_trainer(cfg, model_and_tokenizer=tiny)
@@ -121,7 +121,7 @@ def test_a_learner_without_values_gets_no_critic_at_all(tmp_path, tiny, algorith
 
 
 def test_grouped_sampling_gives_k_episodes_of_one_task_per_group(tmp_path, tiny):
-    from marft_agents.trainer import prepare_trainer
+    from marft_agents.run.trainer import prepare_trainer
 
     cfg = small_config(tmp_path, algorithm="test_counting", learner={"group_size": 3},
                        **{"schedule.num_updates": 2, "schedule.episodes_per_update": 6, "env.kwargs": {"horizon": 2}})
@@ -141,7 +141,7 @@ def test_grouped_sampling_gives_k_episodes_of_one_task_per_group(tmp_path, tiny)
 
 
 def test_episodes_per_update_must_be_a_multiple_of_the_group(tmp_path, tiny):
-    from marft_agents.trainer import prepare_trainer
+    from marft_agents.run.trainer import prepare_trainer
 
     cfg = small_config(tmp_path, algorithm="test_counting", learner={"group_size": 3},
                        **{"schedule.episodes_per_update": 4})
@@ -204,7 +204,7 @@ def test_example_learner_trains_through_marft_train_by_entry_point(tmp_path, tin
 
 def test_leaderboard_record_carries_the_learner_options(tmp_path, monkeypatch):
     import baselines.run
-    import marft_agents.models as models
+    import marft_agents.model.loading as models
 
     monkeypatch.setattr(baselines.run, "git_commit", lambda: "abc1234")
     monkeypatch.setattr(models, "load_model_and_tokenizer", load_tiny_model)

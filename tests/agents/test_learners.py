@@ -10,7 +10,7 @@ import torch
 from agent_helpers import SOLO, small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from marft_agents.learners import ActionLevelMAPPO, TokenLevelMAPPO, assign_credit, make_learner
 from marft_agents.episodes import Decision, EpisodeRecord, Rollout
-from marft_agents.trainer import train
+from marft_agents.run.trainer import train
 
 
 # -- targets by hand (no model) --------------------------------------------------------------------
@@ -96,7 +96,7 @@ def test_agent_by_agent_trains_only_the_scheduled_adapter(tmp_path, tiny):
     model, tokenizer = tiny
     cfg = small_config(tmp_path, **{"ppo.agent_iteration_interval": 100})  # reasoner_0 trains throughout
     base_before = _base_params(model)
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     trainer = Trainer(cfg, (model, tokenizer))
     policy = trainer.policy
@@ -143,7 +143,7 @@ def test_eval_only_changes_nothing(tmp_path, tiny):
 
 
 def test_nonfinite_loss_skips_the_step_and_logs(tmp_path, tiny, caplog):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     cfg = small_config(tmp_path, **{"schedule.num_updates": 1, "ppo.normalize_advantages": False})
     trainer = Trainer(cfg, tiny)
@@ -223,7 +223,7 @@ def test_learner_side_old_logprobs_give_ratio_exactly_one_in_bfloat16(tmp_path, 
 @pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
 @pytest.mark.parametrize("mode", ["centralised", "per_agent", "local"])
 def test_every_critic_mode_trains_its_value_functions(tmp_path, tiny, algorithm, mode):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     cfg = small_config(tmp_path, algorithm=algorithm, **{"critic": {"mode": mode}, "schedule.num_updates": 1})
     trainer = Trainer(cfg, tiny)
@@ -274,7 +274,7 @@ def _policy_grads(learner, batch):
 
 @pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
 def test_micro_batch_accumulation_equals_the_whole_minibatch_with_entropy_and_kl(tmp_path, tiny, algorithm):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     cfg = small_config(tmp_path, algorithm=algorithm, **{
         "ppo.entropy_coef": 0.1, "ppo.kl_coef": 0.2, "schedule.episodes_per_update": 3,
@@ -327,7 +327,7 @@ def _sequence_logprobs(policy, samples):
 @pytest.mark.parametrize("algorithm", ["mappo_action", "mappo_token"])
 @pytest.mark.parametrize("mode", ["centralised", "per_agent", "local"])
 def test_one_update_on_fixed_advantages_raises_the_advantaged_log_probs(tmp_path, tiny, algorithm, mode):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     cfg = small_config(tmp_path, algorithm=algorithm, **{
         "critic": {"mode": mode}, "ppo.normalize_advantages": False, "schedule.episodes_per_update": 3,
@@ -374,7 +374,7 @@ def _changed(before, policy):
 
 
 def test_agent_by_agent_rotation_trains_exactly_the_scheduled_adapter(tmp_path, tiny):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     trio = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think."},
                                        {"name": "actor", "system_prompt": "Act."},
@@ -394,7 +394,7 @@ def test_agent_by_agent_rotation_trains_exactly_the_scheduled_adapter(tmp_path, 
 
 
 def test_an_agent_without_decisions_is_not_reported_as_trained(tmp_path, tiny):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     trainer = Trainer(small_config(tmp_path, **{"schedule.num_updates": 1, "critic": {"value_head_bias": 0.5}}), tiny)
     original = trainer.learner.build_samples
@@ -408,7 +408,7 @@ def test_first_minibatch_old_logprobs_from_its_own_pass_change_nothing(tmp_path,
     # bf16, several minibatches, a learning rate: taking the first minibatch's old log-probs from
     # its own policy pass must give the update that rescoring every minibatch gives, bit for bit,
     # with one no-grad pass fewer per policy adapter.
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     overrides = {"schedule.num_updates": 1, "schedule.actor_lr": 0.05, "schedule.episodes_per_update": 4,
                  "schedule.minibatch_size": 3, "sampling.temperature": 0.7, "sampling.max_new_tokens": 6,

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import yaml
 
-import marft_agents.models as models
+import marft_agents.model.loading as models
 from agent_helpers import load_tiny_model, small_config, tiny_on_device
 from marft_agents.config import config_to_dict
 from marft_agents.engine.base import EngineSettings, LoopEngine
@@ -57,7 +57,7 @@ def _yaml(tmp_path, **overrides):
 
 
 def test_train_closes_its_engine(tmp_path, engines):
-    from marft_agents.trainer import train
+    from marft_agents.run.trainer import train
 
     train(small_config(tmp_path, **{"schedule.num_updates": 1}), model_and_tokenizer=_model(), plot=False,
           tensorboard=False)
@@ -65,7 +65,7 @@ def test_train_closes_its_engine(tmp_path, engines):
 
 
 def test_iter_train_closes_its_engine_when_the_caller_stops_early(tmp_path, engines):
-    from marft_agents.trainer import iter_train
+    from marft_agents.run.trainer import iter_train
 
     run = iter_train(small_config(tmp_path), model_and_tokenizer=_model())
     next(run)
@@ -75,7 +75,7 @@ def test_iter_train_closes_its_engine_when_the_caller_stops_early(tmp_path, engi
 
 
 def test_a_trainer_closes_its_engine_when_the_block_raises(tmp_path, engines):
-    from marft_agents.trainer import prepare_trainer
+    from marft_agents.run.trainer import prepare_trainer
 
     with pytest.raises(RuntimeError, match="boom"):
         with prepare_trainer(small_config(tmp_path), model_and_tokenizer=_model()) as trainer:
@@ -85,7 +85,7 @@ def test_a_trainer_closes_its_engine_when_the_block_raises(tmp_path, engines):
 
 
 def test_a_restore_that_fails_closes_the_engine_it_built(tmp_path, engines, monkeypatch):
-    from marft_agents.trainer import Trainer, iter_train, prepare_trainer
+    from marft_agents.run.trainer import Trainer, iter_train, prepare_trainer
 
     first = iter_train(small_config(tmp_path), model_and_tokenizer=_model())
     next(first)  # one update, checkpointed
@@ -136,7 +136,7 @@ def test_the_grid_closes_the_engines_of_training_and_evaluation_cells(tmp_path, 
 
 
 def test_the_policy_gets_only_the_engine_settings_of_the_run(tmp_path):
-    from marft_agents.trainer import build_policy
+    from marft_agents.run.trainer import build_policy
 
     cfg = small_config(tmp_path)
     model, tokenizer = _model()
@@ -152,8 +152,8 @@ def test_the_collector_asks_the_policy_s_engine_for_its_capabilities(tmp_path):
     """The collector reads ``mixes_adapters`` from the engine the policy serves (``engine_for``),
     not from a class looked up by the engine's name."""
     import marft_envs
-    from marft_agents.collector import RolloutCollector
-    from marft_agents.trainer import build_policy
+    from marft_agents.run.collector import RolloutCollector
+    from marft_agents.run.trainer import build_policy
 
     cfg = small_config(tmp_path)
     model, tokenizer = _model()

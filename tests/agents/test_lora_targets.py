@@ -21,14 +21,14 @@ from transformers import (
     PretrainedConfig,
 )
 
-from marft_agents.adapters import to_peft_config
+from marft_agents.model.adapters import to_peft_config
 from marft_agents.cli import USER_ERRORS
 from marft_agents.config import ConfigError
-from marft_agents.policy import MultiAgentPolicy
+from marft_agents.model.policy import MultiAgentPolicy
 from marft_agents.settings.lora import LoraSpec
-from marft_agents.tiny_models import tiny_model_and_tokenizer, tiny_tokenizer
+from marft_agents.model.tiny_models import tiny_model_and_tokenizer, tiny_tokenizer
 
-LOG = "marft_agents.adapters"
+LOG = "marft_agents.model.adapters"
 
 
 def _ids(tok) -> dict:
@@ -128,7 +128,7 @@ class _Toy(nn.Module):
 
 
 def test_unfamiliar_attention_names_adapt_the_whole_attention_block(caplog):
-    from marft_agents.adapters import default_target_modules
+    from marft_agents.model.adapters import default_target_modules
 
     model = _Toy()
     with caplog.at_level(logging.INFO, logger=LOG):

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from marft_agents.metrics import MetricsLogger, read_metrics
-from marft_agents.plotting import plot_learning_curve
+from marft_agents.run.metrics import MetricsLogger, read_metrics
+from marft_agents.run.plotting import plot_learning_curve
 
 
 def test_metrics_logger_writes_jsonl_and_csv_and_appends_on_reopen(tmp_path):
@@ -92,7 +92,7 @@ def test_learning_curve_is_a_grid_titled_with_the_run(tmp_path):
     pytest.importorskip("matplotlib")
     from PIL import Image
 
-    from marft_agents.plotting import run_title
+    from marft_agents.run.plotting import run_title
 
     logger = MetricsLogger(tmp_path, tensorboard=False)
     keys = ["rollout/reward_mean", "eval/accuracy", "losses/policy_loss", "losses/value_loss",

@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from marft_agents import models
-from marft_agents.models import load_model_and_tokenizer, model_cache_dir, resolve_device, resolve_dtype
-from marft_agents.tiny_models import tiny_model_and_tokenizer
+from marft_agents.model import loading as models
+from marft_agents.model.loading import load_model_and_tokenizer, model_cache_dir, resolve_device, resolve_dtype
+from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 from marft_agents.settings.model import DEFAULT_MODEL, ModelConfig, alias_typo
 
 
@@ -98,16 +98,16 @@ def test_threads_set_when_the_model_loads_and_said_in_one_line(tmp_path, monkeyp
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # set by the caller: it stands
-        with caplog.at_level(logging.INFO, logger="marft_agents.models"):
+        with caplog.at_level(logging.INFO, logger="marft_agents.model.loading"):
             load_model_and_tokenizer(ModelConfig(str(tmp_path / "m")))
         assert torch.get_num_threads() == 1 and "1 thread (set by torch.set_num_threads)" in caplog.text
         load_model_and_tokenizer(ModelConfig(str(tmp_path / "m"), threads=2))  # model.threads wins
         assert torch.get_num_threads() == 2
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="marft_agents.models"):
+        with caplog.at_level(logging.INFO, logger="marft_agents.model.loading"):
             load_model_and_tokenizer(ModelConfig(str(tmp_path / "m")))  # 0: chosen for the busy machine
         assert torch.get_num_threads() == 1
-        lines = [r.getMessage() for r in caplog.records if r.name == "marft_agents.models"]
+        lines = [r.getMessage() for r in caplog.records if r.name == "marft_agents.model.loading"]
         assert lines == ["float32 on cpu, 1 thread (2 cores in affinity, load 1.9 besides marft: busy); "
                          "set MARFT_THREADS or OMP_NUM_THREADS to override"]
         with pytest.raises(ValueError, match="model.threads must be >= 0"):
@@ -188,7 +188,7 @@ def test_unknown_model_fails_fast_when_the_hub_is_unreachable(monkeypatch):
     ("fpu avx512f amx_bf16 amx_tile", True),
 ])
 def test_cpu_has_fast_bf16_reads_the_flags_line(flags, fast):
-    from marft_agents.models import cpu_has_fast_bf16
+    from marft_agents.model.loading import cpu_has_fast_bf16
 
     cpuinfo = f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n"
     assert cpu_has_fast_bf16(cpuinfo) is fast
@@ -218,7 +218,7 @@ def test_a_cache_folder_that_fails_its_check_is_moved_aside_and_rebuilt(tmp_path
     cache = tmp_path / "cache"
     folder, left_over = _broken_cache(cache)
     cfg = ModelConfig(cache_dir=str(cache))
-    with caplog.at_level("INFO", logger="marft_agents.models"):
+    with caplog.at_level("INFO", logger="marft_agents.model.loading"):
         model, tok = load_model_and_tokenizer(cfg)
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
     assert model.config.hidden_size == 32 and tok.eos_token == "<|im_end|>"

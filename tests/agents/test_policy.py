@@ -8,9 +8,9 @@ import pytest
 import torch
 from agent_helpers import DEVICE, seeded_generator, tiny_on_device
 
-from marft_agents.adapters import base_parameters
+from marft_agents.model.adapters import base_parameters
 from marft_agents.engine.sampling import pick_tokens, scaled_logprobs
-from marft_agents.policy import GenRequest, MultiAgentPolicy
+from marft_agents.model.policy import GenRequest, MultiAgentPolicy
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.sampling import SamplingConfig

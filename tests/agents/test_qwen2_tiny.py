@@ -27,7 +27,7 @@ from marft_agents.engine.registry import engine_class
 from marft_agents.learners import get_learner
 from marft_agents.learners.registry import BUILTIN_LEARNERS, learner_trains
 from marft_agents.settings.sampling import SAMPLING_ENGINES, SamplingConfig
-from marft_agents.tiny_models import TINY_ARCHITECTURES
+from marft_agents.model.tiny_models import TINY_ARCHITECTURES
 
 ARCH = "qwen2"
 UPDATES = 2
@@ -139,7 +139,7 @@ def test_the_tiny_qwen2_has_qwen2s_layout():
 
 @pytest.mark.parametrize("algorithm, engine", _runs())
 def test_tiny_qwen2_trains_through_every_learner_and_engine(tmp_path, qwen2_folder, algorithm, engine):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     cfg = _config(tmp_path, qwen2_folder, algorithm, engine)
     trainer = Trainer(cfg, tiny_on_device(seed=0, arch=ARCH, **SIZES))
@@ -185,8 +185,8 @@ def test_tiny_qwen2_trains_through_every_learner_and_engine(tmp_path, qwen2_fold
 def test_lora_targets_resolve_for_qwen2():
     """peft's default for ``qwen2`` (the q and v projections, the ones with biases) applies, so
     ``adapters.default_target_modules`` stays out of it; the biases stay in the frozen base."""
-    from marft_agents.adapters import default_target_modules
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.adapters import default_target_modules
+    from marft_agents.model.policy import MultiAgentPolicy
 
     model, tokenizer = tiny_on_device(seed=0, arch=ARCH, **SIZES)
     assert default_target_modules(model) is None
@@ -204,7 +204,7 @@ def test_direct_engine_samples_the_qwen2_as_fast_does(monkeypatch):
     random, not zero), and it must really run rather than fall back to ``fast``."""
     from marft_agents.engine import GenRequest
     from marft_agents.engine.direct import DirectDecoder
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
 
     built = []
     original = DirectDecoder.build.__func__

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from agent_helpers import small_config, tiny_on_device
-from marft_agents.checkpoint import list_checkpoints
-from marft_agents.trainer import iter_train, train
+from marft_agents.run.checkpoint import list_checkpoints
+from marft_agents.run.trainer import iter_train, train
 
 
 def _tiny():
@@ -60,15 +60,15 @@ def test_time_budget_stops_early_and_saves(tmp_path):
 
 def _scripted_evaluations(monkeypatch, accuracies):
     """Trainer.evaluate returns ``accuracies[update]`` (a tiny random model always scores 0)."""
-    from marft_agents.evaluation import EvalResult
-    from marft_agents.trainer import Trainer
+    from marft_agents.evaluation.problem_set import EvalResult
+    from marft_agents.run.trainer import Trainer
 
     monkeypatch.setattr(Trainer, "evaluate", lambda self, progress=None: EvalResult(
         accuracy=accuracies[self.counters["update"]], stderr=0.1, n=10, distinct=10))
 
 
 def test_best_evaluation_keeps_its_adapters_across_a_resume(tmp_path, monkeypatch):
-    from marft_agents.checkpoint import BEST_DIR, load_adapters, load_checkpoint
+    from marft_agents.run.checkpoint import BEST_DIR, load_adapters, load_checkpoint
 
     _scripted_evaluations(monkeypatch, {0: 0.0, 1: 0.2, 2: 0.5, 3: 0.5, 4: 0.4})
     cfg = small_config(tmp_path, **{"schedule.num_updates": 4, "eval.interval": 1})
@@ -88,7 +88,7 @@ def test_best_evaluation_keeps_its_adapters_across_a_resume(tmp_path, monkeypatc
 
 
 def test_best_written_after_the_last_checkpoint_is_not_overwritten_by_a_weaker_rerun(tmp_path, monkeypatch):
-    from marft_agents.checkpoint import load_best_meta
+    from marft_agents.run.checkpoint import load_best_meta
 
     accuracies = {0: 0.0, 1: 0.2, 2: 0.3, 3: 0.9, 4: 0.1}
     _scripted_evaluations(monkeypatch, accuracies)
@@ -108,7 +108,7 @@ def test_best_written_after_the_last_checkpoint_is_not_overwritten_by_a_weaker_r
 
 
 def test_keep_best_off_writes_no_best_folder(tmp_path, monkeypatch):
-    from marft_agents.checkpoint import BEST_DIR
+    from marft_agents.run.checkpoint import BEST_DIR
 
     _scripted_evaluations(monkeypatch, {0: 0.0, 1: 0.2, 2: 0.5})
     cfg = small_config(tmp_path, **{"eval.interval": 1, "eval.keep_best": False})
@@ -124,9 +124,9 @@ def test_keep_best_off_writes_no_best_folder(tmp_path, monkeypatch):
     ({"env.kwargs": {"horizon": 1}}, "env.kwargs.horizon: <unset> -> 1"),
 ])
 def test_resume_refuses_a_changed_evaluation_setting(tmp_path, monkeypatch, changes, named):
-    from marft_agents.checkpoint import load_best_meta
+    from marft_agents.run.checkpoint import load_best_meta
     from marft_agents.config import ConfigError
-    from marft_agents.trainer import Trainer, prepare_trainer
+    from marft_agents.run.trainer import Trainer, prepare_trainer
 
     # Update 1 evaluates best on the old problem set; a resume on another set would compare with it.
     _scripted_evaluations(monkeypatch, {0: 0.0, 1: 0.5, 2: 0.4, 3: 0.9})

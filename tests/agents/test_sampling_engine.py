@@ -15,7 +15,7 @@ from marft_agents.engine.attention import training_passes
 from marft_agents.engine.layout import effective_prefix_len
 from marft_agents.engine.registry import engine_class, engine_classes
 from marft_agents.engine.base import LoopEngine, SamplingEngine
-from marft_agents.policy import GenRequest, MultiAgentPolicy
+from marft_agents.model.policy import GenRequest, MultiAgentPolicy
 from marft_agents.settings.sampling import ENGINES, SAMPLING_ENGINES, SamplingConfig
 from test_policy import perturb
 

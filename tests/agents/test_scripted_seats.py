@@ -24,7 +24,7 @@ def fixed_reply(agent, observation, info):
 
 
 def test_scripted_seat_plays_its_function_and_is_never_trained(tmp_path, tiny):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     trainer = Trainer(small_config(tmp_path, scripted_seats=SEAT), tiny)
     rollout = trainer.collector.collect(2)
@@ -49,7 +49,7 @@ def test_scripted_seat_plays_its_function_and_is_never_trained(tmp_path, tiny):
 
 
 def test_evaluation_plays_the_scripted_seat(tmp_path, tiny):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     trainer = Trainer(small_config(tmp_path, scripted_seats=SEAT), tiny)
     result = trainer.evaluate()
@@ -72,7 +72,7 @@ def test_config_refuses_what_cannot_work(tmp_path, overrides, expected):
     ({"reasoner_0": "test_scripted_seats:missing"}, "has no function 'missing'"),
 ])
 def test_trainer_refuses_unknown_seats_and_functions(tmp_path, tiny, seats, expected):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     with pytest.raises(ConfigError, match=expected):
         Trainer(small_config(tmp_path, scripted_seats=seats), tiny)
@@ -105,7 +105,7 @@ def test_relay_oracle_answerer_makes_the_team_reward_the_first_stage():
 
 
 def test_every_seat_scripted_is_refused(tmp_path, tiny):
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     both = {**SEAT, "actor_0": "test_scripted_seats:fixed_reply"}
     with pytest.raises(ConfigError, match="plays every agent"):
@@ -114,7 +114,7 @@ def test_every_seat_scripted_is_refused(tmp_path, tiny):
 
 def test_a_learner_that_would_train_a_scripted_seat_is_refused(tmp_path, tiny, monkeypatch):
     from marft_agents.learners.base import BaseLearner
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     monkeypatch.setattr(BaseLearner, "trainable_agents", lambda self, update: list(self.agent_ids))
     with pytest.raises(ConfigError, match=r"would train the scripted seats \['reasoner_0'\]"):
@@ -122,7 +122,7 @@ def test_a_learner_that_would_train_a_scripted_seat_is_refused(tmp_path, tiny, m
 
 
 def test_resume_refuses_other_scripted_seats():
-    from marft_agents.trainer import eval_setting_changes
+    from marft_agents.run.trainer import eval_setting_changes
 
     saved = {"eval": {}, "env": {}, "scripted_seats": {}}
     assert eval_setting_changes(saved, {**saved}) == []
@@ -149,7 +149,7 @@ def test_a_combined_team_must_replace_every_scripted_seat(tmp_path, monkeypatch)
 def test_grpo_zero_advantage_share_counts_only_sampled_decisions(tmp_path, tiny, monkeypatch):
     from marft_agents.learners import GRPO
     from marft_agents.learners import grpo as grpo_module
-    from marft_agents.trainer import prepare_trainer
+    from marft_agents.run.trainer import prepare_trainer
 
     cfg = small_config(tmp_path, scripted_seats=SEAT, algorithm="grpo", learner={"group_size": 2},
                        **{"schedule.episodes_per_update": 2})

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from agent_helpers import small_config, tiny_on_device
-from marft_agents.checkpoint import list_checkpoints
-from marft_agents.metrics import read_metrics
-from marft_agents.trainer import train
+from marft_agents.run.checkpoint import list_checkpoints
+from marft_agents.run.metrics import read_metrics
+from marft_agents.run.trainer import train
 
 
 def _tiny():
@@ -96,7 +96,7 @@ def test_sigterm_checkpoints_and_the_resume_is_bit_identical(tmp_path):
 def test_a_sigterm_once_the_last_update_has_started_leaves_a_complete_run(tmp_path, monkeypatch, when):
     """A stop that arrives when nothing is left to stop (a job's time limit hitting the last
     update's evaluation, say) must not turn a finished run into an unrecorded, stopped one."""
-    from marft_agents.trainer import Trainer
+    from marft_agents.run.trainer import Trainer
 
     cfg = small_config(tmp_path, **{"schedule.checkpoint_interval": 0, "eval.at_end": True})
     callbacks = []
@@ -123,10 +123,10 @@ def test_a_sigterm_once_the_last_update_has_started_leaves_a_complete_run(tmp_pa
 def test_marft_train_stops_on_sigterm_with_exit_status_143(tmp_path, monkeypatch, capsys):
     import yaml
 
-    import marft_agents.models as models
+    import marft_agents.model.loading as models
     from marft_agents.cli import main
     from marft_agents.config import config_to_dict
-    from marft_agents.metrics import MetricsLogger
+    from marft_agents.run.metrics import MetricsLogger
 
     monkeypatch.setattr(models, "load_model_and_tokenizer", lambda cfg: _tiny())
     log = MetricsLogger.log

@@ -11,9 +11,9 @@ from agent_helpers import DEVICE, small_config, tiny, tiny_on_device  # noqa: F4
 from marft_agents.config import ConfigError, config_from_dict, config_to_dict
 from marft_agents.engine.attention import training_passes
 from marft_agents.learners.samples import Sample
-from marft_agents.policy import AdapterSwitchError, MultiAgentPolicy
+from marft_agents.model.policy import AdapterSwitchError, MultiAgentPolicy
 from marft_agents.settings.model import ModelConfig
-from marft_agents.trainer import Trainer
+from marft_agents.run.trainer import Trainer
 
 # Tolerance of the gradient comparisons, relative to the gradient's norm. With checkpointing the
 # backward recomputes each layer with the same float32 operations on the same inputs, and a
@@ -103,7 +103,7 @@ def test_recomputation_takes_the_training_pass_path_of_its_forward(monkeypatch):
     (``training_passes``). A backward that runs outside that block (or in autograd's device
     thread) must still recompute on that path: same gradients, bit for bit on a CPU."""
     from marft_agents.engine import compiled_norm
-    from marft_agents.tiny_models import tiny_model_and_tokenizer
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
     # the compiled RMSNorm's formula without the compiler's minute on a small machine (the
     # compiled version is the same function: test_compiled_norm.py)
@@ -197,7 +197,7 @@ class _ChainPolicy:
     """What ``_micro_batches`` reads of a policy under a token cap: ``value_rows``."""
 
     def value_rows(self, seqs):
-        from marft_agents.scoring import prefix_chains
+        from marft_agents.model.scoring import prefix_chains
 
         return prefix_chains(seqs)
 
@@ -286,7 +286,7 @@ def test_device_auto_is_the_default_and_is_recorded_as_the_device_it_stands_for(
 
 
 def _saved_tiny_model(tmp_path):
-    from marft_agents.tiny_models import tiny_model_and_tokenizer
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
     model, tokenizer = tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
     folder = tmp_path / "tiny"
@@ -297,7 +297,7 @@ def _saved_tiny_model(tmp_path):
 
 @pytest.mark.parametrize("name, expected", [(None, "sdpa"), ("eager", "eager"), ("sdpa", "sdpa")])
 def test_attn_implementation_reaches_the_loaded_model(tmp_path, name, expected):
-    from marft_agents.models import load_model_and_tokenizer
+    from marft_agents.model.loading import load_model_and_tokenizer
 
     model, _ = load_model_and_tokenizer(ModelConfig(_saved_tiny_model(tmp_path), device="cpu",
                                                     attn_implementation=name))
@@ -305,7 +305,7 @@ def test_attn_implementation_reaches_the_loaded_model(tmp_path, name, expected):
 
 
 def test_a_bad_attn_implementation_is_one_clear_line(tmp_path):
-    from marft_agents.models import load_model_and_tokenizer
+    from marft_agents.model.loading import load_model_and_tokenizer
 
     with pytest.raises(ConfigError) as err:
         config_from_dict({"model": {"attn_implementation": "eagr"}})
@@ -318,8 +318,7 @@ def test_a_bad_attn_implementation_is_one_clear_line(tmp_path):
 def test_weights_load_straight_onto_the_device(tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from marft_agents import models
-
+    from marft_agents.model import loading as models
     assert models.load_device_map(torch.device("cpu")) is None  # CPU: the plain load, as before
     assert models.load_device_map(torch.device("cuda", 1)) == "cuda:1"
     folder = _saved_tiny_model(tmp_path)

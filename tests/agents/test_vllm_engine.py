@@ -31,10 +31,10 @@ from marft_agents.engine.vllm_engine import (VLLMEngine, engine_core_visible_dev
                                              resolve_sleep_level)
 from marft_agents.learners.base import BaseLearner
 from marft_agents.learners.samples import Sample, behaviour_weights
-from marft_agents.policy import GenRequest
+from marft_agents.model.policy import GenRequest
 from marft_agents.settings.sampling import SamplingConfig
 from marft_agents.settings.vllm import CPU_KV_CACHE_GIB
-from marft_agents.trainer import Trainer, build_policy, prepare_trainer, train
+from marft_agents.run.trainer import Trainer, build_policy, prepare_trainer, train
 from test_policy import perturb
 
 AGENTS = ["reasoner_0", "actor_0"]
@@ -370,7 +370,7 @@ def test_a_tick_of_several_adapters_is_one_call_when_the_engine_mixes_adapters(t
     import marft_envs
     from agent_helpers import LETTERS_ID
     from marft_agents.episodes import Rollout
-    from marft_agents.collector import RolloutCollector
+    from marft_agents.run.collector import RolloutCollector
 
     policy = _policy(tmp_path)
     envs = [marft_envs.make(LETTERS_ID) for _ in range(2)]

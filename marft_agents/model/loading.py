@@ -29,7 +29,7 @@ The weights are read straight onto ``model.device`` (``from_pretrained(device_ma
 the model in CPU memory first; ``model.attn_implementation`` is passed to ``from_pretrained`` as is.
 
 The tokenizer always pads on the left (generation appends to the right end of every row) and
-gets a pad token when it has none. ``marft_agents.tiny_models.tiny_model_and_tokenizer`` builds a
+gets a pad token when it has none. ``marft_agents.model.tiny_models.tiny_model_and_tokenizer`` builds a
 small random Llama-style model and a byte-level tokenizer with a chat template, entirely offline,
 for unit tests.
 """

@@ -41,21 +41,21 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from marft_agents.adapters import (
+from marft_agents.model.adapters import (
     check_adapter_name,
     copy_into,
     default_target_modules,
     group_adapter_parameters,
     to_peft_config,
 )
-from marft_agents.critic import ValueHead
+from marft_agents.model.critic import ValueHead
 from marft_agents.engine import GenRequest, Generation
 from marft_agents.engine.attention import in_training_passes, training_passes, use_grouped_matmul_attention
 from marft_agents.engine.compiled_norm import use_compiled_rms_norm
 from marft_agents.engine.registry import engine_class
 from marft_agents.engine.base import EngineSettings, SamplingEngine
-from marft_agents.models import prepare_tokenizer
-from marft_agents.scoring import Scorer, TokenStats
+from marft_agents.model.loading import prepare_tokenizer
+from marft_agents.model.scoring import Scorer, TokenStats
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.sampling import SamplingConfig

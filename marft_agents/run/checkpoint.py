@@ -36,7 +36,7 @@ import torch
 import yaml
 
 from marft_agents.files import make_ordinary
-from marft_agents.seeding import cuda_rng_state, restore_cuda_rng_state
+from marft_agents.run.seeding import cuda_rng_state, restore_cuda_rng_state
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from marft_agents.metrics import read_metrics
+from marft_agents.run.metrics import read_metrics
 
 PANELS = (
     ("rollout/reward_mean", "team reward (train rollouts)"),

@@ -27,7 +27,7 @@ collective (``torch.distributed`` need not be initialised).
 
 One process per GPU: :func:`process_group` makes ``cuda:<LOCAL_RANK>`` the current device of each
 rank before joining, and nothing here touches another rank's GPU (the collectives run on the
-current device; ``marft_agents/seeding.py``'s ``fork_rng`` and ``cuda_rng_state`` fork and save
+current device; ``marft_agents/run/seeding.py``'s ``fork_rng`` and ``cuda_rng_state`` fork and save
 the RNG of that device alone). Each rank builds its own sampling engine on its own device.
 
 A collective that waits longer than the process group's timeout (:func:`process_group_timeout`:
@@ -51,7 +51,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from marft_agents.seeding import seed_everything
+from marft_agents.run.seeding import seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +323,7 @@ def merge_rollouts(parts: Sequence[Any]) -> Any:
     return merged
 
 
-# -- the trainer's hooks (marft_agents/trainer.py) -------------------------------------------------
+# -- the trainer's hooks (marft_agents/run/trainer.py) -------------------------------------------------
 def attach(trainer: Any) -> DataParallel | SingleProcess:
     """Prepare a freshly built ``Trainer`` for a world of several ranks; :data:`SINGLE_PROCESS`
     in one process (the learner keeps its own ``data_parallel``: it is not touched).

@@ -7,7 +7,7 @@ So that a run started from Python and one started from the command line leave th
    the base model, the best adapters are the base); ``summary.json`` gets ``eval_before`` at once,
    so a crash mid-training keeps it. A resumed run reads it back (from ``summary.json``, or from
    the step-0 row of ``metrics.jsonl`` when the run died before writing the summary);
-2. **updates**: each update's metrics go to :class:`~marft_agents.metrics.MetricsLogger`; a resumed
+2. **updates**: each update's metrics go to :class:`~marft_agents.run.metrics.MetricsLogger`; a resumed
    run first drops the rows logged after its checkpoint, so re-run updates appear once;
 3. **signals**: SIGINT (Ctrl-C) and SIGTERM (what schedulers and ``timeout`` send) ask the trainer
    to stop at the end of the update in progress; it writes a checkpoint and the session ends
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marft_agents.checkpoint import BEST_DIR
-from marft_agents.evaluation import EvalResult
-from marft_agents.metrics import MetricsLogger, read_metrics
-from marft_agents.plotting import plot_learning_curve, run_title
+from marft_agents.run.checkpoint import BEST_DIR
+from marft_agents.evaluation.problem_set import EvalResult
+from marft_agents.run.metrics import MetricsLogger, read_metrics
+from marft_agents.run.plotting import plot_learning_curve, run_title
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import torch
 from transformers import (LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTrainedModel,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
 
-from marft_agents.models import prepare_tokenizer, resolve_dtype
+from marft_agents.model.loading import prepare_tokenizer, resolve_dtype
 
 
 _TINY_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

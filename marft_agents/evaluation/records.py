@@ -158,7 +158,7 @@ def code_digest(root: Path | None = None) -> str:
     checkout without ``.git`` (a device machine's) gets it too, and uncommitted edits change it.
     Records made at several commits answer a grid's questions as one code state when their
     digests agree (``leaderboards.grid_report``). "" when none of the packages is there."""
-    root = Path(__file__).resolve().parents[1] if root is None else Path(root)
+    root = Path(__file__).resolve().parents[2] if root is None else Path(root)
     files = [path.relative_to(root) for package in CODE_PACKAGES for path in (root / package).rglob("*")
              if path.suffix in CODE_SUFFIXES and path.is_file()]
     files = [path for path in files if "__pycache__" not in path.parts and path.parts[:2] != ("baselines", "grids")]

@@ -3,11 +3,11 @@
 ``train(cfg)`` runs ``cfg.schedule.num_updates`` updates (fewer when a budget of the schedule,
 seconds, episodes or sampled tokens, runs out first: :meth:`Trainer.budget_spent`) inside the
 run session that ``marft train`` also uses (baseline evaluation first, metric files,
-summary.json, plot, SIGINT/SIGTERM handling: :mod:`marft_agents.session`) and returns a
+summary.json, plot, SIGINT/SIGTERM handling: :mod:`marft_agents.run.session`) and returns a
 :class:`TrainResult`; ``iter_train(cfg)`` is the bare loop as a generator that yields each
 update's metrics. One update:
 
-1. the :class:`~marft_agents.collector.RolloutCollector` plays ``episodes_per_update`` episodes on
+1. the :class:`~marft_agents.run.collector.RolloutCollector` plays ``episodes_per_update`` episodes on
    ``env.num_envs`` env instances (generation batched across envs per adapter);
 2. the learner (``cfg.algorithm``) runs its PPO epochs on them, inside the sampling engine's
    ``suspend()`` (vLLM sleeps), after which the engine is synced to the new adapters
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import marft_envs
-from marft_agents.checkpoint import (
+from marft_agents.run.checkpoint import (
     capture_rng_state,
     checkpoint_name,
     checkpoint_root,
@@ -62,15 +62,15 @@ from marft_agents.checkpoint import (
     save_best_adapters,
     save_checkpoint,
 )
-from marft_agents import distributed
+from marft_agents.run import distributed
 from marft_agents.config import ConfigError, TrainConfig, config_to_dict
 from marft_agents.env_check import check_env_config
-from marft_agents.evaluation import EvalResult, evaluate
+from marft_agents.evaluation.problem_set import EvalResult, evaluate
 from marft_agents.learners import get_learner, make_learner
 from marft_agents.learners.registry import learner_trains
 from marft_agents.episodes import rollout_metrics
-from marft_agents.collector import RolloutCollector
-from marft_agents.seeding import seed_everything
+from marft_agents.run.collector import RolloutCollector
+from marft_agents.run.seeding import seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +96,14 @@ class TrainResult:
     """The trained ``MultiAgentPolicy`` (evaluate it or save its adapters)."""
     summary: dict[str, Any] = field(default_factory=dict)
     """What ``<output_dir>/summary.json`` holds: ``eval_before``, ``eval_after``, ``eval_best``,
-    ``counters``, ... (see :mod:`marft_agents.session`)."""
+    ``counters``, ... (see :mod:`marft_agents.run.session`)."""
     stopped_by: str | None = None
     """``"SIGINT"`` / ``"SIGTERM"`` when a signal stopped the run early (after a checkpoint)."""
 
 
 def scripted_seats(cfg: TrainConfig, agent_ids: Sequence[str]) -> dict[str, Any]:
     """The config's ``scripted_seats`` as functions (``ConfigError`` naming the bad entry)."""
-    from marft_agents.scripted import ScriptedPolicyError, load_seats
+    from marft_agents.evaluation.scripted import ScriptedPolicyError, load_seats
 
     try:
         return load_seats(dict(cfg.scripted_seats), list(agent_ids))
@@ -117,7 +117,7 @@ def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequen
     settings of the run (:class:`~marft_agents.engine.base.EngineSettings`). A caller
     that only evaluates holds it as ``with build_policy(...) as policy:`` (closes its engine)."""
     from marft_agents.engine.base import EngineSettings
-    from marft_agents.policy import MultiAgentPolicy
+    from marft_agents.model.policy import MultiAgentPolicy
 
     # ``advantage.baseline: group`` runs no critic: build no critic adapter or value head for it
     needs_critic = get_learner(cfg.algorithm).value_mode is not None and cfg.advantage.uses_critic
@@ -207,7 +207,7 @@ class Trainer:
     """The index of the update in progress (rollout and learner update); None between updates."""
 
     def __init__(self, cfg: TrainConfig, model_and_tokenizer: tuple[Any, Any] | None = None):
-        from marft_agents.models import load_model_and_tokenizer
+        from marft_agents.model.loading import load_model_and_tokenizer
 
         self.cfg = cfg.validate().resolve_hardware()  # "auto" device/dtype named before the model loads
         trains = learner_trains(cfg.algorithm)
@@ -316,7 +316,7 @@ class Trainer:
 
     def _init_adapters(self, source: str) -> None:
         """Load ``init_adapters`` (:attr:`TrainConfig.init_adapters`) into the fresh policy."""
-        from marft_agents.checkpoint import load_adapters
+        from marft_agents.run.checkpoint import load_adapters
 
         try:
             state = load_adapters(source)
@@ -525,11 +525,11 @@ def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] 
     The untrained policy is evaluated first (``eval_before``), every update is logged to
     ``<output_dir>/metrics.{jsonl,csv}`` (and TensorBoard), SIGINT/SIGTERM stop after the current
     update with a checkpoint (``handle_signals``, main thread only), and the run ends with
-    ``summary.json`` and ``learning_curve.png`` (``plot``); see :mod:`marft_agents.session`.
+    ``summary.json`` and ``learning_curve.png`` (``plot``); see :mod:`marft_agents.run.session`.
     ``callbacks`` get ``(update_index, metrics)`` after every update. Env kwargs are checked
     (:func:`~marft_agents.config.check_env_config`) before the model is loaded.
     """
-    from marft_agents.session import run_session
+    from marft_agents.run.session import run_session
 
     check_env_config(cfg)
     with prepare_trainer(cfg, resume, model_and_tokenizer) as trainer:  # closes the engine after the final evaluation

@@ -17,7 +17,7 @@ Every agent decision becomes a :class:`Decision`: who acted, on what prompt (tok
 tokenizer's chat template applied to the role's system prompt and the observation text), what it
 said (response ids, text, sampling-time log-probs), what the critic read (``critic_prompt_ids``:
 the episode's global-state log from ``env.unwrapped.state()`` and D_t up to this decision, or the
-agent's own prompt under ``critic.mode: local``; see ``marft_agents/critic.py``) and its values
+agent's own prompt under ``critic.mode: local``; see ``marft_agents/model/critic.py``) and its values
 (action-level ones filled in when the collection ends), and what the
 env paid for it. Rewards follow the env's AEC semantics: right after an agent's step, ``env.rewards`` holds
 the rewards of *that* transition, so ``team_reward`` is the round's team reward on the decision
@@ -144,7 +144,7 @@ class RolloutCollector:
         ``share = (rank, world_size)``: draw the plan of all ``num_episodes`` (so the task order
         and this collector's state do not depend on the world size) but play only the rank's
         contiguous share of whole groups; groups keep their global index
-        (``marft_agents/distributed.py``)."""
+        (``marft_agents/run/distributed.py``)."""
         if plans is None:
             k = self.group_size
             if num_episodes < 1 or num_episodes % k:
@@ -264,7 +264,7 @@ class RolloutCollector:
         """
         if self.values is None:
             return None
-        from marft_agents.critic import CRITIC_SYSTEM_PROMPT, GlobalStateLog
+        from marft_agents.model.critic import CRITIC_SYSTEM_PROMPT, GlobalStateLog
 
         config = self.policy.critic_config
         if not config.reads_global_state:  # local: the acting agent's own prompt, as sampled

@@ -8,14 +8,14 @@ The policy is either ``scripted:module:function`` - ``function(agent, observatio
 plays every agent, no model - or a training config (YAML): its model, LoRA, sampling and eval
 settings, with untrained adapters (``--checkpoint none``, the default) or a run's adapters
 (``latest``, ``best`` or a folder). Either way the env's fixed problem set (see
-:mod:`marft_agents.evaluation`) is played exactly once; nothing is trained and no training rollout
+:mod:`marft_agents.evaluation.problem_set`) is played exactly once; nothing is trained and no training rollout
 is collected.
 
 Env keywords: a config's ``env.kwargs`` + ``eval.env_kwargs`` when ``--env`` is its env (none
 otherwise), then ``--env-kwargs``; an env with a ``split`` keyword is scored on ``split: test``
 unless a split is given (the convention of ``marft_envs/ADDING_AN_ENV.md``).
 
-The record (:class:`marft_agents.records.Record`) is written to ``<records>/<name>.json``, the
+The record (:class:`marft_agents.evaluation.records.Record`) is written to ``<records>/<name>.json``, the
 current folder by default - never into the installed package - and carries marft's commit and
 version beside the env's provider (``env_package``: the plugin's distribution name and version).
 ``python -m leaderboards.build --records DIR --out DIR/README.md`` renders a folder of records as a
@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Heavy imports (torch via marft_agents.evaluation, the env registry) happen inside the functions:
+# Heavy imports (torch via marft_agents.evaluation.problem_set, the env registry) happen inside the functions:
 # ``marft_agents.cli`` imports this module to build its parser, and ``marft --help`` stays fast.
 
-from marft_agents.scripted import SCRIPTED_PREFIX, ScriptedPolicy, ScriptedPolicyError, load_scripted, load_seats
+from marft_agents.evaluation.scripted import SCRIPTED_PREFIX, ScriptedPolicy, ScriptedPolicyError, load_scripted, load_seats
 
 
 FORMER_NAME = "bench"
@@ -54,7 +54,7 @@ def _envs() -> Any:
 
 def score_env_kwargs(env_id: str, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """``base`` then ``extra``; ``split: test`` when the env takes a split and none was given."""
-    from marft_agents.evaluation import split_parameter
+    from marft_agents.evaluation.problem_set import split_parameter
 
     kwargs = {**base, **extra}
     if "split" not in kwargs and split_parameter(_envs().env_class(env_id)) is not None:
@@ -65,10 +65,10 @@ def score_env_kwargs(env_id: str, base: dict[str, Any], extra: dict[str, Any]) -
 def evaluate_scripted(fn: ScriptedPolicy, env_id: str, env_kwargs: dict[str, Any], n_problems: int,
                       seed: int) -> Any:
     """Play the fixed problem set of ``env_id`` with a scripted policy (same problems and reset
-    seeds as :func:`marft_agents.evaluation.evaluate`); returns an ``EvalResult``."""
+    seeds as :func:`marft_agents.evaluation.problem_set.evaluate`); returns an ``EvalResult``."""
     import numpy as np
 
-    from marft_agents.evaluation import EvalResult, clustered_stderr, problem_indices, warn_if_training_tasks
+    from marft_agents.evaluation.problem_set import EvalResult, clustered_stderr, problem_indices, warn_if_training_tasks
 
     env = _envs().make(env_id, **env_kwargs)
     tasks = getattr(env.unwrapped, "tasks", None)
@@ -104,7 +104,7 @@ def evaluate_scripted(fn: ScriptedPolicy, env_id: str, env_kwargs: dict[str, Any
 def resolve_checkpoint(output_dir: str, which: str | None) -> Path | None:
     """``none`` -> None; ``latest`` / ``best`` -> that folder of ``output_dir``; else a checkpoint
     folder, or a run folder (its latest checkpoint)."""
-    from marft_agents.checkpoint import BEST_DIR, latest_checkpoint
+    from marft_agents.run.checkpoint import BEST_DIR, latest_checkpoint
 
     if which in (None, "none"):
         return None
@@ -124,10 +124,10 @@ def resolve_checkpoint(output_dir: str, which: str | None) -> Path | None:
 def evaluate_config(cfg: Any, env_id: str, env_kwargs: dict[str, Any], n_problems: int, seed: int,
                     checkpoint: Path | None) -> Any:
     """Load the config's model (untrained adapters, or ``checkpoint``'s) and evaluate it once."""
-    from marft_agents import models
-    from marft_agents.checkpoint import load_adapters
-    from marft_agents.evaluation import evaluate
-    from marft_agents.trainer import build_policy
+    from marft_agents.model import loading as models
+    from marft_agents.run.checkpoint import load_adapters
+    from marft_agents.evaluation.problem_set import evaluate
+    from marft_agents.run.trainer import build_policy
 
     agent_ids = list(_envs().make(env_id, **env_kwargs).possible_agents)
     cfg.resolve_hardware()  # the record names the device and dtype used, not "auto"
@@ -175,7 +175,7 @@ def run_score(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         checkpoint: config policies only: ``none``, ``latest``, ``best`` or a folder.
         overrides: ``{"section.key": value}`` for the config.
     """
-    from marft_agents.records import Record, env_task_revision, git_commit, write_record
+    from marft_agents.evaluation.records import Record, env_task_revision, git_commit, write_record
     from marft_envs.registry import installed_marft_version
 
     marft_envs = _envs()
