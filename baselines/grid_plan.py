@@ -161,6 +161,24 @@ def records_pilot(spec: GridSpec, runs: list[GridRun], digest: str) -> dict[str,
     return {"source": "records", "episodes": episodes, "rewarded": rewarded, "records": names}
 
 
+MAX_GATE_EPISODES = 65536
+"""The largest pilot :func:`deciding_pilot` proposes."""
+
+
+def deciding_pilot(rate: float, per_update: int, min_signal: float, episodes: int) -> int | None:
+    """The smallest pilot (``episodes`` doubled until :data:`MAX_GATE_EPISODES`) whose exact
+    interval, were the pilot to find ``rate`` again, would lie wholly on one side of the gate's
+    threshold; None when none up to that size would."""
+    size = 2 * episodes
+    while size <= MAX_GATE_EPISODES:
+        low, high = (1.0 - (1.0 - r) ** per_update
+                     for r in stats.binomial_interval(round(rate * size), size, GATE_LEVEL))
+        if low >= min_signal or high < min_signal:
+            return size
+        size *= 2
+    return None
+
+
 def gates(spec: GridSpec, runs: list[GridRun], cells: list[str], episodes: int, from_records: bool = False,
           log=print) -> list[dict[str, Any]]:
     """The start gate of each training cell of ``cells`` (its first seed's start), measured or
@@ -393,8 +411,12 @@ def make_plan(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None 
             if g["verdict"] == "FAIL":
                 refusals.append(f"{said} < {spec.gate.min_signal:g}")
             else:
+                size = deciding_pilot(g["rate"], g["episodes_per_update"], spec.gate.min_signal, g["episodes"])
+                more = (f"pilot more (--gate-episodes {size} would decide at this rate)" if size is not None else
+                        f"the rate sits so near the threshold that no pilot up to {MAX_GATE_EPISODES} episodes "
+                        "decides: change the start")
                 refusals.append(f"{said}, which straddles {spec.gate.min_signal:g}: inconclusive at this pilot's "
-                                f"size; pilot more (--gate-episodes {4 * g['episodes']}) or change the start")
+                                f"size; {more}")
     if spec.comparisons and spec.meaningful_effect is None:
         refusals.append("the grid declares no meaningful_effect (accuracy points): no contrast can be judged "
                         "against the effect that would matter")

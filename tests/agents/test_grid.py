@@ -494,11 +494,24 @@ def test_a_gate_whose_interval_straddles_the_threshold_is_inconclusive_and_names
     monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({"team": 20}, []))
     assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
     out = capsys.readouterr().out
+    # at 15.6 % the interval clears 1 - 0.75^(1/2) = 13.4 % only from 1,024 episodes on (512: [0.130, 0.185])
     assert ("holds a rewarded one with probability 0.29 [0.20, 0.39], which straddles 0.25: inconclusive at this "
-            "pilot's size; pilot more (--gate-episodes 512) or change the start") in out
+            "pilot's size; pilot more (--gate-episodes 1024 would decide at this rate)") in out
     assert "| team | pilot | 20 / 128 | 15.62 | 2 | 0.29 [0.20, 0.39] | inconclusive |" in out
     plan = json.loads((tmp_path / "board" / "plan.json").read_text())
     assert plan["gates"][0]["verdict"] == "inconclusive" and not plan["gates"][0]["passed"]
+
+
+def test_the_deciding_pilot_size_and_a_rate_at_the_threshold():
+    from baselines.grid_plan import MAX_GATE_EPISODES, deciding_pilot
+    from leaderboards.stats import binomial_interval
+
+    # 3 / 128 at 32 episodes per update: 6 / 256 gives a rate interval whose lower end clears
+    # 1 - 0.75^(1/32) = 0.895 %, so P(update rewarded) >= 0.25 over all of it
+    assert binomial_interval(6, 256)[0] > 1 - 0.75 ** (1 / 32) > binomial_interval(3, 128)[0]
+    assert deciding_pilot(3 / 128, 32, 0.25, 128) == 256
+    # a rate on the threshold itself is never decided: the hint says to change the start
+    assert deciding_pilot(1 - 0.75 ** (1 / 32), 32, 0.25, 128) is None and MAX_GATE_EPISODES == 65536
 
 
 def _contrast_grid(tmp_path, comparisons, meaningful=None):
