@@ -160,6 +160,7 @@ def run_session(
             passes its own command line with ``--resume``, :func:`marft_agents.hints.resume_hint`).
     """
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     cfg, out = trainer.cfg, Path(trainer.cfg.output_dir)
     # Under torchrun every rank runs the session (evaluations and updates are collective), but
@@ -193,15 +194,17 @@ def run_session(
                 say(f"eval before training: {describe(result)}")
             bar = tqdm(total=cfg.schedule.num_updates, initial=trainer.counters["update"], desc="updates",
                        disable=not progress, dynamic_ncols=True)
-            for metrics in trainer.run():
-                logger.log(trainer.counters["update"], metrics)
-                history.append(metrics)
-                for callback in callbacks:
-                    callback(trainer.counters["update"] - 1, metrics)
-                shown = {"reward": metrics.get("rollout/reward_mean"), "kl": metrics.get("losses/approx_kl"),
-                         "eval": metrics.get("eval/accuracy")}
-                bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, float)})
-                bar.update(1)
+            # while the bar is drawn, log lines go above it (tqdm.write), not onto its line
+            with logging_redirect_tqdm() if progress else contextlib.nullcontext():
+                for metrics in trainer.run():
+                    logger.log(trainer.counters["update"], metrics)
+                    history.append(metrics)
+                    for callback in callbacks:
+                        callback(trainer.counters["update"] - 1, metrics)
+                    shown = {"reward": metrics.get("rollout/reward_mean"), "kl": metrics.get("losses/approx_kl"),
+                             "eval": metrics.get("eval/accuracy")}
+                    bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, float)})
+                    bar.update(1)
             bar.close()
             stopped_by = trainer.stop_requested
             if stopped_by is not None and trainer.finished:

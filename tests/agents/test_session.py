@@ -142,3 +142,30 @@ def test_marft_train_stops_on_sigterm_with_exit_status_143(tmp_path, monkeypatch
     assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard"]) == 128 + signal.SIGTERM
     assert "stopped by SIGTERM after 1 updates" in capsys.readouterr().out
     assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["update_000001"]
+
+
+def test_log_lines_during_the_updates_go_above_the_progress_bar(tmp_path, monkeypatch):
+    """With the bar on, a log record emitted during an update is written by ``tqdm.write`` (a
+    line above the bar), not by the console handler onto the bar's own line."""
+    import logging
+    import sys
+
+    import tqdm
+
+    from marft_agents.run.session import run_session
+    from marft_agents.run.trainer import prepare_trainer
+
+    written = []
+    monkeypatch.setattr(tqdm.tqdm, "write", classmethod(lambda cls, s, file=None, end="\n", nolock=False:
+                                                        written.append(s)))
+    console = logging.StreamHandler(sys.stderr)  # a console handler, as marft train's basicConfig makes
+    logging.root.addHandler(console)
+    try:
+        cfg = small_config(tmp_path, **{"schedule.num_updates": 1})
+        with prepare_trainer(cfg, False, _tiny()) as trainer:
+            run_session(trainer, eval_before=False, tensorboard=False, plot=False, progress=True,
+                        handle_signals=False,
+                        callbacks=[lambda update, metrics: logging.getLogger("marft.test").warning("mid-run line")])
+    finally:
+        logging.root.removeHandler(console)
+    assert any("mid-run line" in line for line in written)
