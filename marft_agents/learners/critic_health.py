@@ -375,25 +375,39 @@ def critic_health(rollout: Rollout, first_values: Sequence[float | None], credit
     return out
 
 
-class CriticWatch:
-    """Warns once when the critic has explained < ``min_ev`` of the variance for ``window``
-    updates in a row (again after it has recovered in between)."""
+class _Streak:
+    """Counts updates in a row on which a figure was bad; due once when the streak reaches
+    ``window`` (and again only after a good update reset it). Non-finite figures are skipped."""
 
-    def __init__(self, window: int, min_ev: float):
-        self.window, self.min_ev = window, min_ev
+    def __init__(self, window: int):
+        self.window = window
         self.streak, self.warned = 0, False
 
-    def observe(self, update: int, explained_variance: float, ceiling: float = float("nan")) -> bool:
-        """Count one update; returns True when it logged the warning."""
-        if not math.isfinite(explained_variance):
+    def due(self, value: float, bad: bool) -> bool:
+        if not math.isfinite(value):
             return False
-        if explained_variance >= self.min_ev:
+        if not bad:
             self.streak, self.warned = 0, False
             return False
         self.streak += 1
         if self.streak < self.window or self.warned:
             return False
         self.warned = True
+        return True
+
+
+class CriticWatch(_Streak):
+    """Warns once when the critic has explained < ``min_ev`` of the variance for ``window``
+    updates in a row (again after it has recovered in between)."""
+
+    def __init__(self, window: int, min_ev: float):
+        super().__init__(window)
+        self.min_ev = min_ev
+
+    def observe(self, update: int, explained_variance: float, ceiling: float = float("nan")) -> bool:
+        """Count one update; returns True when it logged the warning."""
+        if not self.due(explained_variance, explained_variance < self.min_ev):
+            return False
         hint = (f"; the measured ceiling is only {ceiling:.3f}: the task's returns barely depend on the "
                 "state the critic sees" if math.isfinite(ceiling) and ceiling < self.min_ev else "")
         log.warning("update %d: the critic has explained < %.0f%% of the return variance for %d updates "
@@ -402,25 +416,14 @@ class CriticWatch:
         return True
 
 
-class GainWatch:
+class GainWatch(_Streak):
     """Warns once when the critic has been a worse baseline than the leave-one-out group mean
     (``critic/baseline_gain < 0``) for ``window`` updates in a row (again after a recovery)."""
 
-    def __init__(self, window: int):
-        self.window = window
-        self.streak, self.warned = 0, False
-
     def observe(self, update: int, gain: float, baseline: str = "critic") -> bool:
         """Count one update; returns True when it logged the warning."""
-        if not math.isfinite(gain):
+        if not self.due(gain, gain < 0):
             return False
-        if gain >= 0:
-            self.streak, self.warned = 0, False
-            return False
-        self.streak += 1
-        if self.streak < self.window or self.warned:
-            return False
-        self.warned = True
         log.warning("update %d: the critic (advantage.baseline: %s) has been a worse baseline than the group mean for "
                     "%d updates (critic/baseline_gain %.3f); set advantage.baseline: group to drop it", update, baseline,
                     self.streak, gain)

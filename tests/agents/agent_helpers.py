@@ -128,3 +128,17 @@ def small_config(tmp_path, **sections):
         "output_dir": str(tmp_path / "run"),
     }
     return load_config(data, overrides=sections)
+
+
+class FakePolicy:
+    """Just what a learner's constructor reads of a policy (adapter names, one parameter each):
+    for tests of a learner's maths without a model."""
+
+    def adapter_for(self, agent):
+        return f"policy_{agent}"
+
+    def critic_for(self, agent):
+        return "critic"
+
+    def adapter_parameters(self, name):
+        return [torch.nn.Parameter(torch.zeros(1))]

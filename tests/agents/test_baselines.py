@@ -15,9 +15,8 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
-from agent_helpers import small_config
+from agent_helpers import FakePolicy, small_config
 from marft_agents.episodes import Decision, EpisodeRecord, Rollout
 from marft_agents.learners import ActionLevelMAPPO, TokenLevelMAPPO
 from marft_agents.learners.baselines import group_advantages, loo_baseline, pooled_gain, residual_variances
@@ -145,21 +144,12 @@ def test_the_gain_watch_names_the_setting_after_its_window(caplog):
 
 
 # -- the learners ----------------------------------------------------------------------------------------
-class _FakePolicy:
-    def adapter_for(self, agent):
-        return f"policy_{agent}"
-
-    def critic_for(self, agent):
-        return "critic"
-
-    def adapter_parameters(self, name):
-        return [torch.nn.Parameter(torch.zeros(1))]
 
 
 def _learner(cls, baseline, **sections):
     cfg = small_config(__import__("pathlib").Path("/tmp"), **{
         "advantage.baseline": baseline, "schedule.episodes_per_update": 8, "schedule.group_size": 4, **sections})
-    return cls(_FakePolicy(), cfg, ["r", "a"])
+    return cls(FakePolicy(), cfg, ["r", "a"])
 
 
 def test_group_baseline_samples_carry_the_hand_computed_loo_advantages():
@@ -214,7 +204,7 @@ def test_the_baseline_settings_refuse_what_cannot_work(caplog):
         cfg = small_config(__import__("pathlib").Path("/tmp"), **{"critic.ceiling_group_size": 2,
                                                                    "schedule.episodes_per_update": 8})
     assert caplog.text.count("critic.ceiling_group_size is deprecated: set schedule.group_size: 2") == 1
-    assert ActionLevelMAPPO(_FakePolicy(), cfg, ["r", "a"]).group_size == 2  # the old key still decides
+    assert ActionLevelMAPPO(FakePolicy(), cfg, ["r", "a"]).group_size == 2  # the old key still decides
     auto = _learner(ActionLevelMAPPO, "critic", **{"schedule.group_size": None})
     assert auto.group_size == 4  # a value learner at 8 episodes: groups of 4, as before the setting existed
 

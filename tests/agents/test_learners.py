@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from agent_helpers import SOLO, small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
+from agent_helpers import SOLO, FakePolicy, small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from marft_agents.learners import ActionLevelMAPPO, TokenLevelMAPPO, assign_credit, make_learner
 from marft_agents.episodes import Decision, EpisodeRecord, Rollout
 from marft_agents.run.trainer import train
@@ -42,20 +42,11 @@ def test_assign_credit(strategy, rewards, discounts):
     assert r == pytest.approx(rewards) and g == pytest.approx(discounts)
 
 
-class _FakePolicy:
-    def adapter_for(self, agent):
-        return f"policy_{agent}"
-
-    def critic_for(self, agent):
-        return "critic"
-
-    def adapter_parameters(self, name):
-        return [torch.nn.Parameter(torch.zeros(1))]
 
 
 def _learner(cls, **ppo):
     cfg = small_config(__import__("pathlib").Path("/tmp"), **{f"ppo.{k}": v for k, v in ppo.items()})
-    return cls(_FakePolicy(), cfg, ["r", "a"])
+    return cls(FakePolicy(), cfg, ["r", "a"])
 
 
 @pytest.mark.parametrize("credit, returns", [
