@@ -11,30 +11,55 @@ that cannot answer (a gate failed, a comparison that cannot detect the grid's
 ``meaningful_effect``) refuses the grid, one line per reason, unless ``--force``.
 
 A grid file (YAML, :class:`GridSpec`) names a base config, one budget in samples for every
-training cell, when they are evaluated, default seeds and its cells; a cell is the base config plus dotted-key overrides (as
-``--set``), trained once per seed, or an evaluation-only cell: ``untrained`` (the base model,
-adapters at initialisation) or an ablation of another cell's final trained team
-(:mod:`baselines.ablations`; its drop from the source's accuracy is what was taken away)::
+training cell, when they are evaluated, default seeds and its cells. The cell grammar:
 
-    - {name: swapped, evaluate: swapped, source: marft_a}        # each agent gets the next one's adapter
-    - {name: base_holder, evaluate: base_seat, source: marft_a,  # holder_0 plays as the base model
-       ablation: {seat: holder_0}}
-    - {name: mute_holder, evaluate: fixed_message, source: marft_a,
-       ablation: {seat: holder_0, message: "I don't know."}}      # the answerer reads this instead
-    - {name: holder_alone, overrides: {ppo.train_agents: [holder_0]}}      # partner frozen at the base
-    - {name: answerer_alone, overrides: {ppo.train_agents: [answerer_0]}}
-    - {name: separate, evaluate: combined, source: holder_alone,  # roles trained apart, then combined
-       ablation: {adapters: {answerer_0: answerer_alone}}}
-    - {name: marft_a_k16, evaluate: final, source: marft_a,      # the final adapters unchanged,
-       overrides: {eval.greedy: false, eval.samples_per_problem: 16}}  # sampled: avg@16, pass@16
+1. **A training cell** (no ``evaluate``): the base config plus dotted-key overrides (as
+   ``--set``), trained once per seed::
 
-An ablation cell runs with its source's seeds and config (only ``eval.*`` overrides of its own,
-e.g. the sampled evaluation above, which ``untrained`` cells take too); its sources must be
-declared before it. The two-call solo (one solver prompted twice, draft then
-final answer, with one adapter: a team's test-time compute) is a training cell:
-``overrides: {env.kwargs.profile: solo_two_calls, shared_adapter: true}``.
+       - {name: holder_alone, overrides: {ppo.train_agents: [holder_0]}}      # partner frozen at the base
+       - {name: answerer_alone, overrides: {ppo.train_agents: [answerer_0]}}
 
-Budget. Every training cell trains on the same samples and is evaluated at the same points::
+   The two-call solo (one solver prompted twice, draft then final answer, with one adapter: a
+   team's test-time compute) is one: ``overrides: {env.kwargs.profile: solo_two_calls,
+   shared_adapter: true}``.
+2. **Its own budget**: ``budget: {episodes: N}`` on a training cell replaces the grid's for that
+   cell (on the grid's axis; ``eval_every`` must divide it, as the grid's). Its records, status,
+   dry run and plan say its budget. A comparison of two cells whose budgets differ (an ablation's
+   is its source's) is refused unless the grid lists it in ``unequal_budgets`` with the reason,
+   e.g. a single agent trained on the total episodes of a curriculum::
+
+       - {name: solo_ppo, budget: {episodes: 1920}, overrides: {algorithm: ppo, env.kwargs.profile: solo}}
+       unequal_budgets:
+         - {a: joint, b: solo_ppo, why: "equal total episodes: 640 + 640 of the stages, 640 joint"}
+3. **Its start from other cells' final adapters** (a curriculum): ``start: {source: CELL}``
+   starts each seed from the final checkpoint of ``CELL``'s run of the same seed (every agent's
+   adapter, and the critic); ``start: {source: CELL, adapters: {AGENT: CELL2, ...}}`` takes
+   those agents' adapters from ``CELL2``'s run instead (:class:`StartSpec`, :func:`start_state`
+   says which part comes from where). The grid sets ``init_adapters`` (a cell may not): the
+   source's run folder, or a combined ``start/adapters.pt`` it writes into the run's folder
+   before training. The run is ``blocked`` until every run it starts from has a current record,
+   goes to its source's shard, and its start gate waits for them (the plan names the cells it
+   is gated after); the cells it starts from must be declared before it.
+4. **An evaluation-only cell**: ``untrained`` (the base model, adapters at initialisation) or an
+   ablation of another cell's final trained team (:mod:`baselines.ablations`; its drop from the
+   source's accuracy is what was taken away)::
+
+       - {name: swapped, evaluate: swapped, source: marft_a}        # each agent gets the next one's adapter
+       - {name: base_holder, evaluate: base_seat, source: marft_a,  # holder_0 plays as the base model
+          ablation: {seat: holder_0}}
+       - {name: mute_holder, evaluate: fixed_message, source: marft_a,
+          ablation: {seat: holder_0, message: "I don't know."}}      # the answerer reads this instead
+       - {name: separate, evaluate: combined, source: holder_alone,  # roles trained apart, then combined
+          ablation: {adapters: {answerer_0: answerer_alone}}}
+       - {name: marft_a_k16, evaluate: final, source: marft_a,      # the final adapters unchanged,
+          overrides: {eval.greedy: false, eval.samples_per_problem: 16}}  # sampled: avg@16, pass@16
+
+   An ablation cell runs with its source's seeds and config (only ``eval.*`` overrides of its
+   own, e.g. the sampled evaluation above, which ``untrained`` cells take too); its sources must
+   be declared before it.
+
+Budget. Every training cell trains on the same samples (unless it declares its own, 2. above)
+and is evaluated at the same points::
 
     budget: {episodes: 320}        # or {sampled_tokens: N}: schedule.max_episodes / max_sampled_tokens
     eval_every: {episodes: 64}     # evaluations at episodes 0, 64, ..., 320: eval.interval in updates
@@ -59,8 +84,9 @@ Two processes, one per core, each take half the runs::
     OMP_NUM_THREADS=1 taskset -c 0 python -m baselines.grid GRID --shard 0/2 &
     OMP_NUM_THREADS=1 taskset -c 1 python -m baselines.grid GRID --shard 1/2 &
 
-Training runs are dealt round-robin over the shards; an ablation run goes to its source run's
-shard (it needs that run's adapters; a ``combined`` run waits for its other sources' records).
+Training runs are dealt round-robin over the shards; an ablation run, and a training run with a
+``start``, goes to its source run's shard (it needs that run's adapters; a ``combined`` ablation
+or start waits for its other sources' records).
 """
 
 from __future__ import annotations
@@ -110,6 +136,40 @@ class CellSpec:
     """The ablation's options, e.g. ``{seat: holder_0}`` (its ``options_class``)."""
     note: str = ""
     """What the cell measures, shown in the report."""
+    budget: BudgetSpec | None = None
+    """A training cell's own budget, on the grid's axis; None = the grid's (module docstring, 2.)."""
+    start: StartSpec | None = None
+    """A training cell's start: other training cells' final adapters, same seed (module
+    docstring, 3.); None = fresh adapters (or the base config's ``init_adapters``)."""
+
+
+@dataclass
+class StartSpec:
+    """Where a training cell's runs start: the final checkpoints of earlier cells' runs of the same
+    seed (:func:`start_state`)."""
+
+    source: str
+    """The training cell whose final adapters the run starts from: every agent's, and its critic
+    (adapters and value heads) where the run has one of the same layout."""
+    adapters: dict[str, str] = field(default_factory=dict)
+    """Agent -> the training cell whose final adapter for that agent the run takes instead of the
+    source's, e.g. ``{answerer_0: answerer_alone}``; with a per-agent critic, that agent's critic
+    comes from there too."""
+
+    def cells(self) -> list[str]:
+        """Every cell the start reads, the source first."""
+        return list(dict.fromkeys([self.source, *self.adapters.values()]))
+
+
+@dataclass
+class UnequalBudget:
+    """A declared comparison whose two cells train on different budgets, on purpose."""
+
+    a: str
+    b: str
+    why: str
+    """Why the comparison is fair, e.g. "equal total episodes: the solo trains on the curriculum's
+    two stages and its joint phase together"; shown in the plan."""
 
 
 BUDGET_AXES = {"episodes": "schedule.max_episodes", "sampled_tokens": "schedule.max_sampled_tokens"}
@@ -229,6 +289,9 @@ class GridSpec:
     """The power at which the plan computes each comparison's minimal detectable effect."""
     gate: GateSpec = field(default_factory=GateSpec)
     """The start gate of every training cell (:class:`GateSpec`)."""
+    unequal_budgets: list[UnequalBudget] = field(default_factory=list)
+    """Declared comparisons whose cells train on different budgets (a cell's own ``budget``; an
+    ablation's is its source's), each with the reason: any other such comparison is refused."""
 
 
 @dataclass
@@ -244,9 +307,10 @@ class GridRun:
     kind: str
     """``train``, ``untrained`` or an ablation (``swapped``, ...)."""
     source: GridRun | None = None
-    """For an ablation run, the training run whose adapters it evaluates."""
+    """For an ablation run, the training run whose adapters it evaluates; for a training run with a
+    ``start``, the run whose final adapters it starts from."""
     others: list[GridRun] = field(default_factory=list)
-    """For an ablation run, further training runs whose adapters it reads (``combined``)."""
+    """Further training runs whose adapters it reads (a ``combined`` ablation, a start's ``adapters``)."""
 
 
 def load_grid(path: str | Path) -> GridSpec:
@@ -280,6 +344,8 @@ def load_grid(path: str | Path) -> GridSpec:
         elif cell.source is not None or cell.ablation:
             raise ConfigError(f"cell {cell.name!r}: 'source' and 'ablation' are only for evaluate: "
                               f"{', '.join(ABLATIONS)}")
+        if cell.start is not None:
+            check_start(spec, cell)
     if spec.meaningful_effect is not None and not 0 < spec.meaningful_effect <= 100:
         raise ConfigError(f"meaningful_effect must be in (0, 100] accuracy points, got {spec.meaningful_effect}")
     if not 0 < spec.power < 1:
@@ -289,7 +355,73 @@ def load_grid(path: str | Path) -> GridSpec:
         if unknown:
             raise ConfigError(f"comparisons[{k}]: a and b must each name a cell of this grid; "
                               f"unknown {unknown}; cells: {', '.join(names)}")
+    check_comparison_budgets(spec)
     return spec
+
+
+def check_start(spec: GridSpec, cell: CellSpec) -> None:
+    """A ``start`` on a training cell, from training cells declared before it, without an
+    ``init_adapters`` of its own (module docstring, 3.)."""
+    if cell.evaluate is not None:
+        raise ConfigError(f"cell {cell.name!r}: 'start' is for training cells; an evaluation cell reads its "
+                          "source's adapters (evaluate: final, source: CELL)")
+    if "init_adapters" in cell.overrides:
+        raise ConfigError(f"cell {cell.name!r}: 'start' and overrides.init_adapters both say where the run starts; "
+                          "give one (the grid sets init_adapters from the start)")
+    before = [c.name for c in spec.cells[:spec.cells.index(cell)]]
+    training = {c.name for c in spec.cells if c.evaluate is None}
+    for needed in cell.start.cells():
+        if needed not in training:
+            raise ConfigError(f"cell {cell.name!r}: its start names {needed!r}, which is not a training cell of this "
+                              f"grid; training cells: {', '.join(sorted(training))}")
+        if needed not in before:
+            raise ConfigError(f"cell {cell.name!r}: its start reads cell {needed!r}, declared after it; declare the "
+                              "cells a start reads before it")
+
+
+def check_comparison_budgets(spec: GridSpec) -> None:
+    """Each comparison of two cells with different budgets is declared in ``unequal_budgets``, and
+    each declaration names a comparison whose budgets do differ."""
+    declared = {(u.a, u.b): u for u in spec.unequal_budgets}
+    compared = {(c.a, c.b) for c in spec.comparisons}
+    for a, b in declared:
+        if (a, b) not in compared:
+            raise ConfigError(f"unequal_budgets: {a} - {b} is not a declared comparison (a and b as in comparisons)")
+    for c in spec.comparisons:
+        budgets = [trained_budget(spec, spec_cell(spec, name)) for name in (c.a, c.b)]
+        if None in budgets:  # an untrained evaluation: no budget to differ
+            continue
+        differ = budgets[0] != budgets[1]
+        if differ and (c.a, c.b) not in declared:
+            raise ConfigError(f"comparison {c.a} - {c.b}: the cells train on different budgets "
+                              f"({describe_cell_budget(budgets[0])} / {describe_cell_budget(budgets[1])}); list it in "
+                              "unequal_budgets with the reason (e.g. equal total episodes), or give them one budget")
+        if not differ and (c.a, c.b) in declared:
+            raise ConfigError(f"unequal_budgets: {c.a} - {c.b} train on the same budget "
+                              f"({describe_cell_budget(budgets[0])}); remove the declaration")
+
+
+def spec_cell(spec: GridSpec, name: str) -> CellSpec:
+    return next(c for c in spec.cells if c.name == name)
+
+
+def cell_budget(spec: GridSpec, cell: CellSpec) -> BudgetSpec | None:
+    """The budget a training cell trains on: its own, else the grid's (None: the former wall-clock axis)."""
+    return cell.budget if cell.budget is not None else spec.budget
+
+
+def trained_budget(spec: GridSpec, cell: CellSpec) -> BudgetSpec | None:
+    """The budget behind a cell's records: a training cell's own (:func:`cell_budget`), an
+    ablation's source's; None for an ``untrained`` evaluation."""
+    if cell.evaluate == "untrained":
+        return None
+    if cell.evaluate in ABLATIONS:
+        cell = spec_cell(spec, cell.source)
+    return cell_budget(spec, cell)
+
+
+def describe_cell_budget(budget: BudgetSpec | None) -> str:
+    return "no budget" if budget is None else f"{budget.amount} {budget.axis.replace('_', ' ')}"
 
 
 def check_budget(spec: GridSpec) -> None:
@@ -305,6 +437,20 @@ def check_budget(spec: GridSpec) -> None:
         raise ConfigError(f"eval_every.episodes ({spec.eval_every.episodes}) must divide budget.episodes "
                           f"({spec.budget.episodes}), so that every cell is evaluated at 0, M, 2M, ... up to the budget")
     for cell in spec.cells:
+        if cell.budget is None:
+            pass
+        elif cell.evaluate is not None:
+            raise ConfigError(f"cell {cell.name!r}: an evaluation cell trains nothing; its budget is its source's "
+                              "(remove its budget)")
+        elif spec.budget is None or cell.budget.axis != spec.budget.axis:
+            raise ConfigError(f"cell {cell.name!r}: its budget must be on the grid's axis "
+                              f"({spec.budget.axis if spec.budget else 'the grid has none in samples'}), "
+                              f"got {cell.budget.axis}")
+        elif cell.budget.axis == "episodes" and spec.eval_every is not None \
+                and cell.budget.episodes % spec.eval_every.episodes:
+            raise ConfigError(f"cell {cell.name!r}: eval_every.episodes ({spec.eval_every.episodes}) must divide its "
+                              f"budget.episodes ({cell.budget.episodes}), so that it is evaluated at the same episode "
+                              "counts as the other cells")
         grid_keys = [key for key in cell.overrides
                      if any(key == g or g.startswith(key + ".") for g in GRID_SET_KEYS)]
         if cell.evaluate is None and spec.budget is not None and grid_keys:
@@ -313,33 +459,37 @@ def check_budget(spec: GridSpec) -> None:
                               "evaluated at the same episode counts; remove it")
 
 
-def budget_overrides(spec: GridSpec, cfg: TrainConfig, cell: str) -> dict[str, Any]:
-    """What the grid sets on a training cell whose config (without them) is ``cfg``: the budget,
-    and ``eval.interval`` in updates from ``eval_every`` in episodes (it must be a whole number of
-    the cell's updates); refused with one line when the cell's updates cannot meet them."""
-    if spec.budget is None:  # the former wall-clock axis
+def budget_overrides(spec: GridSpec, cfg: TrainConfig, cell: CellSpec) -> dict[str, Any]:
+    """What the grid sets on a training cell whose config (without them) is ``cfg``: its budget
+    (:func:`cell_budget`), and ``eval.interval`` in updates from ``eval_every`` in episodes (it must
+    be a whole number of the cell's updates); refused with one line when the cell's updates cannot
+    meet them."""
+    budget = cell_budget(spec, cell)
+    if budget is None:  # the former wall-clock axis
         return {"schedule.time_budget_s": spec.time_budget_s}
     per_update = cfg.schedule.episodes_per_update
     interval = 0
     if spec.eval_every is not None:
         interval, rest = divmod(spec.eval_every.episodes, per_update)
         if rest:
-            raise ConfigError(f"cell {cell!r}: eval_every.episodes ({spec.eval_every.episodes}) is not a whole number "
-                              f"of its updates (episodes_per_update {per_update}), so it could not be evaluated at "
-                              "the same episode counts as the others; change one of them")
-    if spec.budget.axis == "episodes" and cfg.schedule.num_updates * per_update < spec.budget.episodes:
-        raise ConfigError(f"cell {cell!r}: schedule.num_updates ({cfg.schedule.num_updates}) x episodes_per_update "
-                          f"({per_update}) stops it before budget.episodes ({spec.budget.episodes}); raise num_updates")
-    return {BUDGET_AXES[spec.budget.axis]: spec.budget.amount, "schedule.time_budget_s": None,
+            raise ConfigError(f"cell {cell.name!r}: eval_every.episodes ({spec.eval_every.episodes}) is not a whole "
+                              f"number of its updates (episodes_per_update {per_update}), so it could not be evaluated "
+                              "at the same episode counts as the others; change one of them")
+    if budget.axis == "episodes" and cfg.schedule.num_updates * per_update < budget.episodes:
+        raise ConfigError(f"cell {cell.name!r}: schedule.num_updates ({cfg.schedule.num_updates}) x episodes_per_update "
+                          f"({per_update}) stops it before budget.episodes ({budget.episodes}); raise num_updates")
+    return {BUDGET_AXES[budget.axis]: budget.amount, "schedule.time_budget_s": None,
             "eval.interval": interval, "eval.at_end": True}
 
 
-def budget_meta(spec: GridSpec) -> dict[str, Any]:
-    """``grid.budget`` of a training run's record: the axis, its amount and the evaluation interval
-    (the former wall-clock axis as :func:`leaderboards.records.grid_budget` reads it)."""
-    if spec.budget is None:
+def budget_meta(spec: GridSpec, cell: CellSpec | None = None) -> dict[str, Any]:
+    """``grid.budget`` of a record of ``cell`` (a training run, or an ablation of one: its source's
+    budget, :func:`trained_budget`; None: the grid's): the axis, its amount and the evaluation
+    interval (the former wall-clock axis as :func:`leaderboards.records.grid_budget` reads it)."""
+    budget = spec.budget if cell is None else trained_budget(spec, cell)
+    if budget is None:
         return {"axis": WALL_CLOCK, "time_budget_s": spec.time_budget_s}
-    return {"axis": spec.budget.axis, spec.budget.axis: spec.budget.amount,
+    return {"axis": budget.axis, budget.axis: budget.amount,
             "eval_every_episodes": spec.eval_every.episodes if spec.eval_every else None}
 
 
@@ -365,12 +515,21 @@ def plan(spec: GridSpec) -> list[GridRun]:
     runs: dict[tuple[str, int], GridRun] = {}
     identities: dict[str, GridRun] = {}
     for cell in spec.cells:
-        source = next((c for c in spec.cells if c.name == cell.source), None)
+        source_name = cell.start.source if cell.start is not None else cell.source
+        source = next((c for c in spec.cells if c.name == source_name), None)
         seeds = cell.seeds if cell.seeds is not None else (
             source.seeds if source is not None and source.seeds is not None else spec.seeds)
+        start_file = None  # how the cell's start is handed over: decided on its first seed
         for seed in seeds:
             overrides = {**cell.overrides, "seed": seed, "output_dir": str(root / cell.name / f"seed{seed}")}
             source_run, others = None, []
+            if cell.start is not None:
+                missing = [c for c in cell.start.cells() if (c, seed) not in runs]
+                if missing:
+                    raise ConfigError(f"cell {cell.name!r} seed {seed}: {', '.join(missing)} (read by its start) has no "
+                                      "run with that seed; give the cell its start's seeds")
+                source_run = runs[(cell.start.source, seed)]
+                others = [runs[(c, seed)] for c in cell.start.cells()[1:]]
             if cell.evaluate in ABLATIONS:
                 ablation = cell_ablation(cell)
                 missing = [c for c in [cell.source, *ablation.other_cells()] if (c, seed) not in runs]
@@ -387,7 +546,12 @@ def plan(spec: GridSpec) -> list[GridRun]:
             run = GridRun(cell, seed, f"{cell.name}_seed{seed}", overrides, cell.evaluate or "train", source_run,
                           others)
             if cell.evaluate is None:  # the budget and evaluation points, from the cell's own episodes_per_update
-                overrides.update(budget_overrides(spec, run_config(spec, run), cell.name))
+                overrides.update(budget_overrides(spec, run_config(spec, run), cell))
+            if cell.start is not None:  # where the run starts: its source's folder, or a file the grid writes
+                if start_file is None:
+                    start_file = start_fits(spec, run, run_config(spec, run))
+                overrides["init_adapters"] = (str(Path(overrides["output_dir"]) / START_DIR / "adapters.pt")
+                                              if start_file else source_run.overrides["output_dir"])
             cfg = run_config(spec, run)  # fail before any training when a cell's overrides are invalid
             if cell.evaluate in ABLATIONS and seed == seeds[0]:  # e.g. a seat that is no agent of the env
                 ablation = cell_ablation(cell)
@@ -407,14 +571,21 @@ def plan(spec: GridSpec) -> list[GridRun]:
 
 
 def run_identity(run: GridRun, cfg: TrainConfig) -> str:
-    """What decides a run's outcome: its resolved config without ``output_dir``, and for an
-    evaluation-only run what it evaluates (its kind, source, ablation options). Two runs with the
-    same identity are the same run under two names."""
+    """What decides a run's outcome: its resolved config without ``output_dir``, for an
+    evaluation-only run what it evaluates (its kind, source, ablation options), and for a run with
+    a ``start`` the runs it starts from (cells and seeds). Two runs with the same identity are the
+    same run under two names."""
     from marft_agents.config import config_to_dict
 
     config = config_to_dict(cfg)
     config.pop("output_dir", None)
-    cell = {k: v for k, v in asdict(run.cell).items() if k not in ("name", "note", "seeds", "overrides")}
+    # the budget is in the config; a start is named by the runs it reads, not by a path
+    cell = {k: v for k, v in asdict(run.cell).items() if k not in ("name", "note", "seeds", "overrides", "budget")
+            and not (k == "start" and v is None)}
+    if run.cell.start is not None:
+        config.pop("init_adapters", None)
+        cell["start"] = {"source": [run.source.cell.name, run.source.seed],
+                         "adapters": {agent: [name, run.seed] for agent, name in run.cell.start.adapters.items()}}
     return json.dumps({"kind": run.kind, "cell": cell, "config": config}, sort_keys=True, default=str)
 
 
@@ -425,40 +596,176 @@ def run_config(spec: GridSpec, run: GridRun) -> TrainConfig:
         raise ConfigError(f"cell {run.cell.name!r} (seed {run.seed}): {err}") from None
 
 
+# -- starts ----------------------------------------------------------------------------------------
+START_DIR = "start"
+"""In a run's folder: the combined start the grid writes (``adapters.pt``) and where each part of it
+came from (``start.json``)."""
+
+
+def start_layout(cfg: TrainConfig) -> dict[str, Any]:
+    """What decides whether one run's adapters load into another's policy: the team, one adapter or
+    one per agent, the model and LoRA shapes, and the critic (None: the learner values nothing)."""
+    import marft_envs
+    from marft_agents.learners.registry import learner_capabilities  # read without importing the learner
+
+    needs_critic = learner_capabilities(cfg.algorithm).value_mode is not None and cfg.advantage.uses_critic
+    critic = None
+    if needs_critic and cfg.critic is not None:
+        lora = cfg.critic.lora or cfg.lora
+        critic = {"mode": cfg.critic.mode, "per_agent_head": cfg.critic.per_agent_head,
+                  "lora": [lora.r, lora.target_modules]}
+    return {"agents": list(marft_envs.make(cfg.env.id, **cfg.env.kwargs).possible_agents),
+            "shared_adapter": cfg.shared_adapter, "model": cfg.model.name_or_path,
+            "lora": [cfg.lora.r, cfg.lora.target_modules], "critic": critic}
+
+
+def start_fits(spec: GridSpec, run: GridRun, cfg: TrainConfig) -> bool:
+    """Refuse (one line) a start whose runs' adapters cannot make this run's; whether the grid must
+    write a combined file (True) or can hand over the source's run folder as it is (a plain start
+    from a run of the same layout, critic included)."""
+    where = f"cell {run.cell.name!r}: start"
+    mine = start_layout(cfg)
+    donors = {r.cell.name: start_layout(run_config(spec, r)) for r in [run.source, *run.others]}
+    for name, theirs in donors.items():
+        for key, what in (("agents", "team (agents)"), ("model", "model"), ("lora", "LoRA rank and targets")):
+            if theirs[key] != mine[key]:
+                raise ConfigError(f"{where}: cell {name!r} has another {what} ({theirs[key]}) than this run "
+                                  f"({mine[key]}); its adapters do not fit")
+        if theirs["shared_adapter"] != mine["shared_adapter"] or (run.cell.start.adapters and mine["shared_adapter"]):
+            raise ConfigError(f"{where}: cell {name!r} (shared_adapter: {theirs['shared_adapter']}) and this run "
+                              f"(shared_adapter: {mine['shared_adapter']}) must both train one adapter per agent to take "
+                              "agents' adapters from several cells, or the same layout for a plain start")
+        if mine["critic"] is not None and theirs["critic"] is not None and theirs["critic"] != mine["critic"]:
+            raise ConfigError(f"{where}: cell {name!r}'s critic {theirs['critic']} does not fit this run's "
+                              f"{mine['critic']}; give them one critic layout (or a critic-free source: the run then "
+                              "starts with a fresh critic)")
+    unknown = sorted(set(run.cell.start.adapters) - set(mine["agents"]))
+    if unknown:
+        raise ConfigError(f"{where}.adapters: {unknown} not agents of the env; its agents: {', '.join(mine['agents'])}")
+    return bool(run.cell.start.adapters) or donors[run.source.cell.name]["critic"] != mine["critic"]
+
+
+def start_state(policy: Any, fresh: dict[str, Any], states: dict[str, dict[str, Any]], start: StartSpec
+                ) -> tuple[dict[str, Any], dict[str, str]]:
+    """A run's starting ``adapter_state_dict`` and where each adapter of it came from.
+
+    1. Agent ``a``'s policy adapter: from the final adapters of cell ``start.adapters[a]``, else of
+       ``start.source`` (:func:`baselines.ablations.combine_adapters`; one shared adapter: the
+       source's).
+    2. The critic (its adapter and value head): a team critic (``centralised``, ``local``) from the
+       source; agent ``a``'s critic of a ``per_agent`` one from the cell that gave ``a``'s adapter.
+       Where that run valued nothing (a critic-free learner such as GRPO, or the ``group``
+       baseline), the run's own fresh critic (``fresh``: a policy built from its config under its
+       seed, LoRA ``B`` zero as in every fresh adapter); a run without a critic drops the source's.
+
+    ``states``: cell -> its final adapters; ``fresh``: the run's policy at initialisation.
+    """
+    from baselines.ablations import combine_adapters
+
+    donor = {agent: start.adapters.get(agent, start.source) for agent in policy.agent_ids}
+    if policy.shared_adapter:
+        prefix = f"lora/{policy.adapter_for(policy.agent_ids[0])}/"
+        state = {**fresh, **{k: v for k, v in states[start.source].items() if k.startswith(prefix)}}
+    else:
+        state = combine_adapters(fresh, policy, {a: (states[donor[a]], a) for a in policy.agent_ids})
+    origin = {policy.adapter_for(a): (start.source if policy.shared_adapter else donor[a]) for a in policy.agent_ids}
+    for name in policy.critic_adapters:
+        cell = donor[name[len("critic_"):]] if name.startswith("critic_") and name[len("critic_"):] in donor \
+            else start.source
+        prefixes = (f"lora/{name}/", f"value_head/{name}/")
+        part = {k: v for k, v in states[cell].items() if k.startswith(prefixes)}
+        mine = {k for k in fresh if k.startswith(prefixes)}
+        if not part:
+            origin[name] = "fresh"
+            continue
+        if set(part) != mine or any(part[k].shape != fresh[k].shape for k in mine):
+            raise ConfigError(f"start: critic {name!r} of cell {cell!r} does not fit the run's (keys or shapes differ)")
+        state.update(part)
+        origin[name] = cell
+    return state, origin
+
+
+def prepare_start(spec: GridSpec, run: GridRun) -> dict[str, Any]:
+    """Hand a run its start: check that every run it reads has a final checkpoint, write the combined
+    ``<output_dir>/start/adapters.pt`` where its ``init_adapters`` names it (:func:`start_state`),
+    and return what its record notes: the cells and seeds, their checkpoints and, for a combined
+    start, which adapter came from which cell."""
+    import torch
+
+    from marft_agents.run.checkpoint import latest_checkpoint, load_adapters
+
+    checkpoints = {}
+    for source in [run.source, *run.others]:
+        checkpoint = latest_checkpoint(source.overrides["output_dir"])
+        if checkpoint is None:
+            raise FileNotFoundError(f"{run.name}: the run it starts from, {source.name}, has no checkpoint in "
+                                    f"{source.overrides['output_dir']}; run its cell first")
+        checkpoints[source.cell.name] = checkpoint
+    meta: dict[str, Any] = {"source": run.source.cell.name, "seed": run.seed,
+                            "checkpoints": {c: str(p) for c, p in checkpoints.items()}}
+    if run.cell.start.adapters:
+        meta["adapters"] = dict(run.cell.start.adapters)
+    target = Path(run.overrides["init_adapters"])
+    if target.name != "adapters.pt":  # a plain start: the trainer reads the source's latest checkpoint
+        return meta
+    import marft_agents.model.loading as models
+    from marft_agents.run.seeding import seed_everything
+    from marft_agents.run.trainer import build_policy
+
+    cfg = dataclasses.replace(run_config(spec, run), init_adapters=None)
+    cfg.resolve_hardware()
+    model, tokenizer = models.load_model_and_tokenizer(cfg.model)
+    seed_everything(cfg.seed)
+    with build_policy(cfg, model, tokenizer, start_layout(cfg)["agents"]) as policy:
+        fresh = policy.adapter_state_dict()
+        states = {cell: load_adapters(path) for cell, path in checkpoints.items()}
+        state, origin = start_state(policy, fresh, states, run.cell.start)
+        policy.load_adapter_state_dict(state)  # as the trainer will: strict, so a misfit fails here
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, target)
+    meta["from"] = origin
+    (target.parent / "start.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return meta
+
+
 def shard(runs: list[GridRun], index: int, count: int) -> list[GridRun]:
-    """Shard ``index`` of ``count``: training and untrained runs round-robin, ablations with their source."""
+    """Shard ``index`` of ``count``: training and untrained runs round-robin; ablations, and runs
+    with a ``start``, with their source."""
     if not 0 <= index < count:
         raise ValueError(f"--shard must be i/n with 0 <= i < n, got {index}/{count}")
     owner: dict[str, int] = {}
-    for k, run in enumerate(r for r in runs if r.kind not in ABLATIONS):
+    for k, run in enumerate(r for r in runs if r.source is None):
         owner[run.name] = k % count
-    # An ablation run goes with its source (it reads that run's adapters; a combined run's other
-    # sources may be on another shard: it waits for their records). When the selection (--cells)
-    # leaves the source out, the source must be done already: deal those round-robin.
-    orphans = [r for r in runs if r.kind in ABLATIONS and r.source.name not in owner]
-    for k, run in enumerate(orphans):
-        owner[run.name] = k % count
-
-    def shard_of(run: GridRun) -> int:
-        if run.kind in ABLATIONS and run.source.name in owner:
-            return owner[run.source.name]
-        return owner[run.name]
-
-    return [r for r in runs if shard_of(r) == index]
+    # A run that reads another's adapters (an ablation, a start) goes with its source, in file
+    # order, so a chain follows its first run (a combined one's other sources may be on another
+    # shard: it waits for their records). When the selection (--cells) leaves the source out, the
+    # source must be done already: deal those round-robin.
+    orphans = 0
+    for run in runs:
+        if run.source is None:
+            continue
+        if run.source.name in owner:
+            owner[run.name] = owner[run.source.name]
+        else:
+            owner[run.name] = orphans % count
+            orphans += 1
+    return [r for r in runs if owner[r.name] == index]
 
 
 def status(spec: GridSpec, run: GridRun) -> str:
     """``done`` (record written under this grid's protocol), ``stale`` (a record made under an
     older one: another budget axis or task revision; running replaces it), ``partial``
     (checkpoint, no record), ``conflict`` (the run folder holds a checkpoint of a run with another
-    budget: resuming it would mix the two), ``blocked`` (an ablation run whose source, or another
-    run it reads, has no current record yet) or ``todo``."""
+    budget: resuming it would mix the two), ``blocked`` (an ablation run, or a training run with a
+    ``start``, whose source or another run it reads has no current record yet) or ``todo``."""
     from marft_agents.run.checkpoint import latest_checkpoint
 
     path = records_dir(spec) / f"{run.name}.json"
-    if path.is_file() and record_is_current(spec, json.loads(path.read_text(encoding="utf-8"))):
+    if path.is_file() and record_is_current(spec, json.loads(path.read_text(encoding="utf-8")), run.cell):
         return "done"
-    if run.kind in ABLATIONS and not all(status(spec, r) == "done" for r in [run.source, *run.others]):
+    if run.source is not None and not all(status(spec, r) == "done" for r in [run.source, *run.others]):
         return "blocked"
     checkpoint = latest_checkpoint(run.overrides["output_dir"]) if run.kind == "train" else None
     if checkpoint is not None:
@@ -466,12 +773,13 @@ def status(spec: GridSpec, run: GridRun) -> str:
     return "stale" if path.is_file() else "todo"
 
 
-def record_is_current(spec: GridSpec, record: dict[str, Any]) -> bool:
-    """Whether a record was made under this grid's protocol: nothing a report must flag
-    (:func:`leaderboards.records.record_caveats`) and, for a trained run, this grid's budget."""
+def record_is_current(spec: GridSpec, record: dict[str, Any], cell: CellSpec | None = None) -> bool:
+    """Whether a record (of ``cell``; None: the grid's budget) was made under this grid's protocol:
+    nothing a report must flag (:func:`leaderboards.records.record_caveats`) and, for a trained
+    run or an ablation of one, the budget its cell trains on (:func:`budget_meta`)."""
     if record_caveats(record):
         return False
-    return (record.get("grid") or {}).get("kind") == "untrained" or grid_budget(record) == budget_meta(spec)
+    return (record.get("grid") or {}).get("kind") == "untrained" or grid_budget(record) == budget_meta(spec, cell)
 
 
 def budget_changes(run: GridRun, checkpoint: Path) -> list[str]:
@@ -502,7 +810,7 @@ class GridStopped(Exception):
 def _grid_meta(spec: GridSpec, run: GridRun, wall_s: float) -> dict[str, Any]:
     meta = {"grid": spec.name, "cell": run.cell.name, "seed": run.seed, "kind": run.kind, "wall_s": round(wall_s, 1)}
     if run.kind != "untrained":  # a training run, or an ablation of one: the budget it trained on
-        meta["budget"] = budget_meta(spec)
+        meta["budget"] = budget_meta(spec, run.cell)
     return meta
 
 
@@ -514,6 +822,7 @@ def train_run(spec: GridSpec, run: GridRun) -> Record:
     commit, code_state = git_commit(), code_digest()
     started = time.perf_counter()
     earlier = earlier_attempts_s(run)
+    start = prepare_start(spec, run) if run.cell.start is not None else None
     sets = [f"--set={key}={json.dumps(value)}" for key, value in run.overrides.items()]
     # --resume: continue from a checkpoint, or start fresh when there is none (then a killed
     # attempt's step-0 evaluation is reused and its re-logged updates are de-duplicated).
@@ -529,6 +838,8 @@ def train_run(spec: GridSpec, run: GridRun) -> Record:
         raise RuntimeError(f"training run {run.name} failed with exit status {code}")
     record = build_record(run_config(spec, run), run.name, commit, code_state)
     record.grid = _grid_meta(spec, run, earlier + time.perf_counter() - started)
+    if start is not None:
+        record.grid["start"] = start
     return record
 
 
@@ -636,8 +947,10 @@ def _evaluate_policy(spec: GridSpec, run: GridRun, cfg: TrainConfig, policy: Any
     )
 
 
-def run_grid(spec: GridSpec, runs: list[GridRun], log=print) -> dict[str, int]:
-    """Run every run not done yet; returns counts by outcome (``ran``, ``skipped``, ``blocked``)."""
+def run_grid(spec: GridSpec, runs: list[GridRun], log=print, gate=None) -> dict[str, int]:
+    """Run every run not done yet; returns counts by outcome (``ran``, ``skipped``, ``blocked``).
+    ``gate(run)``: whether a run may start (a ``start`` cell's gate, measured once its sources are
+    done); None: every run may."""
     from marft_agents.run.checkpoint import latest_checkpoint
 
     counts = {"ran": 0, "skipped": 0, "blocked": 0}
@@ -650,7 +963,12 @@ def run_grid(spec: GridSpec, runs: list[GridRun], log=print) -> dict[str, int]:
             continue
         if state == "blocked":
             counts["blocked"] += 1
-            log(f"wait {run.name}: needs the record of {run.source.name} first (run the grid again later)")
+            needed = [r.name for r in [run.source, *run.others] if status(spec, r) != "done"]
+            log(f"wait {run.name}: needs the record of {' and '.join(needed)} first (run the grid again later)")
+            continue
+        if gate is not None and not gate(run):
+            counts["blocked"] += 1
+            log(f"stop {run.name}: its start gate refuses it (the plan above; --force runs it anyway)")
             continue
         if state == "conflict":
             counts["blocked"] += 1
@@ -669,16 +987,23 @@ def run_grid(spec: GridSpec, runs: list[GridRun], log=print) -> dict[str, int]:
 
 
 def describe_budget(spec: GridSpec, runs: list[GridRun]) -> str:
-    """The dry run's summary of the training budget: runs x samples, and the evaluation points."""
-    training = sum(r.kind == "train" for r in runs)
+    """The dry run's summary of the training budget: runs x samples (per budget, when cells declare
+    their own), and the evaluation points."""
+    training = [r for r in runs if r.kind == "train"]
     if spec.budget is None:
-        return (f"{training} training runs of {spec.time_budget_s} s training time each: the former wall-clock "
+        return (f"{len(training)} training runs of {spec.time_budget_s} s training time each: the former wall-clock "
                 "axis, records only")
     unit = spec.budget.axis.replace("_", " ")
     every = spec.eval_every.episodes if spec.eval_every else None
     points = (f"evaluated at episodes 0, {every}, {2 * every}, ... and at the end" if every
               else "evaluated before training and at the end")
-    return (f"{training} training runs of {spec.budget.amount} {unit} each = {training * spec.budget.amount} {unit}, "
+    amounts = [cell_budget(spec, r.cell).amount for r in training]
+    counts = {amount: amounts.count(amount) for amount in dict.fromkeys(amounts)}
+    if len(counts) <= 1:
+        return (f"{len(training)} training runs of {spec.budget.amount} {unit} each = {sum(amounts)} {unit}, "
+                f"{points}; training time is recorded per run as its cost")
+    terms = " + ".join(f"{n} x {amount}" for amount, n in counts.items())
+    return (f"{len(training)} training runs of their cells' budgets, {terms} {unit} = {sum(amounts)} {unit}, "
             f"{points}; training time is recorded per run as its cost")
 
 
@@ -704,8 +1029,10 @@ REFUSED = 3
 """Exit status of a grid whose plan refuses it (:mod:`baselines.grid_plan`)."""
 
 
-def planned(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None, args: argparse.Namespace) -> bool:
-    """Make, print and keep the grid's plan (:func:`baselines.grid_plan.make_plan`); whether it accepts."""
+def planned(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None, args: argparse.Namespace
+            ) -> dict[str, Any]:
+    """Make, print and keep the grid's plan (:func:`baselines.grid_plan.make_plan`); returns it
+    (``accepted``: whether it accepts the grid)."""
     from baselines.grid_plan import make_plan, save_plan
     from leaderboards.grid_report import plan_lines
 
@@ -713,9 +1040,13 @@ def planned(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None, a
     result["forced"] = bool(args.force and not result["accepted"] and not args.plan)
     path = save_plan(spec, result)
     print("\n".join(plan_lines(result)))
+    for c in result["contrasts"]:  # cells of different budgets, compared on purpose
+        if c.get("unequal_budgets"):
+            budgets = " / ".join(describe_cell_budget(BudgetSpec(**b)) if b else "no budget" for b in c["budgets"])
+            print(f"Budgets of {c['a']} - {c['b']}: {budgets}, compared on purpose: {c['unequal_budgets']}")
     print(f"plan {'accepted' if result['accepted'] else 'refused'}: {path}")
     write_spec_report(spec)
-    return result["accepted"]
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -775,12 +1106,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {write_spec_report(spec)}")
         return 0
     if args.plan:
-        return 0 if planned(spec, plan(spec), None, args) else REFUSED
+        return 0 if planned(spec, plan(spec), None, args)["accepted"] else REFUSED
     if args.dry_run:
         print(f"grid {spec.name}: {len(runs)} runs ({describe_budget(spec, runs)})")
         for run in runs:
             shown = {k: v for k, v in run.overrides.items() if k not in ("seed", "output_dir", *GRID_SET_KEYS)}
             extra = f" from {run.source.name}" if run.source else ""
+            if run.cell.start is not None:
+                extra += "".join(f" + {a}: {name}_seed{run.seed}" for a, name in run.cell.start.adapters.items())
+            if run.cell.budget is not None and run.cell.budget != spec.budget:
+                extra += f" ({describe_cell_budget(run.cell.budget)})"
             print(f"  {status(spec, run):<8} {run.name:<36} {run.kind}{extra}  {json.dumps(shown)}")
         return 0
     if spec.budget is None:
@@ -789,20 +1124,35 @@ def main(argv: list[str] | None = None) -> int:
               "budget: {episodes: N} and eval_every: {episodes: M}", file=sys.stderr)
         return 2
     to_run = [r for r in runs if status(spec, r) != "done"]
+    waiting: set[str] = set()  # start cells whose gates wait for the runs they start from
     if to_run:  # gate the training cells about to run; size every contrast of the grid
         cells = list(dict.fromkeys(r.cell.name for r in to_run if r.kind == "train"))
-        if not planned(spec, plan(spec), cells, args) and not args.force:
+        result = planned(spec, plan(spec), cells, args)
+        if not result["accepted"] and not args.force:
             print("grid: the plan refuses this grid (above, and in its report); fix it or run with --force",
                   file=sys.stderr)
             return REFUSED
+        waiting = {g["cell"] for g in result["gates"] if g.get("source") == "waiting" and g.get("after")}
+    gated: dict[str, bool] = {}
+
+    def gate(run: GridRun) -> bool:
+        """A start cell's gate, measured (once) when its first run is about to train."""
+        if run.cell.name not in waiting or run.kind != "train":
+            return True
+        if run.cell.name not in gated:
+            result = planned(spec, plan(spec), [run.cell.name], args)
+            entry = next(g for g in result["gates"] if g["cell"] == run.cell.name)
+            gated[run.cell.name] = bool(entry.get("passed")) or args.force
+        return gated[run.cell.name]
+
     try:
-        counts = run_grid(spec, runs)
+        counts = run_grid(spec, runs, gate=gate)
     except GridStopped as stop:
         print(f"grid: {stop}", file=sys.stderr)
         return stop.code
     print(f"grid {spec.name}: ran {counts['ran']}, skipped {counts['skipped']} (records exist), "
-          f"waiting {counts['blocked']} (ablation runs whose sources are not done, or run folders holding a "
-          "checkpoint of another budget)")
+          f"waiting {counts['blocked']} (ablation runs and starts whose sources are not done, start gates that "
+          "refuse, or run folders holding a checkpoint of another budget)")
     return 0
 
 

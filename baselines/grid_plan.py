@@ -22,7 +22,13 @@ status 3, one line per reason) unless ``--force``. A plan:
    delete it to measure anew. ``--gate-from-records`` takes the gate from the grid's own records
    instead where they cover enough episodes: the rollout of a run's first update is sampled from
    its starting policy, so the first updates' rewarded episodes of every record with the same
-   start, pooled, are a pilot of that start.
+   start, pooled, are a pilot of that start. A cell with a ``start`` (other cells' final
+   adapters, :mod:`baselines.grid`) is gated in a later phase: until one seed's runs it starts
+   from have current records its gate is ``waiting``, "gated after" those cells, which does not
+   refuse the grid; the grid measures it when the cell's first run is about to train (the start
+   of that seed: each seed starts elsewhere), and skips the cell's runs if it fails, unless
+   ``--force``. Its digest includes the checkpoints it starts from, and records never stand in
+   for its pilot.
 2. **Contrasts.** For every declared comparison, as the report will test it (paired,
    one-sample against a seed-free value, or independent seeds): the minimal detectable effect of
    the t test at the declared seeds, at the Bonferroni level ``alpha / m`` of the grid's Holm
@@ -33,10 +39,12 @@ status 3, one line per reason) unless ``--force``. A plan:
    and, where a margin is declared, the narrowest margin within which a null could be shown
    equivalent. The seed spread is the one the grid's records show (two or more seeds that
    vary), else the largest a score in [0, 1] can have at the mean the cell would reach with the
-   meaningful effect (:func:`leaderboards.stats.bounded_sd`).
+   meaningful effect (:func:`leaderboards.stats.bounded_sd`). Each entry names both cells'
+   budgets, and the declared reason where they differ (``unequal_budgets``).
 3. **Machine time**: the recorded time of the runs done, and for the others the mean time of
    their cell's records, else the grid's training (evaluation) records' time per episode (per
-   run), else a lower bound from the gate pilot's sampling time, else unknown.
+   run) times the run's own budget, else a lower bound from the gate pilot's sampling time,
+   else unknown.
 
 The plan refuses when a gate fails (or cannot be measured), when a comparison's minimal
 detectable effect exceeds the grid's ``meaningful_effect`` (or the whole scale, when none is
@@ -59,7 +67,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from baselines.grid import GridRun, GridSpec, records_dir, run_config, status
+from baselines.grid import (GridRun, GridSpec, cell_budget, prepare_start, records_dir, run_config, spec_cell, status,
+                           trained_budget)
 from leaderboards import stats
 from leaderboards.grid_report import ALPHA, Comparison
 from leaderboards.records import code_digest, git_commit
@@ -103,8 +112,28 @@ def start_of(config: dict[str, Any]) -> dict[str, Any]:
             "init_adapters": config.get("init_adapters")}
 
 
-def start_digest(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(start_of(config), sort_keys=True, default=str).encode()).hexdigest()[:12]
+def start_digest(config: dict[str, Any], checkpoints: dict[str, Any] | None = None) -> str:
+    """The digest of a start (:func:`start_of`), with the checkpoints a ``start`` cell's run reads
+    (:func:`_start_checkpoints`) when it has one: a source run again is another start."""
+    start = start_of(config)
+    if checkpoints:
+        start["checkpoints"] = checkpoints
+    return hashlib.sha256(json.dumps(start, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _start_checkpoints(run: GridRun) -> dict[str, Any] | None:
+    """For a run with a ``start``: each run it reads -> its latest checkpoint and that file's size and
+    modification time (None for a run without one)."""
+    if run.cell.start is None:
+        return None
+    from marft_agents.run.checkpoint import latest_checkpoint
+
+    out = {}
+    for source in [run.source, *run.others]:
+        checkpoint = latest_checkpoint(source.overrides["output_dir"])
+        stat = (checkpoint / "adapters.pt").stat() if checkpoint is not None else None
+        out[source.name] = [str(checkpoint), stat.st_size, stat.st_mtime_ns] if stat else None
+    return out
 
 
 def _config(spec: GridSpec, run: GridRun) -> dict[str, Any]:
@@ -186,9 +215,21 @@ def gates(spec: GridSpec, runs: list[GridRun], cells: list[str], episodes: int, 
     code, measured = code_digest(), {}
     out = []
     for cell in cells:
-        run = next(r for r in runs if r.cell.name == cell and r.kind == "train")
+        mine = [r for r in runs if r.cell.name == cell and r.kind == "train"]
+        run = mine[0]
+        if run.cell.start is not None:  # a start from other cells' runs: gated once one seed's are done
+            ready = [r for r in mine if all(status(spec, s) == "done" for s in [r.source, *r.others])]
+            if not ready:
+                after = run.cell.start.cells()
+                out.append({"cell": cell, "source": "waiting", "after": after,
+                            "episodes_per_update": _config(spec, run)["schedule"]["episodes_per_update"],
+                            "rate": None, "passed": False,
+                            "note": f"waiting: gated after {', '.join(after)} (its start is their final adapters; "
+                                    "measured when its first run is about to train)"})
+                continue
+            run = ready[0]
         config = _config(spec, run)
-        digest = start_digest(config)
+        digest = start_digest(config, _start_checkpoints(run))
         per_update = config["schedule"]["episodes_per_update"]
         path = grid_folder(spec) / GATES / f"{cell}.json"
         gate = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
@@ -196,16 +237,19 @@ def gates(spec: GridSpec, runs: list[GridRun], cells: list[str], episodes: int, 
                                      and gate.get("episodes", 0) >= episodes):
             gate = None
         init = config.get("init_adapters")
-        if gate is None and init is not None and not Path(init).exists():
+        if gate is None and init is not None and not Path(init).exists() and run.cell.start is None:
             out.append({"cell": cell, "source": "waiting", "episodes_per_update": per_update, "rate": None,
                         "passed": False, "note": f"its start {init} does not exist yet"})
             continue
         if gate is None:
             found = measured.get(digest)
-            if found is None and from_records:
+            if found is None and from_records and run.cell.start is None:
                 pooled = records_pilot(spec, runs, digest)
                 found = pooled if pooled is not None and pooled["episodes"] >= episodes else None
             if found is None:
+                if run.cell.start is not None:
+                    log(f"gate {cell}: its start is {run.name}'s (seed {run.seed})")
+                    prepare_start(spec, run)  # a combined start's file, which the pilot loads
                 log(f"gate {cell}: piloting its starting policy on {episodes} sampled episodes")
                 found = pilot(spec, run, episodes)
             measured[digest] = found
@@ -257,6 +301,11 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
     entry: dict[str, Any] = {"question": comparison.question or f"{comparison.a} - {comparison.b}",
                              "a": comparison.a, "b": comparison.b, "sd": None, "basis": "-",
                              "mde": None, "least_passing": None, "reasons": []}
+    budgets = [trained_budget(spec, spec_cell(spec, c)) for c in (comparison.a, comparison.b)]
+    entry["budgets"] = [None if b is None else {b.axis: b.amount} for b in budgets]
+    why = next((u.why for u in spec.unequal_budgets if (u.a, u.b) == (comparison.a, comparison.b)), None)
+    if why is not None:
+        entry["unequal_budgets"] = why
     meaningful = spec.meaningful_effect / 100 if spec.meaningful_effect is not None else None
     found = {c: _cell_records(spec, runs, c) for c in (comparison.a, comparison.b)}
     floor = {c: _floor(found[c]) for c in found}
@@ -347,7 +396,11 @@ def machine_time(spec: GridSpec, runs: list[GridRun], gate_list: list[dict[str, 
     training = [wall[r.name] / max(1, recorded[r.name]["budget"].get("episodes", 0) or 1)
                 for r in runs if r.kind == "train" and r.name in wall and recorded[r.name].get("budget")]
     evaluations = [wall[r.name] for r in runs if r.kind != "train" and r.name in wall]
-    episodes = spec.budget.episodes if spec.budget is not None and spec.budget.axis == "episodes" else None
+
+    def episodes(run: GridRun) -> int | None:  # the run's own budget in episodes (a cell may declare its own)
+        budget = cell_budget(spec, run.cell)
+        return budget.episodes if budget is not None and budget.axis == "episodes" else None
+
     pilot_rate = [g["seconds"] / g["episodes"] for g in gate_list if g.get("source") == "pilot" and g.get("seconds")]
     done_s = todo_s = 0.0
     counts = {"done": 0, "cell records": 0, "grid records": 0, "pilot, sampling only (a lower bound)": 0,
@@ -360,14 +413,14 @@ def machine_time(spec: GridSpec, runs: list[GridRun], gate_list: list[dict[str, 
         if by_cell.get(run.cell.name):
             todo_s += statistics.mean(by_cell[run.cell.name])
             counts["cell records"] += 1
-        elif run.kind == "train" and training and episodes:
-            todo_s += statistics.mean(training) * episodes
+        elif run.kind == "train" and training and episodes(run):
+            todo_s += statistics.mean(training) * episodes(run)
             counts["grid records"] += 1
         elif run.kind != "train" and evaluations:
             todo_s += statistics.mean(evaluations)
             counts["grid records"] += 1
-        elif run.kind == "train" and pilot_rate and episodes:
-            todo_s += statistics.mean(pilot_rate) * episodes
+        elif run.kind == "train" and pilot_rate and episodes(run):
+            todo_s += statistics.mean(pilot_rate) * episodes(run)
             counts["pilot, sampling only (a lower bound)"] += 1
         else:
             counts["unknown"] += 1
@@ -400,6 +453,8 @@ def make_plan(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None 
     contrast_list = contrasts(spec, runs, levels)
     refusals = []
     for g in gate_list:
+        if g.get("after"):  # a start cell: gated after the cells it starts from (a later phase)
+            continue
         if g.get("rate") is None:
             refusals.append(f"cell {g['cell']}: its gate cannot be measured: {g['note']}")
         elif not g["passed"]:

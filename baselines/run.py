@@ -24,6 +24,7 @@ from leaderboards.records import (RECORDS_DIR, Record, code_digest, env_task_rev
 from marft_agents.cli import INTERRUPTED_EXIT
 from marft_agents.cli import main as marft_main
 from marft_agents.config import TrainConfig, config_to_dict, load_config
+from marft_agents.evaluation.records import stage_figures
 from marft_agents.run.metrics import read_metrics
 
 
@@ -73,7 +74,8 @@ def build_record(cfg: TrainConfig, name: str, commit: str, code: str = "") -> Re
         eval_best=summary.get("eval_best"),
         eval_curve=[{"update": r["step"], "episodes": int(r.get("counters/episodes") or 0),
                      "sampled_tokens": int(r.get("counters/tokens") or 0), "accuracy": r["eval/accuracy"],
-                     "stderr": r["eval/stderr"], "train_seconds": round(r.get("time/train_seconds") or 0.0, 1)}
+                     "stderr": r["eval/stderr"], "train_seconds": round(r.get("time/train_seconds") or 0.0, 1),
+                     **(stage_figures(outcomes[r["step"]]["per_task"]) if r["step"] in outcomes else {})}
                     for r in evaluated],
         budget={"updates": final, "episodes": summary["counters"]["episodes"],
                 "tokens": summary["counters"]["tokens"], "wall_clock_s": round(wall, 1)},

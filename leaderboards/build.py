@@ -19,6 +19,7 @@ from typing import Any
 
 from leaderboards.grid_report import SUMMARY
 from leaderboards.records import RECORDS_DIR, load_records
+from leaderboards.studies import study_sections
 
 HEADER = """# Leaderboards
 
@@ -316,6 +317,7 @@ def results_page(records_dir: Path = RECORDS_DIR, target: Path | None = None) ->
               "Each grid (`baselines/grids/*.yaml`) declares its questions before any run; its report has the "
               "table over seeds, the statistics and the plot. Verdicts are after Holm's correction over the "
               "grid's declared comparisons.", "", README_START, "", README_END, ""]
+    lines += study_sections(board / "studies", target)  # nothing without study records
     return readme_with_grids("\n".join(lines), grids, link_prefix_for(target, grids))
 
 

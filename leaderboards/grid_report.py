@@ -19,7 +19,9 @@ reports and compares):
   and a verdict that says "not resolved" where it is not, with a planning estimate of the seeds
   it would take. Only declared comparisons are tested: nothing is chosen after the results;
 - cells evaluated with several samples per problem: avg@k and pass@k with their s.e.
-  (:func:`sampled_table`); ablations of one agent (``base_seat``, ``fixed_message``): the drop
+  (:func:`sampled_table`); cells whose env reports stages (Relay level 4: did the reducer pass
+  A + B, was the answerer right given what it heard): each stage's pass rate at the final
+  evaluation (:func:`stage_table`); ablations of one agent (``base_seat``, ``fixed_message``): the drop
   from the source cell, that agent's contribution, with its s.e. (:func:`contribution_table`);
 - duplicate runs (:func:`leaderboards.stats.duplicate_runs`) are named and counted once; records
   of cells the grid file no longer declares are named as not tested and read nowhere else
@@ -47,7 +49,7 @@ from typing import Any
 
 from leaderboards import stats
 from leaderboards.records import WALL_CLOCK, grid_budget, load_records
-from marft_agents.evaluation.problem_set import SAMPLED_FIGURES
+from marft_agents.evaluation.problem_set import SAMPLED_FIGURES, STAGE_FIGURES
 
 README = "README.md"
 PLOT = "curves.png"
@@ -106,6 +108,11 @@ class CellSummary:
     sampled: list[dict[str, Any] | None] = field(default_factory=list)
     """Each seed's sampled-evaluation figures (:data:`marft_agents.evaluation.problem_set.SAMPLED_FIGURES`:
     ``samples_per_problem`` k, avg@k, pass@k and their s.e.), when its record has them (k > 1)."""
+    stages: list[dict[str, Any] | None] = field(default_factory=list)
+    """Each seed's per-stage figures at the final evaluation (:data:`marft_agents.evaluation.
+    problem_set.STAGE_FIGURES`: stage name -> pass rate, its s.e., plays counted), when its env
+    reports stages."""
+    env_id: str = ""
     commits: list[str] = field(default_factory=list)
     problems_evaluated: list[int] = field(default_factory=list)
     """Each seed's number of evaluated problems (its record's ``eval_after.n``)."""
@@ -503,7 +510,7 @@ def summarise(records: list[dict[str, Any]], order: list[str] | None = None) -> 
         if summary is None:
             summary = cells[meta["cell"]] = CellSummary(
                 meta["cell"], meta["kind"], record["algorithm"], str(record.get("env_kwargs", {}).get("profile", "")),
-                source=meta.get("source"))
+                source=meta.get("source"), env_id=record.get("env_id", ""))
         after = record["eval_after"]
         budget = record.get("budget", {})
         summary.seeds.append(meta["seed"])
@@ -518,6 +525,8 @@ def summarise(records: list[dict[str, Any]], order: list[str] | None = None) -> 
         summary.greedy = summary.greedy and after.get("greedy", True) is not False
         summary.sampled.append({key: after[key] for key in SAMPLED_FIGURES}
                                if all(key in after for key in SAMPLED_FIGURES) else None)
+        summary.stages.append({key: after[key] for key in STAGE_FIGURES}
+                              if all(key in after for key in STAGE_FIGURES) else None)
         summary.seat, summary.message = meta.get("seat"), meta.get("message")
         summary.commits.append(record.get("commit", ""))
         summary.problems_evaluated.append(int(after.get("n", 0)))
@@ -616,6 +625,48 @@ def sampled_table(summaries: list[CellSummary]) -> list[str]:
         kind = f"{s.kind} ({s.source})" if s.source else s.kind
         lines.append(f"| {s.cell} | {kind} | {ks} | {_pm(statistics.mean(avg), _se_over_seeds(avg))} "
                      f"| {_pm(statistics.mean(passed), _se_over_seeds(passed))} | {per_seed} |")
+    return lines
+
+
+def _stage_notes(env_id: str) -> dict[str, str]:
+    """The env class's ``stages`` (stage name -> what passing it means), {} when it declares none
+    or is not installed here (then the report names the stages without their meaning)."""
+    try:
+        from marft_envs.registry import env_class
+
+        return dict(getattr(env_class(env_id), "stages", None) or {})
+    except Exception:  # noqa: BLE001 - an env not installed here (a plugin) still has its figures
+        return {}
+
+
+def stage_table(summaries: list[CellSummary]) -> list[str]:
+    """Markdown rows, one per cell whose final evaluations report stages (every seed whose record
+    has them): each stage's pass rate as mean +- s.e. over those seeds, and per seed with its
+    evaluation's s.e.; no rows (an empty list) when no cell has stages, so reports of grids
+    without them are unchanged."""
+    cells = [s for s in summaries if any(s.stages)]
+    if not cells:
+        return []
+    found = list(dict.fromkeys(name for s in cells for f in s.stages if f for name in f["stage_pass"]))
+    notes = {name: note for s in cells for name, note in _stage_notes(s.env_id).items()}
+    # a record's keys are sorted; the env's declaration gives the order the stages are played
+    names = [name for name in notes if name in found] + [name for name in found if name not in notes]
+    headers = [f"{name}: {notes[name]}" if name in notes else name for name in names]
+    lines = ["| cell | kind | seeds | " + " | ".join(f"{h}, %: mean +- s.e. over seeds" for h in headers)
+             + " | per seed (+- eval s.e.): " + ", ".join(names) + " | plays per seed |",
+             "|---|---|---|" + "---|" * len(names) + "---|---|"]
+    for s in cells:
+        staged = [(seed, f) for seed, f in zip(s.seeds, s.stages) if f]
+        columns = []
+        for name in names:
+            rates = [f["stage_pass"][name] for _, f in staged if name in f["stage_pass"]]
+            columns.append(_pm(statistics.mean(rates), _se_over_seeds(rates)) if rates else "-")
+        per_seed = " / ".join(
+            f"s{seed}: " + ", ".join(f"{_pct(f['stage_pass'][n])} +- {_pct(f['stage_stderr'][n])}"
+                                     if n in f["stage_pass"] else "-" for n in names) for seed, f in staged)
+        plays = "/".join(str(n) for n in sorted({n for _, f in staged for n in f["stage_n"].values()}))
+        kind = f"{s.kind} ({s.source})" if s.source else s.kind
+        lines.append(f"| {s.cell} | {kind} | {len(staged)} | " + " | ".join(columns) + f" | {per_seed} | {plays} |")
     return lines
 
 
@@ -932,6 +983,15 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
                   "answer; the cell table's accuracy for these cells); pass@k: the share of problems that at least one "
                   "of its k samples solved. Each seed's +- is its evaluation's standard error, clustered by problem "
                   "statement (a problem's k samples are correlated).", ""]
+    staged = stage_table(summaries)
+    if staged:
+        lines += ["## Per-stage outcomes", "", *staged, "",
+                  "At each seed's final evaluation, the share of plays (every sample) whose last graded round passed "
+                  "each stage the env reports (for Relay level 4, `reduce`: the number the reducer passed equals "
+                  "A + B; `answer`: the answerer's answer equals that number plus C, right given what it heard; "
+                  "`marft_envs/envs/relay.py`, \"Stages\"). A team can fail the problem with either stage passed, so "
+                  "these show which role failed where the cell table's accuracy cannot. Each seed's +- is its "
+                  "evaluation's standard error, clustered by problem statement.", ""]
     contribution = contribution_table(summaries)
     if contribution:
         lines += ["## Per-agent contribution", "", *contribution, "",

@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# dtype "auto" without timing bf16 on this machine (its answer would vary with the load); the
+# tests of that measurement inject their timings (tests/agents/test_cpu_support.py, test_models.py)
+os.environ.setdefault("MARFT_DTYPE_PROBE", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "envs"))  # the toy env helper
 
 

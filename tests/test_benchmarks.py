@@ -179,32 +179,6 @@ def test_gpu_check_random_init_builds_each_qwen25_size_with_its_card_parameter_c
     assert done.returncode == 2 and "give one" in done.stderr, done.stderr[-2000:]
 
 
-def _fake_evals(folder, solved_of, updates=(0, 4, 8)):
-    (folder / "evals").mkdir(parents=True)
-    problems = [(a, b) for a in range(2, 14) for b in range(2, 9)]
-    for update in updates:
-        per_task = [{"problem": f"Compute {a} + {b}.", "solved": bool(solved_of(a, b, update))} for a, b in problems]
-        (folder / "evals" / f"update_{update:06d}.json").write_text(json.dumps({"per_task": per_task}))
-
-
-def test_task_predictability_tells_a_difficulty_read_off_the_operands_from_an_idiosyncratic_one(tmp_path):
-    """A model that fails exactly the sums with a carry: persistent and predictable (R^2 near 1);
-    one whose failures are a fixed random set: persistent but unpredictable (R^2 near or below 0)."""
-    import random
-
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import task_predictability
-
-    _fake_evals(tmp_path / "carry", lambda a, b, u: a % 10 + b % 10 < 10)
-    hard = {(a, b) for a in range(2, 14) for b in range(2, 9) if random.Random(f"{a},{b}").random() < 0.5}
-    _fake_evals(tmp_path / "idiosyncratic", lambda a, b, u: (a, b) not in hard)
-    (carry,), (odd,) = task_predictability.report(tmp_path / "carry"), task_predictability.report(tmp_path / "idiosyncratic")
-    assert carry["persistence"] == pytest.approx(1.0) and odd["persistence"] == pytest.approx(1.0)
-    assert carry["operand_r2"] > 0.9 and odd["operand_r2"] < 0.2, (carry, odd)
-    with pytest.raises(ValueError, match="need >= 3 evaluations"):
-        task_predictability.report(tmp_path / "nothing")
-
-
 def _critic_rows(residuals: list[float]) -> str:
     """metrics.jsonl rows of a run whose ceiling is 0.5 (between = within = 0.1, return var 0.2)."""
     return "\n".join(json.dumps({"step": k + 1, "critic/return_var": 0.2, "critic/residual_var_first": r,

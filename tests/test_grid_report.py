@@ -11,7 +11,7 @@ from leaderboards import stats
 from leaderboards.build import build
 from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table,
                                       counted_records, critic_table, reported_records, curve_series, grid_records, grid_state, plotted_series, report,
-                                      sampled_table, summarise, summary, write_report)
+                                      sampled_table, stage_table, summarise, summary, write_report)
 from leaderboards.records import Record, write_record
 
 
@@ -340,6 +340,36 @@ def test_sampled_cells_show_avg_and_pass_at_k_with_their_errors(tmp_path):
     assert "## Sampled evaluations" not in write_report(tmp_path / "h", "Grid h").read_text()
 
 
+def _stages(reduce, answer, se=(0.05, 0.04), n=100):
+    return {"stage_pass": {"reduce": reduce, "answer": answer}, "stage_stderr": {"reduce": se[0], "answer": se[1]},
+            "stage_n": {"reduce": n, "answer": n}}
+
+
+def test_cells_with_stages_show_each_stages_pass_rate(tmp_path):
+    records = tmp_path / "g" / "records"
+    _record(records, "marft_a", 0, 0.5, after=_stages(0.60, 0.50))
+    _record(records, "marft_a", 1, 0.6, after=_stages(0.80, 0.70))
+    _record(records, "untrained", 0, 0.0, kind="untrained", after=_stages(0.13, 0.0, se=(0.034, 0.0)))
+    _record(records, "old", 0, 0.2)  # a record without stages: no row
+    order = ["marft_a", "untrained", "old"]
+    rows = stage_table(summarise(grid_records(records), order))
+    assert rows[0] == ("| cell | kind | seeds | reduce: the reducer passed A + B, %: mean +- s.e. over seeds "
+                       "| answer: the answerer was right given what it heard, %: mean +- s.e. over seeds "
+                       "| per seed (+- eval s.e.): reduce, answer | plays per seed |")
+    # reduce 70.0 +- 10.0 (stdev 0.1414 / sqrt 2), answer 60.0 +- 10.0
+    assert rows[2] == ("| marft_a | train | 2 | 70.0 +- 10.0 | 60.0 +- 10.0 "
+                       "| s0: 60.0 +- 5.0, 50.0 +- 4.0 / s1: 80.0 +- 5.0, 70.0 +- 4.0 | 100 |")
+    assert rows[3] == "| untrained | untrained | 1 | 13.0 (one seed) | 0.0 (one seed) | s0: 13.0 +- 3.4, 0.0 +- 0.0 | 100 |"
+    assert len(rows) == 4
+    text = write_report(tmp_path / "g", "Grid g", order).read_text()
+    assert "## Per-stage outcomes" in text and rows[2] in text and rows[3] in text
+    # records without stages: no section, the report as before
+    assert stage_table(summarise(grid_records(records), order)[2:]) == []
+    plain = tmp_path / "h" / "records"
+    _record(plain, "old", 0, 0.2)
+    assert "## Per-stage outcomes" not in write_report(tmp_path / "h", "Grid h", ["old"]).read_text()
+
+
 def test_per_agent_contribution_is_the_drop_from_the_same_seeds_trained_team(tmp_path):
     records = tmp_path / "g" / "records"
     trained = [[1, 1, 1, 0, 1, 1, 0, 1], [1, 1, 0, 0, 1, 1, 1, 1]]
@@ -491,6 +521,9 @@ def test_committed_grid_reports_match_their_records(grid_file, monkeypatch):
     series = curve_series(grid_records(folder / "records"), order)
     if series:
         assert plotted_series(folder / "curves.png") == series
+    if not spec.comparisons:  # a stage other grids start from: nothing to test
+        assert "## Comparisons" not in text
+        return
     assert "best of" not in text.split("## Comparisons")[1].split("\n\n")[1]  # the table: declared rows only
     assert f"Only the {len(spec.comparisons)} comparisons declared in the grid file are tested" in text
 

@@ -310,3 +310,38 @@ def test_the_transcript_sample_shows_the_first_round_and_says_how_many_rounds_th
     assert first["solved"] == 1 and first["rounds"] == 2
     assert [d["text"] for d in first["decisions"]] == ["85 + 44 = 220", "WRONG"]  # round 0 only
     assert second == {"task_index": 8, "solved": 0, "rounds": 1, "decisions": []}
+
+
+def test_stage_figures_survive_a_record_round_trip_and_old_records_have_none(tmp_path):
+    """The per-stage rates of an evaluation (eval_after, each eval-curve point) and the per-problem
+    stages of the final one are written and read back as they were; a record without them reads
+    as before."""
+    from marft_agents.evaluation.problem_set import score
+    from marft_agents.evaluation.records import eval_outcomes, read_record, stage_figures
+
+    stages = [{"reduce": True, "answer": False}, {"reduce": False, "answer": True}, {"reduce": True, "answer": True}]
+    per_task = [{"task_index": 7 + i, "problem": f"p{i}", "solved": s["reduce"] and s["answer"], "reward": 0.0,
+                 "stages": s} for i, s in enumerate(stages)]
+    figures = score(per_task, [t["problem"] for t in per_task]).figures()
+    assert figures["stage_pass"] == {"reduce": 2 / 3, "answer": 2 / 3} and figures["stage_n"] == {"reduce": 3, "answer": 3}
+    curve_point = {"update": 4, "accuracy": figures["accuracy"], "stderr": figures["stderr"], **stage_figures(per_task)}
+    assert {k: curve_point[k] for k in ("stage_pass", "stage_stderr", "stage_n")} == {
+        k: figures[k] for k in ("stage_pass", "stage_stderr", "stage_n")}
+    outcomes = eval_outcomes(per_task, 4)
+    assert outcomes["stages_passed"] == {"reduce": [1, 0, 1], "answer": [0, 1, 1]}
+    path = write_record(Record(name="staged", env_id="marft/Relay-v0", env_kwargs={"level": 4}, algorithm="none",
+                               model="m", eval_after={**figures, "greedy": True}, eval_curve=[curve_point],
+                               eval_outcomes=outcomes), tmp_path)
+    back = read_record(path)
+    assert back["eval_after"]["stage_pass"] == figures["stage_pass"]
+    assert back["eval_after"]["stage_stderr"] == figures["stage_stderr"]
+    assert back["eval_after"]["stage_n"] == figures["stage_n"]
+    assert back["eval_curve"] == [curve_point] and back["eval_outcomes"] == outcomes
+    # with k samples per problem: the plays that passed, per problem
+    sampled = [{"task_index": 0, "problem": "p0", "solved": False, "reward": 0.0,
+                "samples": [{"solved": False, "reward": 0.0, "stages": s} for s in stages[:2]]}]
+    assert eval_outcomes(sampled, 1)["stages_passed"] == {"reduce": [1], "answer": [1]}
+    # without stages: none of the keys, as records made before
+    plain = [{k: v for k, v in t.items() if k != "stages"} for t in per_task]
+    assert "stages_passed" not in eval_outcomes(plain, 4) and stage_figures(plain) == {}
+    assert "stage_pass" not in score(plain, ["p0", "p1", "p2"]).figures()

@@ -12,6 +12,12 @@ and the plain path runs: same arithmetic, slower.
 so a machine that has them still exercises the fallback; the suite does so in
 ``tests/agents/test_cpu_support.py``.
 
+bf16 speed: whether bfloat16 beats float32 on a CPU with bf16 dot-product instructions but no
+matrix unit (AVX512-BF16, AVX-NE-CONVERT) depends on the core and on the kernels torch dispatches
+to: on one such core bf16 ran slower than float32, on another twice as fast. So it is measured
+(:func:`bf16_speedup`): a short timed step at decoder shapes, once per process, kept on disk
+per CPU and torch version so that later processes read it; :func:`bf16_wins` decides.
+
 Threads: torch's default is one intra-op thread per core the process may run on. On a machine
 that other jobs already keep busy that is much slower than fewer threads, because OpenMP threads
 spin-wait for siblings the scheduler has pre-empted; :func:`choose_threads` picks a count for the
@@ -21,9 +27,14 @@ machine as it is when the model loads, and says why in one line.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +95,185 @@ def onednn_bf16_prepack() -> bool:
             log.warning("bf16 weight prepacking unavailable on this CPU (%s); bf16 products use F.linear", why_not)
         _probed["onednn_bf16_prepack"] = why_not is None
     return _probed["onednn_bf16_prepack"]
+
+
+# -- is bf16 faster than float32 here? ----------------------------------------------------------
+BF16_WIN_RATIO = 1.2
+"""bfloat16 is chosen when a step runs at least this many times faster than in float32: a clear
+win pays for bf16's coarser rounding, a tie does not."""
+KERNEL_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+"""Environment variables that cap the instruction set torch's kernels use (``make test-avx2``):
+part of the cache key, since a capped process runs other kernels on the same CPU."""
+BF16_PROBE_SHAPES = (576, 1536, 64)
+"""(hidden, intermediate, rows) of the timed step: SmolLM2-135M's MLP, an update's micro-batch rows."""
+BF16_PROBE_BUDGET_S = 0.5
+"""The timed pairs stop once this much time is spent (after at least ``BF16_PROBE_MIN_PAIRS``)."""
+BF16_PROBE_MIN_PAIRS, BF16_PROBE_MAX_PAIRS = 2, 15
+
+Bf16Timer = Callable[[], tuple[Sequence[float], Sequence[float]]]
+"""A timer: seconds per step in float32 and in bfloat16, one entry per interleaved pair."""
+
+_speedups: dict[str, float] = {}
+"""The speed-ups measured or read in this process, by :func:`bf16_probe_key`."""
+
+
+def bf16_speedup_from(float32_s: Sequence[float], bfloat16_s: Sequence[float]) -> float:
+    """bf16's speed over float32's: the median over interleaved pairs of (float32 time / bfloat16
+    time); above 1, bf16 is faster. A pair that a pre-empted step spoiled moves the median little."""
+    if not float32_s or len(float32_s) != len(bfloat16_s):
+        raise ValueError(f"expected as many float32 as bfloat16 timings (at least one), got "
+                         f"{len(float32_s)} and {len(bfloat16_s)}")
+    return statistics.median(f / max(b, 1e-12) for f, b in zip(float32_s, bfloat16_s))
+
+
+def bf16_wins(speedup: float) -> bool:
+    """Whether a measured speed-up (:func:`bf16_speedup_from`) makes bfloat16 the faster choice."""
+    return speedup >= BF16_WIN_RATIO
+
+
+def _decoder_step(dtype: torch.dtype) -> Callable[[], None]:
+    """One timed step in ``dtype``: an MLP's up and down products for one decoded row (no grad)
+    and for ``rows`` rows with the backward to the input (LoRA training: frozen base weights)."""
+    hidden, inter, rows = BF16_PROBE_SHAPES
+    gen = torch.Generator().manual_seed(0)
+    up = torch.randn(inter, hidden, generator=gen).to(dtype)  # [inter, hidden]
+    down = torch.randn(hidden, inter, generator=gen).to(dtype)  # [hidden, inter]
+    token = torch.randn(1, hidden, generator=gen).to(dtype)  # [1, hidden]
+    batch = torch.randn(rows, hidden, generator=gen).to(dtype).requires_grad_()  # [rows, hidden]
+
+    def step() -> None:
+        with torch.no_grad():
+            F.linear(F.linear(token, up), down)  # [1, hidden]
+        out = F.linear(F.linear(batch, up), down)  # [rows, hidden]
+        torch.autograd.grad(out.sum(), batch)  # [rows, hidden]
+
+    return step
+
+
+def time_bf16_step() -> tuple[list[float], list[float]]:
+    """Seconds per :func:`_decoder_step` in float32 and bfloat16, on one thread, in interleaved
+    pairs (the order alternates, so a change in the machine's load hits both) after one warm-up
+    step each; stops once ``BF16_PROBE_BUDGET_S`` is spent (at least 2 pairs, at most 15)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one core's kernels: steadier on a busy machine than a thread team
+    try:
+        steps = {torch.float32: _decoder_step(torch.float32), torch.bfloat16: _decoder_step(torch.bfloat16)}
+        started = time.perf_counter()
+        for step in steps.values():
+            step()
+        seconds: dict[torch.dtype, list[float]] = {dtype: [] for dtype in steps}
+        for pair in range(BF16_PROBE_MAX_PAIRS):
+            if pair >= BF16_PROBE_MIN_PAIRS and time.perf_counter() - started > BF16_PROBE_BUDGET_S:
+                break
+            for dtype in (list(steps) if pair % 2 == 0 else list(steps)[::-1]):
+                tic = time.perf_counter()
+                steps[dtype]()
+                seconds[dtype].append(time.perf_counter() - tic)
+    finally:
+        torch.set_num_threads(threads)
+    return seconds[torch.float32], seconds[torch.bfloat16]
+
+
+def cpuinfo_field(cpuinfo: str, *names: str) -> str | None:
+    """The value of the first line of ``/proc/cpuinfo`` text whose key is one of ``names``."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in names:
+            return value.strip()
+    return None
+
+
+def bf16_probe_key(cpuinfo: str, environ: Mapping[str, str] | None = None) -> str:
+    """What a measured speed-up holds for: the CPU model name, a digest of its flags, the torch
+    version, and any kernel ISA cap in the environment (``KERNEL_CAP_VARIABLES``)."""
+    environ = os.environ if environ is None else environ
+    flags = " ".join(sorted((cpuinfo_field(cpuinfo, "flags", "features") or "").split()))
+    caps = ",".join(f"{name}={environ[name]}" for name in KERNEL_CAP_VARIABLES if environ.get(name))
+    return (f"{cpuinfo_field(cpuinfo, 'model name', 'cpu model') or 'unknown cpu'}"
+            f"|flags {hashlib.sha256(flags.encode()).hexdigest()[:16]}|torch {torch.__version__}"
+            + (f"|{caps}" if caps else ""))
+
+
+def _read_probe_cache(path: Path) -> dict[str, float]:
+    """The speed-ups stored in ``path``; empty (with one line) when it is missing or damaged."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as err:
+        log.warning("ignoring the bf16 speed cache %s (%s)", path, err)
+        return {}
+    try:
+        data = json.loads(text)
+        return {str(k): float(v) for k, v in data.items() if float(v) > 0}
+    except (ValueError, TypeError, AttributeError) as err:
+        log.warning("ignoring the damaged bf16 speed cache %s (%s); measuring again", path, err)
+        return {}
+
+
+def _write_probe_cache(path: Path, entries: dict[str, float]) -> None:
+    """Write ``entries`` to ``path`` atomically (a temporary file renamed into place); a cache
+    that cannot be written only costs a new measurement in the next process."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(entries, out, indent=1, sort_keys=True)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as err:
+        log.warning("could not store the bf16 speed in %s (%s); the next process measures again", path, err)
+
+
+@contextlib.contextmanager
+def _probe_lock(cache_file: Path | None) -> Iterator[None]:
+    """Hold an exclusive lock on ``<cache_file>.lock`` for the block, so that processes started
+    together (the ranks of one ``torchrun``) measure one after the other and the later ones read
+    the first one's answer: every rank then resolves "auto" to the same dtype. No lock where the
+    file cannot be opened or there is no ``fcntl`` (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        fcntl = None  # type: ignore[assignment]
+    fd = None
+    if cache_file is not None and fcntl is not None:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(cache_file.with_name(cache_file.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            if fd is not None:
+                os.close(fd)
+            fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def bf16_speedup(cpuinfo: str, cache_file: Path | None, timer: Bf16Timer | None = None) -> float:
+    """bf16's measured speed over float32's on this CPU (:func:`bf16_speedup_from`).
+
+    Measured once per process and :func:`bf16_probe_key`; with ``cache_file``, read from it when
+    an earlier process stored it (a damaged file is ignored and rewritten), else measured with
+    ``timer`` (default :func:`time_bf16_step`, under a second) and stored there, with one log line.
+    Reading, measuring and storing hold a lock beside the file (:func:`_probe_lock`).
+    """
+    key = bf16_probe_key(cpuinfo)
+    if key in _speedups:
+        return _speedups[key]
+    with _probe_lock(cache_file):
+        stored = _read_probe_cache(cache_file) if cache_file is not None else {}
+        if key not in stored:
+            float32_s, bfloat16_s = (timer or time_bf16_step)()
+            stored[key] = bf16_speedup_from(float32_s, bfloat16_s)
+            log.info("measured bf16 at %.2fx float32's speed on this CPU (median of %d timed pairs)%s",
+                     stored[key], len(float32_s), f"; stored in {cache_file}" if cache_file is not None else "")
+            if cache_file is not None:
+                _write_probe_cache(cache_file, stored)
+    _speedups[key] = stored[key]
+    return stored[key]
 
 
 THREADS_VARIABLE = "MARFT_THREADS"

@@ -18,6 +18,15 @@ and **pass@k** (share of problems solved by at least one of its samples; :func:`
 unbiased estimator of Chen et al. 2021, which with ``k`` of ``k`` samples is "any solved"), each
 with a standard error clustered by problem statement (a problem's samples are correlated).
 
+Staged problems: an env whose problems are solved in stages (Relay level 4: the reducer passes A
++ B, the answerer adds C) reports for each graded round whether each stage was passed, as
+``infos[agent]["last_outcome"]["info"]["stages"]``, a dict stage name -> bool (see
+:mod:`marft_envs.envs.relay`, "Stages"). The evaluation keeps the stages of each episode's last
+graded round (the round whose ``solved`` counts) in its ``per_task`` entry (and in each sample's),
+and the result reports every stage's pass rate over the plays that reported it, with its
+clustered standard error and its count (:data:`STAGE_FIGURES`). An env that reports no stages
+adds nothing: the result and its figures are as before.
+
 Held-out problems come from the env's ``split`` keyword (``eval.env_kwargs: {split: test}``; the
 convention is in ``marft_envs/ADDING_AN_ENV.md``). Evaluating an env that has no ``split``, or on
 its ``"train"`` split, scores the tasks training draws from: that still works, but it emits a
@@ -65,10 +74,12 @@ class EvalResult:
     per_task: list[dict[str, Any]] = field(default_factory=list)
     """Per problem: ``task_index``, ``task_id``, ``problem`` (the whole problem, as a single agent
     would see it), ``answer`` (the grader's reference, when JSON-serialisable), ``solved``,
-    ``reward``, ``rounds`` and ``transcript`` (``[{"agent", "round", "observation", "text"}]`` in
-    the order the agents spoke: what each agent was shown and what it said). With several samples
-    per problem these are the first sample's, and ``samples`` lists every sample's ``{"pass",
-    "solved", "reward", "rounds"}`` in pass order (transcripts of the first only, to keep it small)."""
+    ``reward``, ``rounds``, ``transcript`` (``[{"agent", "round", "observation", "text"}]`` in
+    the order the agents spoke: what each agent was shown and what it said) and, when the env
+    reports them, ``stages`` (stage name -> passed, of the episode's last graded round). With
+    several samples per problem these are the first sample's, and ``samples`` lists every sample's
+    ``{"pass", "solved", "reward", "rounds"}`` (and ``stages``) in pass order (transcripts of the
+    first only, to keep it small)."""
     samples_per_problem: int = 1
     """Samples drawn per problem (``k``); 1 = one play per problem (greedy or sampled)."""
     avg_at_k: float = 0.0
@@ -81,19 +92,35 @@ class EvalResult:
     share of problems some sample solved); with k = 1 the accuracy."""
     pass_at_k_stderr: float = 0.0
     """Standard error of ``pass_at_k``, the per-problem estimates clustered by problem statement."""
+    stage_pass: dict[str, float] = field(default_factory=dict)
+    """Stage name -> share of the plays (every sample) that passed it, in the order the env
+    reports the stages; empty when the env reports none (module docstring, "Staged problems")."""
+    stage_stderr: dict[str, float] = field(default_factory=dict)
+    """Stage name -> standard error of its pass rate, clustered by problem statement."""
+    stage_n: dict[str, int] = field(default_factory=dict)
+    """Stage name -> the plays that reported it (the rate's denominator)."""
 
     def figures(self) -> dict[str, Any]:
-        """The plain-data summary (no per-problem lists): the accuracy and its error, and with
-        several samples per problem also ``samples_per_problem``, avg@k and pass@k with theirs."""
+        """The plain-data summary (no per-problem lists): the accuracy and its error, with several
+        samples per problem also ``samples_per_problem``, avg@k and pass@k with theirs, and when
+        the env reports stages the per-stage pass rates with their errors and counts."""
         out: dict[str, Any] = {"accuracy": self.accuracy, "stderr": self.stderr, "n": self.n,
                                "distinct": self.distinct, "mean_reward": self.mean_reward}
         if self.samples_per_problem > 1:
             out.update({name: getattr(self, name) for name in SAMPLED_FIGURES})
+        if self.stage_pass:
+            out.update({name: dict(getattr(self, name)) for name in STAGE_FIGURES})
         return out
 
 
 SAMPLED_FIGURES = ("samples_per_problem", "avg_at_k", "avg_at_k_stderr", "pass_at_k", "pass_at_k_stderr")
 """The :class:`EvalResult` fields a sampled evaluation (k > 1) adds to :meth:`EvalResult.figures`."""
+STAGE_FIGURES = ("stage_pass", "stage_stderr", "stage_n")
+"""The :class:`EvalResult` fields (each stage name -> figure) an evaluation of an env that reports
+stages adds to :meth:`EvalResult.figures`."""
+STAGES_KEY = "stages"
+"""Where an env reports a round's stages (``last_outcome["info"][STAGES_KEY]``) and where a
+``per_task`` entry (and each of its samples) keeps them."""
 
 
 class TrainingTasksWarning(UserWarning):
@@ -231,13 +258,15 @@ def evaluate(
         from tqdm import tqdm
 
         bar = tqdm(total=len(indices) * k, desc=progress, unit="problem", leave=False, dynamic_ncols=True)
-        envs = [_TickWhenDone(env, bar) for env in envs]
+    stages: dict[int, dict[str, bool]] = {}  # task index -> its stages, this pass
+    envs = [_Watched(env, bar, stages) for env in envs]
     mine = list(indices) if world is None else [indices[j] for j in world.share(len(indices))]
     py_state, np_state = random.getstate(), np.random.get_state()
     per_task: list[dict[str, Any]] = []
     try:
         with fork_rng(policy.device):  # this process's CPU and GPU RNG, not other ranks' GPUs
             for j in range(k if mine else 0):
+                stages.clear()
                 torch.manual_seed(sample_seed(seed, j))
                 plans = [(_reset_seed(seed, i, j), {"task_index": i}) for i in mine]
                 collector = RolloutCollector(envs[: len(plans)], policy, sampling, values=None, seed=seed,
@@ -252,10 +281,13 @@ def evaluate(
                                          "text": d.text} for d in decisions]}
                         for i, ep, decisions in zip(mine, rollout.episodes, rollout.episode_decisions())
                     ]
+                    for task in per_task:
+                        task.update(_stages_of(stages, task["task_index"]))
                 if k > 1:
                     for task, ep in zip(per_task, rollout.episodes):
                         task.setdefault("samples", []).append(
-                            {"pass": j, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds})
+                            {"pass": j, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds,
+                             **_stages_of(stages, task["task_index"])})
     finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
@@ -284,6 +316,7 @@ def score(per_task: list[dict[str, Any]], prompts: list[str], k: int = 1) -> Eva
     avg = sum(outcomes) / len(outcomes)
     avg_stderr = clustered_stderr(outcomes, groups)
     passes = [pass_at_k(k, sum(bool(s["solved"]) for s in p), k) for p in plays]
+    stage_figures = score_stages([(prompt, s.get(STAGES_KEY)) for prompt, p in zip(prompts, plays) for s in p])
     return EvalResult(
         accuracy=avg,
         stderr=avg_stderr,
@@ -296,7 +329,24 @@ def score(per_task: list[dict[str, Any]], prompts: list[str], k: int = 1) -> Eva
         avg_at_k_stderr=avg_stderr,
         pass_at_k=sum(passes) / n,
         pass_at_k_stderr=clustered_stderr(passes, prompts),
+        **stage_figures,
     )
+
+
+def score_stages(plays: list[tuple[Any, dict[str, bool] | None]]) -> dict[str, dict[str, Any]]:
+    """The per-stage figures (:data:`STAGE_FIGURES`) of ``plays``, each (clustering key: the
+    problem statement, its stages or None): for every stage name, in the order first reported, the
+    share of the plays reporting it that passed it, its clustered standard error and the count.
+    All empty when no play reports stages."""
+    names = list(dict.fromkeys(name for _, stages in plays for name in stages or {}))
+    out: dict[str, dict[str, Any]] = {figure: {} for figure in STAGE_FIGURES}
+    for name in names:
+        reported = [(key, float(bool(stages[name]))) for key, stages in plays if stages and name in stages]
+        outcomes = [y for _, y in reported]
+        out["stage_pass"][name] = sum(outcomes) / len(outcomes)
+        out["stage_stderr"][name] = clustered_stderr(outcomes, [key for key, _ in reported])
+        out["stage_n"][name] = len(outcomes)
+    return out
 
 
 def _reset_seed(seed: int, task_index: int, sample: int) -> int:
@@ -314,19 +364,42 @@ def _plain(value: Any) -> Any:
         return repr(value)
 
 
-class _TickWhenDone:
-    """An AEC env that advances a progress bar when an episode ends (its last agent leaves).
+def _stages_of(stages: dict[int, dict[str, bool]], task_index: int) -> dict[str, Any]:
+    """``{"stages": ...}`` of the problem ``task_index`` this pass when its env reported stages, else {}."""
+    return {STAGES_KEY: dict(stages[task_index])} if task_index in stages else {}
 
-    Everything but ``step`` is forwarded unchanged, so the collector plays it like the env itself.
+
+class _Watched:
+    """An AEC env watched for what the evaluation keeps of each episode beyond the collector's
+    record: when an episode ends (its last agent leaves) it advances the progress bar (if any)
+    and keeps the stages its last graded round reported (``last_outcome["info"]["stages"]``) in
+    ``stages`` under the task index it was reset with (each index is played once per pass).
+
+    Everything but ``reset`` and ``step`` is forwarded unchanged, so the collector plays it like
+    the env itself.
     """
 
-    def __init__(self, env: Any, bar: Any):
-        self._env, self._bar = env, bar
+    def __init__(self, env: Any, bar: Any, stages: dict[int, dict[str, bool]]):
+        self._env, self._bar, self._stages = env, bar, stages
+        self._index: int | None = None
+        self._last: dict[str, bool] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._env, name)
 
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self._index, self._last = (options or {}).get("task_index"), None
+        self._env.reset(seed=seed, options=options)
+
     def step(self, action: Any) -> None:
         self._env.step(action)
+        # Every agent's info holds the last graded round's outcome until the agent leaves.
+        info = next(iter(self._env.infos.values()), {})
+        reported = ((info.get("last_outcome") or {}).get("info") or {}).get(STAGES_KEY)
+        if reported is not None:
+            self._last = reported
         if not self._env.agents:
-            self._bar.update(1)
+            if self._bar is not None:
+                self._bar.update(1)
+            if self._last is not None and self._index is not None:
+                self._stages[self._index] = self._last

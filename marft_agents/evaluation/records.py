@@ -12,7 +12,11 @@ So that a result can be questioned from its record alone, a training run's recor
 (``baselines/run.py`` fills them from the run folder): its per-update training diagnostics
 (:data:`DIAGNOSTIC_PREFIXES`, column-wise), the episodes and sampled tokens at every evaluation,
 the final evaluation's per-problem outcomes, and the first decisions of a few fixed problems at
-every evaluation; :func:`fit_to_budget` keeps a record under :data:`RECORD_MAX_BYTES`.
+every evaluation; :func:`fit_to_budget` keeps a record under :data:`RECORD_MAX_BYTES`. When the env
+reports stages (Relay level 4: did the reducer pass A + B, was the answerer right given what it
+heard), its evaluations carry the per-stage pass rates and the final one the per-problem stages
+(:data:`marft_agents.evaluation.problem_set.STAGE_FIGURES`); records of envs without stages, and
+records made before, have none of these keys and read as before.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from marft_agents.evaluation.problem_set import STAGES_KEY, score_stages
 from marft_agents.files import make_ordinary
 
 REQUIRED = ("name", "env_id", "algorithm", "model", "eval_after")
@@ -65,7 +70,12 @@ class Record:
     model: str
     """Model name or path."""
     eval_after: dict[str, Any]
-    """``{"accuracy", "stderr", "n", "greedy"}`` after training."""
+    """``{"accuracy", "stderr", "n", "greedy"}`` after training (:meth:`EvalResult.figures
+    <marft_agents.evaluation.problem_set.EvalResult.figures>`): with several samples per problem
+    also ``samples_per_problem``, ``avg_at_k``, ``pass_at_k`` and their errors; when the env reports
+    stages also ``stage_pass``, ``stage_stderr`` and ``stage_n`` (each stage name -> pass rate,
+    its clustered s.e., plays counted; the file sorts their keys, the env class's ``stages``
+    declares the order they are played in)."""
     eval_before: dict[str, Any] | None = None
     """The same evaluation of the untrained model, when measured."""
     eval_best: dict[str, Any] | None = None
@@ -75,8 +85,10 @@ class Record:
     eval_curve: list[dict[str, Any]] = field(default_factory=list)
     """Every evaluation of the run, ``{"update", "episodes", "sampled_tokens", "accuracy", "stderr",
     "train_seconds"}``, update 0 = untrained; ``episodes`` and ``sampled_tokens`` are the training
-    samples before it (the grids' budget axis), ``train_seconds`` the rollout + update time (a cost).
-    Records made before the sample axis lack ``episodes`` and ``sampled_tokens``."""
+    samples before it (the grids' budget axis), ``train_seconds`` the rollout + update time (a cost);
+    when the env reports stages and the run kept that evaluation's outcomes, also ``stage_pass``,
+    ``stage_stderr`` and ``stage_n`` as in ``eval_after`` (:func:`stage_figures`). Records made
+    before the sample axis lack ``episodes`` and ``sampled_tokens``."""
     budget: dict[str, Any] = field(default_factory=dict)
     """Updates, episodes, wall-clock seconds, tokens (sampled in rollouts) the run used."""
     diagnostics: dict[str, list[Any]] = field(default_factory=dict)
@@ -86,8 +98,9 @@ class Record:
     exceed :data:`RECORD_MAX_BYTES`: the ``update`` column says which."""
     eval_outcomes: dict[str, Any] | None = None
     """The final evaluation per problem, column-wise: ``update``, ``task_index`` (the env's task
-    index, in evaluation order), ``solved`` (0/1), ``reward``, and ``samples_solved`` with several
-    samples per problem (:func:`eval_outcomes`)."""
+    index, in evaluation order), ``solved`` (0/1), ``reward``, ``samples_solved`` with several
+    samples per problem, and ``stages_passed`` when the env reports stages (stage name -> per
+    problem, the plays that passed it: 0/1, or 0..k with k samples) (:func:`eval_outcomes`)."""
     transcripts: list[dict[str, Any]] = field(default_factory=list)
     """At every evaluation (``update``, ``episodes``), the first-round decisions of the first
     :data:`TRANSCRIPT_PROBLEMS` problems of the evaluation set (the same problems each time):
@@ -204,14 +217,38 @@ def _count(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _plays(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """A ``per_task`` entry's plays: its samples, or the entry itself with one play."""
+    return task.get("samples") or [task]
+
+
 def eval_outcomes(per_task: list[dict[str, Any]], update: int) -> dict[str, Any]:
-    """The per-problem outcomes of one evaluation (``EvalResult.per_task``), column-wise."""
+    """The per-problem outcomes of one evaluation (``EvalResult.per_task``), column-wise; with
+    stages (``per_task[i]["stages"]``), ``stages_passed``: stage name -> per problem the plays
+    that passed it (None for a problem none of whose plays reported that stage)."""
     out: dict[str, Any] = {"update": update, "task_index": [t["task_index"] for t in per_task],
                            "solved": [int(bool(t["solved"])) for t in per_task],
                            "reward": [_round(t.get("reward")) for t in per_task]}
     if any("samples" in t for t in per_task):
         out["samples_solved"] = [sum(bool(s["solved"]) for s in t.get("samples", [])) for t in per_task]
+    staged = [[s.get(STAGES_KEY) or {} for s in _plays(t)] for t in per_task]
+    names = list(dict.fromkeys(name for plays in staged for stages in plays for name in stages))
+    if names:
+        out["stages_passed"] = {
+            name: [sum(bool(stages[name]) for stages in plays if name in stages)
+                   if any(name in stages for stages in plays) else None for plays in staged]
+            for name in names}
     return out
+
+
+def stage_figures(per_task: list[dict[str, Any]]) -> dict[str, Any]:
+    """The per-stage figures (:data:`~marft_agents.evaluation.problem_set.STAGE_FIGURES`) of one
+    evaluation from its ``per_task`` entries (as the trainer keeps them at every evaluation),
+    clustered by problem statement as :meth:`EvalResult.figures` has them; {} when no play
+    reports stages (an eval-curve point then has no stage keys, as before)."""
+    plays = [(t.get("problem", t.get("task_index")), s.get(STAGES_KEY)) for t in per_task for s in _plays(t)]
+    figures = score_stages(plays)
+    return figures if figures["stage_pass"] else {}
 
 
 def _clip(text: Any, chars: int = TRANSCRIPT_CHARS) -> str:

@@ -19,10 +19,13 @@ the Hub is unreachable (``HF_HUB_OFFLINE`` set, or no connection to it within
 ``HUB_PROBE_TIMEOUT_S``) a Hub id is looked up in the local Hugging Face cache only.
 
 Before loading, one line says what the run computes with: the dtype, the device and the number
-of torch threads, and why (:func:`setup_line`); the thread count is chosen for the machine as it
-is (:func:`marft_agents.engine.cpu_support.choose_threads`: ``model.threads``, ``MARFT_THREADS``,
-an explicit ``OMP_NUM_THREADS`` or ``torch.set_num_threads`` win; otherwise the cores in the
-process's affinity less the load of other work, so a busy machine gets fewer threads).
+of torch threads, and why (:func:`setup_line`). ``dtype: auto`` on a CPU is bfloat16 where that is
+faster than float32: by the CPU's flags, or, on a CPU with bf16 instructions but no bf16 matrix
+unit, by a short measurement stored in the cache (:func:`cpu_bf16`). The thread count is chosen
+for the machine as it is (:func:`marft_agents.engine.cpu_support.choose_threads`:
+``model.threads``, ``MARFT_THREADS``, an explicit ``OMP_NUM_THREADS`` or ``torch.set_num_threads``
+win; otherwise the cores in the process's affinity less the load of other work, so a busy machine
+gets fewer threads).
 
 The weights are read straight onto ``model.device`` (``from_pretrained(device_map=...)``, see
 :func:`load_device_map`), so that under ``torchrun`` each rank fills its own GPU without a copy of
@@ -46,7 +49,8 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -59,6 +63,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from marft_agents.engine import cpu_support
 from marft_agents.engine.cpu_support import THREADS_VARIABLE, ThreadChoice, apply_threads, choose_threads
 from marft_agents.files import make_ordinary
 from marft_agents.settings.model import (
@@ -79,12 +84,17 @@ except ImportError:  # Windows: converters do not wait on each other (the rename
 log = logging.getLogger(__name__)
 
 _DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPES}
-# CPU feature flags (Linux /proc/cpuinfo) under which torch's bf16 matrix products beat float32:
-# x86 AMX tiles, and the Armv8.6 BF16 extension (not measured here). Without bf16 instructions
-# torch emulates bf16 matmuls, slower than float32. AVX512-BF16 alone is NOT enough: on such a
-# core bf16 matmuls still ran slower than float32 (compare on a CPU: python
-# benchmarks/bench_rollout.py --dtype bfloat16, then --dtype float32).
+# CPU feature flags (Linux /proc/cpuinfo) that decide what "auto" means on a CPU:
 _FAST_BF16_CPU_FLAGS = frozenset({"amx_bf16", "bf16"})
+"""bf16 matrix units (x86 AMX tiles, the Armv8.6 BF16 extension): bfloat16 without measuring."""
+_MEASURED_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "avx_ne_convert"})
+"""bf16 dot products or conversions without a matrix unit: faster than float32 on some cores and
+torch builds, slower on others, so measured (:func:`marft_agents.engine.cpu_support.bf16_speedup`).
+A CPU with neither set emulates bf16, slower than float32: float32 without measuring."""
+DTYPE_PROBE_VARIABLE = "MARFT_DTYPE_PROBE"
+"""Environment variable: "0" skips the measurement; a CPU that would be measured gets float32."""
+DTYPE_PROBE_FILE = "cpu-bf16-speed.json"
+"""The measured speed-ups, under the marft cache (:func:`cache_root`)."""
 
 HUB_PROBE_TIMEOUT_S = 1.0
 """How long the check "is the Hugging Face Hub reachable?" waits (name lookup plus connect)."""
@@ -116,30 +126,69 @@ def resolve_dtype(name: str) -> torch.dtype:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}") from None
 
 
-def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU multiplies bf16 matrices faster than float32 (see ``_FAST_BF16_CPU_FLAGS``).
+def _read_cpuinfo() -> str | None:
+    """/proc/cpuinfo's text, None where there is none (macOS, Windows)."""
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
 
-    Reads /proc/cpuinfo (``cpuinfo`` overrides it, for tests); False where it cannot be read."""
+
+@dataclass(frozen=True)
+class CpuBf16:
+    """Whether bfloat16 is the faster dtype on this CPU, and why (:func:`cpu_bf16`)."""
+
+    fast: bool
+    why: str
+    """As the start-up line says it: ``"bf16 measured 1.9x faster than float32 on this CPU"``."""
+
+    @property
+    def dtype(self) -> str:
+        """The dtype name "auto" stands for on this CPU."""
+        return "bfloat16" if self.fast else "float32"
+
+
+def cpu_bf16(cpuinfo: str | None = None, *, timer: cpu_support.Bf16Timer | None = None,
+             environ: Mapping[str, str] | None = None) -> CpuBf16:
+    """Whether this CPU computes our model faster in bfloat16 than in float32, by its flags:
+
+    1. bf16 matrix units (``_FAST_BF16_CPU_FLAGS``: AMX, Arm BF16): yes;
+    2. bf16 instructions without one (``_MEASURED_BF16_CPU_FLAGS``: AVX512-BF16, AVX-NE-CONVERT):
+       measured (:func:`marft_agents.engine.cpu_support.bf16_speedup`, ``timer`` for tests, stored
+       under :func:`cache_root`); yes when bf16 runs at least ``BF16_WIN_RATIO`` times as fast.
+       ``MARFT_DTYPE_PROBE=0`` skips the measurement: no;
+    3. neither (bf16 emulated), or no flags to read: no.
+
+    ``cpuinfo`` is /proc/cpuinfo's text (read when None); ``environ`` defaults to ``os.environ``.
+    """
+    environ = os.environ if environ is None else environ
+    cpuinfo = _read_cpuinfo() if cpuinfo is None else cpuinfo
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return False
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features"):
-            return bool(_FAST_BF16_CPU_FLAGS & set(value.split()))
-    return False
+        return CpuBf16(False, "no CPU flags to read")
+    flags = set((cpu_support.cpuinfo_field(cpuinfo, "flags", "features") or "").split())
+    if flags & _FAST_BF16_CPU_FLAGS:
+        return CpuBf16(True, f"this CPU has bf16 matrix units ({', '.join(sorted(flags & _FAST_BF16_CPU_FLAGS))})")
+    if not flags & _MEASURED_BF16_CPU_FLAGS:
+        return CpuBf16(False, "no bf16 instructions on this CPU")
+    if environ.get(DTYPE_PROBE_VARIABLE, "").strip() == "0":
+        return CpuBf16(False, f"bf16 speed not measured: {DTYPE_PROBE_VARIABLE}=0")
+    speedup = cpu_support.bf16_speedup(cpuinfo, cache_root(environ) / DTYPE_PROBE_FILE, timer)
+    times = f"{speedup:.2f}x" if speedup >= 0.1 else f"{speedup:.2g}x"
+    if speedup < 1:
+        return CpuBf16(False, f"bf16 measured {times} the speed of float32 on this CPU")
+    fast = cpu_support.bf16_wins(speedup)
+    below = "" if fast else f", below the {cpu_support.BF16_WIN_RATIO}x that bf16 must win by"
+    return CpuBf16(fast, f"bf16 measured {times} faster than float32 on this CPU{below}")
 
 
 def auto_dtype(device: str) -> str:
     """The dtype name "auto" stands for on ``device``: bfloat16 where it is faster (CUDA with bf16,
-    CPUs with AMX or Arm BF16), else float32."""
+    a CPU as :func:`cpu_bf16` finds it), else float32."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
     if dev.type == "cpu":
-        return "bfloat16" if cpu_has_fast_bf16() else "float32"
+        return cpu_bf16().dtype
     return "float32"
 
 
@@ -166,13 +215,17 @@ def load_device_map(device: torch.device) -> str | None:
     return str(device)
 
 
+def cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    """marft's cache folder: ``$MARFT_CACHE`` if set, else ``~/.cache/marft``."""
+    root = (os.environ if environ is None else environ).get("MARFT_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "marft"
+
+
 def model_cache_dir(cfg: ModelConfig) -> Path:
     """The folder holding converted copies of aliased models."""
     if cfg.cache_dir is not None:
         return Path(cfg.cache_dir).expanduser()
-    root = os.environ.get("MARFT_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "marft"
-    return base / "models"
+    return cache_root() / "models"
 
 
 def packaged_gguf_path(alias: str) -> Path:
@@ -424,21 +477,20 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizer
 
 
 def setup_line(dtype: torch.dtype, device: torch.device, threads: ThreadChoice,
-               fast_bf16: bool | None = None) -> str:
-    """The start-up line: ``float32 on cpu, 1 thread (2 cores in affinity, load 1.9 besides marft:
-    busy); set MARFT_THREADS or OMP_NUM_THREADS to override``, with a dtype hint on a CPU where
-    the other dtype is faster (``fast_bf16``: :func:`cpu_has_fast_bf16`, probed when None)."""
+               bf16: CpuBf16 | None = None) -> str:
+    """The start-up line: ``float32 on cpu (bf16 measured 0.8x the speed of float32 on this CPU),
+    1 thread (2 cores in affinity, load 1.9 besides marft: busy); set MARFT_THREADS or
+    OMP_NUM_THREADS to override``. On a CPU in float32 or bfloat16 it says why that dtype is the
+    faster one (``bf16``: :func:`cpu_bf16`, found when None), or names the faster one."""
     name = str(dtype).removeprefix("torch.")
-    hint = ""
+    why = ""
     if device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
-        fast = cpu_has_fast_bf16() if fast_bf16 is None else fast_bf16
-        if fast and dtype == torch.float32:
-            hint = " (this CPU has fast bf16: model.dtype bfloat16 may be faster)"
-        elif not fast and dtype == torch.bfloat16:
-            hint = " (no fast bf16 on this CPU: model.dtype float32 is faster)"
+        bf16 = cpu_bf16() if bf16 is None else bf16
+        faster = "" if bf16.dtype == name else f": model.dtype {bf16.dtype} (or auto) may be faster"
+        why = f" ({bf16.why}{faster})"
     count = f"{threads.threads} thread{'s' if threads.threads != 1 else ''}"
     override = f"; set {THREADS_VARIABLE} or OMP_NUM_THREADS to override" if threads.automatic else ""
-    return f"{name} on {device}{hint}, {count} ({threads.why}){override}"
+    return f"{name} on {device}{why}, {count} ({threads.why}){override}"
 
 
 def load_model_and_tokenizer(

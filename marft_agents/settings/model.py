@@ -40,11 +40,11 @@ class ModelConfig:
     """An alias (see ``PACKAGED_GGUF``), a local Hugging Face folder, or a Hub id."""
     dtype: str = "float32"
     """Parameter dtype: "float32" (exact, the tested default), "bfloat16" (faster on
-    GPUs and CPUs with AMX, slower on CPUs without it; compare on yours: ``python
+    GPUs and CPUs with AMX, slower on CPUs without bf16 instructions; compare on yours: ``python
     benchmarks/bench_rollout.py --dtype bfloat16`` against ``--dtype float32``), "float16" (GPU
     only in practice), or "auto": bfloat16 where the device computes it faster than float32
-    (CUDA with bf16, CPUs with AMX or Arm BF16; not AVX512-BF16 alone, which ran slower), else
-    float32. "auto" is
+    (CUDA with bf16, CPUs with AMX or Arm BF16, and CPUs with AVX512-BF16 where a short timed
+    step says so: :func:`marft_agents.model.loading.cpu_bf16`), else float32. "auto" is
     replaced by the concrete name before the model loads (``TrainConfig.resolve_hardware``), so
     runs record what they used."""
     device: str = AUTO_DEVICE

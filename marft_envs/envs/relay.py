@@ -57,6 +57,29 @@ Rewards
     reward (``infos[reducer]["agent_reward"]``, once the round is graded) is that stage: 1.0
     when right, else 0.0 (the answerer's stays the format reward).
 
+Stages
+    A team on level 4 reports, for every graded round, whether each stage of the problem was
+    passed: ``last_outcome["info"]["stages"]`` (in every agent's ``infos``, and in
+    ``history[-1].outcome.info``), a dict stage name -> bool in the order the stages are played,
+    the names declared once in :data:`STAGES` (the env's ``stages``)::
+
+        {"reduce": True, "answer": False}
+
+    * ``reduce``: the number the reducer's utterance of this round passes, read as the number
+      channel reads it (:func:`heard_number`, whatever the ``channel``), equals the first
+      stage's value A + B (the ``stage_correct`` of its ``infos``, for this round);
+    * ``answer``: the answerer's final answer of this round, graded as the team's answer is,
+      equals that passed number combined with the answerer's own value, (passed) + C: right
+      *given what it heard*, whether or not the number was A + B. False when no integer was
+      passed (:data:`NO_NUMBER`: there is nothing to add C to) or the answerer did not speak.
+
+    So a solved round has both stages passed, and a round with ``reduce`` passed is solved
+    exactly when ``answer`` is. Other levels, and a solo profile on level 4 (no number passes
+    between agents), report no ``stages`` key. An evaluation
+    (:mod:`marft_agents.evaluation.problem_set`) reads it from the episode's last graded round
+    and reports each stage's pass rate; any env with staged problems may report its stages the
+    same way.
+
 Keyword arguments
     ``level`` (1-5 or a level name; default 1), ``split`` ("train" | "test"; default "train"),
     ``task_seed``, ``message_chars`` (default 40; ignored when a ``template`` is given),
@@ -99,6 +122,11 @@ MESSAGE_CHARS = 40
 C = 45"), not for the rambling a small model appends, which it otherwise copies instead of
 answering (measured with SmolLM2-135M)."""
 
+STAGES: dict[str, str] = {"reduce": "the reducer passed A + B",
+                          "answer": "the answerer was right given what it heard"}
+"""Level 4's stages (``last_outcome["info"]["stages"]``, module docstring "Stages"), in the order
+played: name -> what passing it means (reports print it)."""
+
 NO_NUMBER = "(no number)"
 """What the number channel passes from an utterance without an integer."""
 _INTEGER = re.compile(r"[-+]?\d+")
@@ -140,6 +168,9 @@ class RelayEnv(FinalAnswerEnv):
 
     metadata = {"name": "marft_relay_v0", "render_modes": ["ansi", "human"], "is_parallelizable": True}
     default_profile = "relay"
+    stages: dict[str, str] = STAGES
+    """Stage name -> what passing it means, of the stages a staged level reports (module
+    docstring, "Stages"); reports read it from the class to label the figures."""
     staged_profile = "relay_reduce"
     """The default profile of a staged level (4): reducer -> answerer, prompted for the stages."""
     task_revisions: dict[int, str] = {revision: r.note for revision, r in TASK_REVISIONS.items()}
@@ -257,16 +288,33 @@ class RelayEnv(FinalAnswerEnv):
         return said[-1] if said else None
 
     def grade_round(self, task: Task, outputs: dict[str, str], round_index: int) -> RoundOutcome:
-        """The answerer's final answer, graded as Arithmetic; on level 4 the reducer's per-agent
-        reward is its own stage: 1.0 when the number it passed is A + B (what per-agent credit
-        and GRPO's ``agent`` grouping with ``agent_rewards`` read; the team reward is unchanged)."""
+        """The answerer's final answer, graded as Arithmetic; on level 4 the round's stages go in
+        ``outcome.info["stages"]`` (:meth:`stage_outcomes`) and the reducer's per-agent reward is
+        its own stage: 1.0 when the number it passed is A + B (what per-agent credit and GRPO's
+        ``agent`` grouping with ``agent_rewards`` read; the team reward is unchanged)."""
         outcome = super().grade_round(task, outputs, round_index)
         if self.staged and not self.sees_everything():
-            stage = str(self.stage_value(task))
-            for agent, said in outputs.items():
+            stages = self.stage_outcomes(task, outputs, answer_correct=bool(outcome.info.get("correct")))
+            outcome.info["stages"] = stages
+            for agent in outputs:
                 if agent != self.answerer:
-                    outcome.agent_rewards[agent] = 1.0 if heard_number(said) == stage else 0.0
+                    outcome.agent_rewards[agent] = 1.0 if stages["reduce"] else 0.0
         return outcome
+
+    def stage_outcomes(self, task: Task, outputs: dict[str, str], answer_correct: bool) -> dict[str, bool]:
+        """Level 4: whether each of :data:`STAGES` was passed in a round with ``outputs`` (module
+        docstring, "Stages"); ``answer_correct``: the answerer's answer was graded right (A + B + C)."""
+        reducer = next(agent for agent in self.possible_agents if agent != self.answerer)
+        passed = heard_number(outputs.get(reducer, ""))
+        reduce = passed == str(self.stage_value(task))
+        if reduce or passed == NO_NUMBER or self.answerer not in outputs:
+            # A right first stage makes (passed) + C the problem's answer, graded already.
+            answer = reduce and answer_correct
+        else:
+            op, last = task.metadata["expression"].split()[-2:]
+            expected = evaluate_expression(f"passed {op} {last}", {"passed": int(passed), last: task.metadata["values"][last]})
+            answer = self.grader.grade(outputs[self.answerer], str(expected)).correct
+        return dict(zip(STAGES, (reduce, bool(answer))))
 
     def extra_info(self, agent: str) -> dict[str, Any]:
         info: dict[str, Any] = {"holds": list(self.hands(self.task)[agent])}

@@ -82,6 +82,28 @@ def test_record_carries_diagnostics_outcomes_and_transcripts_within_its_size_bud
     assert path.stat().st_size < RECORD_MAX_BYTES
 
 
+def test_a_staged_envs_record_carries_its_stages_at_every_evaluation(tmp_path, monkeypatch):
+    """Relay level 4 reports its stages: eval_after and every eval-curve point carry the per-stage
+    rates, the final per-problem outcomes the stages per problem, and they agree."""
+    from marft_agents.evaluation.problem_set import STAGE_FIGURES
+
+    monkeypatch.setattr(models, "load_model_and_tokenizer", load_tiny_model)
+    cfg = small_config(tmp_path, **{"env.id": "marft/Relay-v0", "env.kwargs": {"level": 4, "horizon": 1},
+                                    "eval.env_kwargs": {"split": "test"}, "eval.n_problems": 4, "eval.interval": 1,
+                                    "eval.at_end": True, "schedule.num_updates": 1})
+    config = tmp_path / "relay_stages_tiny.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    records = tmp_path / "board" / "records"
+    assert main([str(config), "--records", str(records)]) == 0
+    record = json.loads((records / "relay_stages_tiny.json").read_text())
+    after, outcomes = record["eval_after"], record["eval_outcomes"]
+    assert set(after["stage_pass"]) == {"reduce", "answer"} and after["stage_n"] == {"reduce": 4, "answer": 4}
+    assert [p["update"] for p in record["eval_curve"]] == [0, 1]
+    assert all(set(STAGE_FIGURES) <= set(point) for point in record["eval_curve"])
+    assert {k: record["eval_curve"][-1][k] for k in STAGE_FIGURES} == {k: after[k] for k in STAGE_FIGURES}
+    assert {name: sum(column) / 4 for name, column in outcomes["stages_passed"].items()} == after["stage_pass"]
+
+
 def test_a_long_run_is_thinned_to_the_size_budget():
     """Thousands of updates: the diagnostics keep every k-th update and the last, the transcripts
     the first and last evaluation, and the file fits."""

@@ -121,7 +121,7 @@ def test_every_shipped_config_loads_and_validates(path):
 @pytest.mark.parametrize("native, expected", [(True, "bfloat16"), (False, "float32")])
 def test_auto_dtype_is_resolved_before_the_model_loads_to_what_the_cpu_runs_natively(monkeypatch, native, expected):
     from marft_agents.model import loading as models
-    monkeypatch.setattr(models, "cpu_has_fast_bf16", lambda cpuinfo=None: native)
+    monkeypatch.setattr(models, "cpu_bf16", lambda: models.CpuBf16(native, "as the test says"))
     cfg = C.config_from_dict({"model": {"dtype": "auto", "device": "auto"}})
     assert (cfg.model.dtype, cfg.model.device) == ("auto", "auto")  # validation is plain data: no device probe
     assert cfg.resolve_hardware() is cfg

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
 import torch
 
 import marft_envs
-from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
+from agent_helpers import LETTERS_ID, tiny, tiny_on_device  # noqa: F401 (fixture)
 import math
 
 from marft_agents.evaluation.problem_set import clustered_stderr, evaluate, problem_indices
@@ -123,3 +124,89 @@ def test_sampled_evaluation_plays_k_seeded_passes(tiny):
     assert sampled.pass_at_k == sum(any(row) for row in solved) / 3
     with pytest.raises(ValueError, match="greedy"):
         evaluate(policy, LETTERS_ID, {}, samples_per_problem=2, n_problems=1, greedy=True, sampling=sampling)
+
+
+# -- per-stage outcomes ---------------------------------------------------------------------------
+def test_stage_pass_rates_on_hand_computed_plays():
+    from marft_agents.evaluation.problem_set import STAGE_FIGURES, score
+
+    # four problems, p0 and p1 the same statement: reduce passed 1, 1, 0, 1; answer 0, 1, 1, 0
+    stages = [{"reduce": True, "answer": False}, {"reduce": True, "answer": True},
+              {"reduce": False, "answer": True}, {"reduce": True, "answer": False}]
+    per_task = [{"solved": s["reduce"] and s["answer"], "reward": 0.0, "stages": s} for s in stages]
+    result = score(per_task, ["p0", "p0", "p2", "p3"])
+    assert result.stage_pass == {"reduce": 0.75, "answer": 0.5} and list(result.stage_pass) == ["reduce", "answer"]
+    assert result.stage_n == {"reduce": 4, "answer": 4}
+    # reduce: residuals +.25 +.25 | -.75 | +.25 -> clusters .5, -.75, .25 -> sqrt(.875) / 4
+    assert math.isclose(result.stage_stderr["reduce"], math.sqrt(0.875) / 4)
+    # answer: residuals -.5 +.5 | +.5 | -.5 -> clusters 0, .5, -.5 -> sqrt(.5) / 4
+    assert math.isclose(result.stage_stderr["answer"], math.sqrt(0.5) / 4)
+    figures = result.figures()
+    assert {k: figures[k] for k in STAGE_FIGURES} == {"stage_pass": result.stage_pass,
+                                                      "stage_stderr": result.stage_stderr, "stage_n": result.stage_n}
+    # a play that reports no stages is not counted; an env that reports none adds no figures
+    partial = score(per_task[:2] + [{"solved": False, "reward": 0.0}], ["p0", "p1", "p2"])
+    assert partial.stage_pass == {"reduce": 1.0, "answer": 0.5} and partial.stage_n == {"reduce": 2, "answer": 2}
+    plain = score([{"solved": True, "reward": 1.0}], ["p0"])
+    assert plain.stage_pass == {} and not set(STAGE_FIGURES) & set(plain.figures())
+    # with k samples, every sample's stages count
+    sampled = score([{"samples": [{"solved": False, "reward": 0.0, "stages": s} for s in stages[:2]]},
+                     {"samples": [{"solved": False, "reward": 0.0, "stages": s} for s in stages[2:]]}], ["p0", "p1"], k=2)
+    assert sampled.stage_pass == {"reduce": 0.75, "answer": 0.5} and sampled.stage_n == {"reduce": 4, "answer": 4}
+
+
+def _reducer_wrong_when_a_is_odd(agent, observation, info):
+    """A Relay level-4 seat: the oracle, but the reducer passes A + B + 1 when A is odd."""
+    from marft_envs.tasks.scripted_teams import relay_oracle_seat
+
+    said = relay_oracle_seat(agent, observation, info)
+    a = int(re.search(r"A = (\d+)", observation["text"]).group(1)) if agent == "reducer_0" else 0
+    return f"\\boxed{{{int(said[7:-1]) + 1}}}" if a % 2 else said
+
+
+def _answerer_one_off(agent, observation, info):
+    """The oracle answerer plus one: never right, whatever it heard."""
+    from marft_envs.tasks.scripted_teams import relay_oracle_seat
+
+    return f"\\boxed{{{int(relay_oracle_seat(agent, observation, info)[7:-1]) + 1}}}"
+
+
+def test_evaluation_reports_the_stages_the_env_reports(tiny):
+    from marft_agents.model.policy import MultiAgentPolicy
+    from marft_agents.settings.sampling import SamplingConfig
+    from marft_envs.tasks.scripted_teams import relay_oracle_seat
+
+    model, tokenizer = tiny
+    env_kwargs = {"level": 4, "split": "test", "horizon": 1}
+    env = marft_envs.make("marft/Relay-v0", **env_kwargs)
+    policy = MultiAgentPolicy(model, tokenizer, env.possible_agents)
+    args = dict(n_problems=12, seed=3, sampling=SamplingConfig(max_new_tokens=4), num_envs=5)
+    indices = problem_indices(len(env.unwrapped.tasks), 12, 3)
+    odd = [env.unwrapped.tasks[i].metadata["values"]["A"] % 2 == 1 for i in indices]
+    assert 0 < sum(odd) < 12  # both kinds of problem are in the set
+
+    # reducer right on even A only, oracle answerer: right given what it heard on every problem
+    result = evaluate(policy, "marft/Relay-v0", env_kwargs, scripted={
+        "reducer_0": _reducer_wrong_when_a_is_odd, "answerer_0": relay_oracle_seat}, **args)
+    assert [t["stages"] for t in result.per_task] == [{"reduce": not o, "answer": True} for o in odd]
+    assert result.stage_pass == {"reduce": (12 - sum(odd)) / 12, "answer": 1.0} == result.figures()["stage_pass"]
+    assert result.stage_n == {"reduce": 12, "answer": 12} and result.accuracy == (12 - sum(odd)) / 12
+
+    # the oracle reducer, an answerer one off: stage 1 passed, stage 2 never
+    result = evaluate(policy, "marft/Relay-v0", env_kwargs, scripted={
+        "reducer_0": relay_oracle_seat, "answerer_0": _answerer_one_off}, **args)
+    assert result.stage_pass == {"reduce": 1.0, "answer": 0.0} and result.accuracy == 0.0
+
+    # sampled passes keep every sample's stages (scripted seats play the same each pass)
+    sampled = evaluate(policy, "marft/Relay-v0", env_kwargs, scripted={
+        "reducer_0": _reducer_wrong_when_a_is_odd, "answerer_0": relay_oracle_seat}, samples_per_problem=2,
+        greedy=False, **args)
+    assert all([s["stages"] for s in t["samples"]] == [t["stages"]] * 2 for t in sampled.per_task)
+    assert sampled.stage_pass["reduce"] == (12 - sum(odd)) / 12 and sampled.stage_n == {"reduce": 24, "answer": 24}
+
+    # an env without stages: no key in per_task, no stage figures
+    fresh, fresh_tokenizer = tiny_on_device(seed=0, hidden_size=32, num_layers=1)  # adapters for other agents
+    level1 = evaluate(MultiAgentPolicy(fresh, fresh_tokenizer, ["holder_0", "answerer_0"]), "marft/Relay-v0",
+                      {"level": 1, "split": "test", "horizon": 1},
+                      scripted={"holder_0": relay_oracle_seat, "answerer_0": relay_oracle_seat}, **args)
+    assert level1.accuracy == 1.0 and level1.stage_pass == {} and not any("stages" in t for t in level1.per_task)

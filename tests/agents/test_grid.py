@@ -243,10 +243,29 @@ def test_shipped_grids_plan_and_fit_their_stated_budget(grid_file, monkeypatch):
     spec = grid_mod.load_grid(grid_file)
     runs = grid_mod.plan(spec)  # also refuses two cells that make the same run
     kinds = {r.cell.name: r.kind for r in runs}
-    assert "untrained" in kinds.values()
-    assert any(c.b == "solo_ppo" for c in spec.comparisons), "the grid must compare the team with the single agent"
-    if spec.demo:  # a protocol demonstration: it says so, and every comparison is declared in it
+    team_question = any(c.b == "solo_ppo" for c in spec.comparisons)
+    if not spec.comparisons:  # a stage other grids start from (init_adapters into its run folders)
+        starts = [str(c.overrides.get("init_adapters", "")) for f in (REPO / "baselines" / "grids").glob("*.yaml")
+                  for c in grid_mod.load_grid(f).cells]
+        assert any(s.startswith(f"runs/grids/{spec.name}/") for s in starts), "a grid without comparisons is a start"
+    elif not team_question:  # a comparison of learner settings: paired contrasts that can pass the exact test
+        from leaderboards import stats
+
+        assert spec.meaningful_effect and all(c.paired and c.margin for c in spec.comparisons)
+        floors = [stats.exact_p_floor("paired", sum(r.cell.name == c.a for r in runs), 0) for c in spec.comparisons]
+        assert max(stats.holm_floors(floors)) < 0.05
+    else:
+        assert "untrained" in kinds.values()
+    if not team_question:
+        pass
+    elif spec.demo:  # a protocol demonstration: it says so, and every comparison is declared in it
         assert grid_mod.DEMO_MARK in grid_mod.spec_title(spec) and spec.comparisons
+    elif any(c.start for c in spec.cells):  # a curriculum: its paired contrasts can pass the exact test
+        from leaderboards import stats
+
+        assert "swapped" in kinds.values() and spec.comparisons and spec.meaningful_effect
+        floors = [stats.exact_p_floor("paired", sum(r.cell.name == c.a for r in runs), 0) for c in spec.comparisons]
+        assert all(c.paired for c in spec.comparisons) and max(stats.holm_floors(floors)) < 0.05
     else:  # a comparison grid: its main cells at three seeds or more
         assert "swapped" in kinds.values()
         for cell in ("marft_a", "marft_a_shared", "marft_t", "marft_t_shared"):
@@ -254,15 +273,22 @@ def test_shipped_grids_plan_and_fit_their_stated_budget(grid_file, monkeypatch):
     training = [r for r in runs if r.kind == "train"]
     # the sample axis, with evaluations every cell reaches at the same episode counts
     assert spec.budget.axis == "episodes" and spec.eval_every and spec.time_budget_s is None
-    for run in training:
+    budgets = [grid_mod.cell_budget(spec, r.cell).episodes for r in training]
+    for run, budget in zip(training, budgets):
         cfg = grid_mod.run_config(spec, run)
-        assert cfg.schedule.max_episodes == spec.budget.episodes and cfg.schedule.time_budget_s is None
+        assert cfg.schedule.max_episodes == budget and cfg.schedule.time_budget_s is None
         assert cfg.eval.interval * cfg.schedule.episodes_per_update == spec.eval_every.episodes
     # the grid's comment states the training budget; keep it true
-    stated = re.search(r"training budget: (\d+) runs x (\d+) episodes = (\d+) episodes", grid_file.read_text())
-    assert stated, "the grid file must state its budget as 'training budget: N runs x E episodes = T episodes'"
-    assert int(stated.group(1)) == len(training) and int(stated.group(2)) == spec.budget.episodes
-    assert int(stated.group(3)) == len(training) * spec.budget.episodes
+    text = grid_file.read_text()
+    stated = re.search(r"training budget: (\d+) runs x (\d+) episodes = (\d+) episodes", text)
+    if stated:
+        terms = [(int(stated.group(1)), int(stated.group(2)))]
+    else:  # cells of their own budgets: "training budget: N1 x E1 + N2 x E2 ... episodes = T episodes"
+        stated = re.search(r"training budget: (\d+ x \d+(?: \+ \d+ x \d+)*) episodes = (\d+) episodes", text)
+        assert stated, "the grid file must state its budget as 'training budget: N runs x E episodes = T episodes'"
+        terms = [tuple(map(int, term.split(" x "))) for term in stated.group(1).split(" + ")]
+    assert sorted(terms) == sorted((budgets.count(e), e) for e in set(budgets))
+    assert int(stated.group(stated.lastindex)) == sum(budgets)
 
 
 def test_swap_agent_adapters_exchanges_only_policy_adapters(tiny):
@@ -583,3 +609,169 @@ def test_without_a_pilot_spread_the_plan_takes_the_largest_a_score_can_have(tmp_
     # no records: each cell at its gate's rate (4 / 4 = 1.0) plus 20 points, capped at 0.5: sd 0.5
     assert entry["basis"] == "bound" and entry["sd"] == [0.5, 0.5]
     assert entry["mde"] == pytest.approx(stats.minimal_detectable_effect("independent", 0.5, 5, 0.5, 5).effect, abs=1e-4)
+
+
+# -- a cell's own budget; a start from other cells' final adapters ------------------------------------
+def test_a_cells_own_budget_is_its_runs_records_and_status(tmp_path, tiny_models, capsys):
+    cells = [{"name": "team"}, {"name": "long", "budget": {"episodes": 4}, "overrides": {"shared_adapter": True}}]
+    path = _grid(tmp_path, cells, seeds=[0])
+    runs = {r.name: r for r in grid_mod.plan(grid_mod.load_grid(path))}
+    assert runs["team_seed0"].overrides["schedule.max_episodes"] == 2
+    assert runs["long_seed0"].overrides["schedule.max_episodes"] == 4
+    assert grid_mod.main([str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "2 training runs of their cells' budgets, 1 x 2 + 1 x 4 episodes = 6 episodes" in out
+    assert re.search(r"long_seed0 +train \(4 episodes\)", out) and "team_seed0                           train  {" in out
+    assert grid_mod.main([str(path)]) == 0
+    records = _records(tmp_path)
+    assert records["long_seed0"]["grid"]["budget"] == {"axis": "episodes", "episodes": 4, "eval_every_episodes": None}
+    assert records["long_seed0"]["budget"]["episodes"] == 4 and records["team_seed0"]["budget"]["episodes"] == 2
+    spec = grid_mod.load_grid(path)
+    assert [grid_mod.status(spec, r) for r in grid_mod.plan(spec)] == ["done", "done"]
+    # the cell's budget changes: its record is no longer current, its folder holds the old budget's run
+    data = yaml.safe_load(path.read_text())
+    data["cells"][1]["budget"] = {"episodes": 6}
+    path.write_text(yaml.safe_dump(data))
+    spec = grid_mod.load_grid(path)
+    long_run = next(r for r in grid_mod.plan(spec) if r.cell.name == "long")
+    assert grid_mod.status(spec, long_run) == "conflict"
+    from marft_agents.run.checkpoint import latest_checkpoint
+    assert grid_mod.budget_changes(long_run, latest_checkpoint(long_run.overrides["output_dir"])) == [
+        "schedule.max_episodes: 4 -> 6"]
+    assert not grid_mod.record_is_current(spec, records["long_seed0"], long_run.cell)
+    assert grid_mod.record_is_current(spec, records["team_seed0"], spec.cells[0])
+
+
+@pytest.mark.parametrize("cells, extra, message", [
+    ([{"name": "a", "budget": {"episodes": 3}}], {"eval_every": {"episodes": 2}},
+     r"cell 'a': eval_every.episodes \(2\) must divide its budget.episodes \(3\)"),
+    ([{"name": "a"}, {"name": "s", "evaluate": "swapped", "source": "a", "budget": {"episodes": 4}}], {},
+     r"cell 's': an evaluation cell trains nothing"),
+    ([{"name": "a", "budget": {"sampled_tokens": 40}}], {}, r"cell 'a': its budget must be on the grid's axis"),
+    ([{"name": "a"}, {"name": "b", "budget": {"episodes": 4}}], {"comparisons": [{"a": "b", "b": "a"}]},
+     r"comparison b - a: the cells train on different budgets \(4 episodes / 2 episodes\); list it in unequal_budgets"),
+    ([{"name": "a"}, {"name": "b", "overrides": {"shared_adapter": True}}],
+     {"comparisons": [{"a": "b", "b": "a"}], "unequal_budgets": [{"a": "b", "b": "a", "why": "w"}]},
+     r"unequal_budgets: b - a train on the same budget"),
+    ([{"name": "a"}, {"name": "b", "start": {"source": "nope"}}], {},
+     r"cell 'b': its start names 'nope', which is not a training cell"),
+    ([{"name": "b", "start": {"source": "a"}}, {"name": "a"}], {}, r"cell 'b': its start reads cell 'a', declared after it"),
+    ([{"name": "a"}, {"name": "b", "start": {"source": "a", "adapters": {"actor_0": "b"}}}], {},
+     r"cell 'b': its start reads cell 'b', declared after it"),
+    ([{"name": "a"}, {"name": "b", "start": {"source": "a"}, "overrides": {"init_adapters": "x"}}], {},
+     r"cell 'b': 'start' and overrides.init_adapters both say where the run starts"),
+    ([{"name": "a"}, {"name": "b", "evaluate": "untrained", "start": {"source": "a"}}], {},
+     r"cell 'b': 'start' is for training cells"),
+    ([{"name": "a"}, {"name": "c", "overrides": {"shared_adapter": True}},
+      {"name": "b", "start": {"source": "a", "adapters": {"actor_0": "c"}}}], {},
+     r"cell 'b': start: cell 'c' \(shared_adapter: True\) and this run \(shared_adapter: False\) must both"),
+    ([{"name": "a"}, {"name": "b", "start": {"source": "a", "adapters": {"holder_0": "a"}}}], {},
+     r"cell 'b': start.adapters: \['holder_0'\] not agents of the env"),
+    ([{"name": "a"}, {"name": "b", "start": {"source": "a"}, "overrides": {"critic.mode": "per_agent"}}], {},
+     r"cell 'b': start: cell 'a''s critic .* does not fit this run's"),
+])
+def test_bad_budgets_and_starts_are_refused_with_one_line(tmp_path, capsys, cells, extra, message):
+    path = _grid(tmp_path, cells, seeds=[0], **extra)
+    assert grid_mod.main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and err.count("\n") == 1, err
+
+
+START_CELLS = [
+    {"name": "first", "overrides": {"algorithm": "mappo_action"}},
+    {"name": "other", "overrides": {"sampling.temperature": 0.9}},
+    {"name": "grpo", "overrides": {"algorithm": "grpo", "learner": {"group_size": 2}}},
+    {"name": "plain", "start": {"source": "first"}, "overrides": {"schedule.actor_lr": 5e-3}},
+    {"name": "combo", "start": {"source": "first", "adapters": {"actor_0": "other"}}},
+    {"name": "after_grpo", "start": {"source": "grpo"}},
+    {"name": "combo_swapped", "evaluate": "swapped", "source": "combo"},
+]
+
+
+def test_a_start_reads_its_sources_final_adapters_once_they_are_done(tmp_path, tiny_models, capsys, monkeypatch):
+    import torch
+
+    from baselines import grid_plan
+    from marft_agents.run.checkpoint import latest_checkpoint, load_adapters
+
+    path = _grid(tmp_path, START_CELLS, seeds=[0, 1])
+    spec = grid_mod.load_grid(path)
+    runs = {r.name: r for r in grid_mod.plan(spec)}
+    # a plain start of the same layout: the source's run folder; else a file the grid writes
+    assert runs["plain_seed1"].overrides["init_adapters"] == runs["first_seed1"].overrides["output_dir"]
+    for cell in ("combo", "after_grpo"):
+        assert runs[f"{cell}_seed1"].overrides["init_adapters"] == str(tmp_path / "runs" / cell / "seed1" / "start"
+                                                                        / "adapters.pt")
+    assert runs["combo_seed1"].source.name == "first_seed1" and [r.name for r in runs["combo_seed1"].others] == [
+        "other_seed1"]
+    # the identity names the start: the same cell from another source is another run
+    cfg = grid_mod.run_config(spec, runs["combo_seed0"])
+    assert '"start": {"adapters": {"actor_0": ["other", 0]}, "source": ["first", 0]}' in grid_mod.run_identity(
+        runs["combo_seed0"], cfg)
+    # each start run goes to its source's shard; the ablation of a start run follows it
+    for i in range(2):
+        names = {r.name for r in grid_mod.shard(list(runs.values()), i, 2)}
+        for seed in (0, 1):
+            assert {f"plain_seed{seed}", f"combo_seed{seed}", f"combo_swapped_seed{seed}"} <= names \
+                or not ({f"plain_seed{seed}", f"combo_seed{seed}", f"combo_swapped_seed{seed}"} & names)
+            assert (f"first_seed{seed}" in names) == (f"combo_seed{seed}" in names)
+            assert (f"grpo_seed{seed}" in names) == (f"after_grpo_seed{seed}" in names)
+    # before its sources are done: blocked, and its gate waits for them (not a refusal)
+    calls = []
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({}, calls))
+    assert grid_mod.main([str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "blocked  combo_seed0                          train from first_seed0 + actor_0: other_seed0" in out
+    assert grid_mod.main([str(path), "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "| combo | waiting | - | - | 2 | - | waiting: gated after first, other (its start is their final " in out
+    assert calls == ["first", "other"]  # grpo starts as first does; plain, combo and after_grpo wait
+
+    assert grid_mod.main([str(path), "--cells", "first,other,grpo", "--seeds", "0"]) == 0
+    assert grid_mod.main([str(path), "--seeds", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "gate combo: its start is combo_seed0's (seed 0)" in out and calls[-3:] == ["plain", "combo", "after_grpo"]
+    records = _records(tmp_path)
+    assert {"plain_seed0", "combo_seed0", "after_grpo_seed0", "combo_swapped_seed0"} <= set(records)
+
+    final = {cell: load_adapters(latest_checkpoint(tmp_path / "runs" / cell / "seed0")) for cell in ("first", "other", "grpo")}
+    combined = torch.load(tmp_path / "runs" / "combo" / "seed0" / "start" / "adapters.pt", weights_only=True)
+
+    def part(state, prefix):
+        return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+    def same(a, b):
+        return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    assert same(part(combined, "lora/policy_reasoner_0/"), part(final["first"], "lora/policy_reasoner_0/"))
+    assert same(part(combined, "lora/policy_actor_0/"), part(final["other"], "lora/policy_actor_0/"))
+    assert not same(part(combined, "lora/policy_actor_0/"), part(final["first"], "lora/policy_actor_0/"))
+    for prefix in ("lora/critic/", "value_head/critic/"):  # the team critic: the source's
+        assert part(combined, prefix) and same(part(combined, prefix), part(final["first"], prefix))
+    start = records["combo_seed0"]["grid"]["start"]
+    assert start["source"] == "first" and start["adapters"] == {"actor_0": "other"}
+    assert start["from"] == {"policy_reasoner_0": "first", "policy_actor_0": "other", "critic": "first"}
+    assert start["checkpoints"]["other"] == str(latest_checkpoint(tmp_path / "runs" / "other" / "seed0"))
+    assert records["combo_seed0"]["config"]["init_adapters"].endswith("start/adapters.pt")
+    # a critic-free source (GRPO): its policy adapters, the run's own fresh critic
+    after = torch.load(tmp_path / "runs" / "after_grpo" / "seed0" / "start" / "adapters.pt", weights_only=True)
+    assert not any(k.startswith("lora/critic/") for k in final["grpo"]) and part(after, "lora/critic/")
+    for agent in ("reasoner_0", "actor_0"):
+        assert same(part(after, f"lora/policy_{agent}/"), part(final["grpo"], f"lora/policy_{agent}/"))
+    assert records["after_grpo_seed0"]["grid"]["start"]["from"]["critic"] == "fresh"
+    assert records["plain_seed0"]["grid"]["start"] == {
+        "source": "first", "seed": 0, "checkpoints": {"first": str(latest_checkpoint(tmp_path / "runs" / "first" / "seed0"))}}
+    assert not (tmp_path / "runs" / "plain" / "seed0" / "start").exists()
+
+
+def test_a_start_gate_that_fails_stops_the_start_runs_unless_forced(tmp_path, tiny_models, capsys, monkeypatch):
+    from baselines import grid_plan
+
+    cells = [{"name": "first"}, {"name": "plain", "start": {"source": "first"}, "overrides": {"schedule.actor_lr": 5e-3}}]
+    path = _grid(tmp_path, cells, seeds=[0], gate={"episodes": 128, "min_signal": 0.25})
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({"first": 64}, []))
+    assert grid_mod.main([str(path)]) == 0  # first passes its gate; plain's is measured after it, and fails
+    out = capsys.readouterr().out
+    assert "stop plain_seed0: its start gate refuses it" in out and sorted(_records(tmp_path)) == ["first_seed0"]
+    assert grid_mod.main([str(path), "--force"]) == 0
+    assert sorted(_records(tmp_path)) == ["first_seed0", "plain_seed0"]

@@ -95,6 +95,7 @@ def test_threads_set_when_the_model_loads_and_said_in_one_line(tmp_path, monkeyp
     monkeypatch.setattr(cpu_support, "cores_in_affinity", lambda: 2)
     monkeypatch.setattr(cpu_support, "load_average", lambda: 1.9)  # another job on both cores
     monkeypatch.setattr(cpu_support, "own_load", lambda: 0.0)
+    monkeypatch.setattr(models, "cpu_bf16", lambda: models.CpuBf16(False, "no bf16 instructions on this CPU"))
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # set by the caller: it stands
@@ -108,8 +109,8 @@ def test_threads_set_when_the_model_loads_and_said_in_one_line(tmp_path, monkeyp
             load_model_and_tokenizer(ModelConfig(str(tmp_path / "m")))  # 0: chosen for the busy machine
         assert torch.get_num_threads() == 1
         lines = [r.getMessage() for r in caplog.records if r.name == "marft_agents.model.loading"]
-        assert lines == ["float32 on cpu, 1 thread (2 cores in affinity, load 1.9 besides marft: busy); "
-                         "set MARFT_THREADS or OMP_NUM_THREADS to override"]
+        assert lines == ["float32 on cpu (no bf16 instructions on this CPU), 1 thread (2 cores in affinity, "
+                         "load 1.9 besides marft: busy); set MARFT_THREADS or OMP_NUM_THREADS to override"]
         with pytest.raises(ValueError, match="model.threads must be >= 0"):
             load_model_and_tokenizer(ModelConfig(str(tmp_path / "m"), threads=-1))
     finally:
@@ -182,17 +183,73 @@ def test_unknown_model_fails_fast_when_the_hub_is_unreachable(monkeypatch):
     assert time.perf_counter() - started < 2.0
 
 
-@pytest.mark.parametrize("flags, fast", [
-    ("fpu avx512f avx512bw avx512_vnni", False),   # AVX512 without BF16: bf16 is emulated
-    ("fpu avx512f avx512_bf16 avx512_vnni", False),  # AVX512-BF16 alone: measured slower than fp32 in torch
-    ("fpu avx512f amx_bf16 amx_tile", True),
-])
-def test_cpu_has_fast_bf16_reads_the_flags_line(flags, fast):
-    from marft_agents.model.loading import cpu_has_fast_bf16
+def _cpuinfo(flags: str, key: str = "flags") -> str:
+    return f"processor\t: 0\nmodel name\t: Some CPU\n{key}\t\t: {flags}\n"
 
-    cpuinfo = f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n"
-    assert cpu_has_fast_bf16(cpuinfo) is fast
-    assert cpu_has_fast_bf16("processor : 0\n") is False  # no flags line: assume emulated
+
+class _CountingTimer:
+    """Stands in for the timed bf16 probe (nothing is timed): bf16 ``speedup`` times as fast."""
+
+    def __init__(self, speedup: float):
+        self.speedup, self.calls = speedup, 0
+
+    def __call__(self):
+        self.calls += 1
+        return [0.01 * self.speedup] * 3, [0.01] * 3
+
+
+@pytest.fixture
+def bf16_probe(monkeypatch, tmp_path):
+    """The probe may run (``MARFT_DTYPE_PROBE`` unset), measures nothing yet in this process and
+    stores under ``tmp_path``; the timed step is replaced by a ``_CountingTimer`` (set ``.speedup``)."""
+    from marft_agents.engine import cpu_support
+
+    monkeypatch.delenv(models.DTYPE_PROBE_VARIABLE, raising=False)
+    monkeypatch.setenv("MARFT_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_support, "_speedups", {})
+    timer = _CountingTimer(2.0)
+    monkeypatch.setattr(cpu_support, "time_bf16_step", timer)
+    return timer
+
+
+@pytest.mark.parametrize("flags, key, speedup, dtype, measured, why", [
+    ("fpu avx512f avx512bw avx512_vnni", "flags", 2.0, "float32", False, "no bf16 instructions on this CPU"),
+    ("fpu avx512f amx_bf16 amx_tile avx512_bf16", "flags", 0.5, "bfloat16", False,
+     "this CPU has bf16 matrix units (amx_bf16)"),
+    ("fp asimd bf16", "Features", 0.5, "bfloat16", False, "this CPU has bf16 matrix units (bf16)"),
+    ("fpu avx512f avx512_bf16 avx512_vnni", "flags", 1.9, "bfloat16", True,
+     "bf16 measured 1.90x faster than float32 on this CPU"),
+    ("fpu avx512f avx512_bf16 avx512_vnni", "flags", 0.8, "float32", True,
+     "bf16 measured 0.80x the speed of float32 on this CPU"),
+    ("fpu avx2 avx_ne_convert", "flags", 1.1, "float32", True,
+     "bf16 measured 1.10x faster than float32 on this CPU, below the 1.2x that bf16 must win by"),
+])
+def test_cpu_bf16_measures_only_where_the_flags_leave_it_open(bf16_probe, flags, key, speedup, dtype, measured, why):
+    bf16_probe.speedup = speedup
+    choice = models.cpu_bf16(_cpuinfo(flags, key))
+    assert (choice.dtype, choice.why) == (dtype, why)
+    assert bf16_probe.calls == int(measured)
+
+
+def test_the_probe_can_be_switched_off_and_no_flags_mean_float32(bf16_probe, monkeypatch):
+    monkeypatch.setenv(models.DTYPE_PROBE_VARIABLE, "0")
+    choice = models.cpu_bf16(_cpuinfo("fpu avx512f avx512_bf16"))
+    assert (choice.dtype, choice.why) == ("float32", "bf16 speed not measured: MARFT_DTYPE_PROBE=0")
+    monkeypatch.delenv(models.DTYPE_PROBE_VARIABLE)
+    assert models.cpu_bf16("processor : 0\n").dtype == "float32"  # no flags line: assume emulated
+    monkeypatch.setattr(models, "_read_cpuinfo", lambda: None)  # no /proc/cpuinfo
+    assert models.cpu_bf16() == models.CpuBf16(False, "no CPU flags to read")
+    assert bf16_probe.calls == 0
+
+
+@pytest.mark.parametrize("flags, dtype, measured", [
+    ("fpu avx512f", "float32", False), ("fpu amx_bf16", "bfloat16", False), ("fpu avx512_bf16", "bfloat16", True)])
+def test_auto_dtype_on_a_cpu_measures_on_avx512_bf16_only_and_once(bf16_probe, monkeypatch, tmp_path, flags, dtype,
+                                                                   measured):
+    monkeypatch.setattr(models, "_read_cpuinfo", lambda: _cpuinfo(flags))
+    assert models.auto_dtype("cpu") == dtype and resolve_dtype("auto") is getattr(torch, dtype)
+    assert bf16_probe.calls == int(measured)  # the second look is the process's own answer
+    assert (tmp_path / models.DTYPE_PROBE_FILE).is_file() is measured  # stored for later processes
 
 
 # ---------------------------------------------------------------- the converted-model cache

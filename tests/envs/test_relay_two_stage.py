@@ -15,7 +15,7 @@ from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 
 import marft_envs
 from marft_envs.core.task import Task
-from marft_envs.envs.relay import CHANNELS, NO_NUMBER, heard_number
+from marft_envs.envs.relay import CHANNELS, NO_NUMBER, STAGES, heard_number
 from marft_envs.tasks.relay import LEVEL_DEALS, LEVELS, RelayTasks, deal, full_prompt
 from marft_envs.tasks.scripted_teams import TEAMS, play, relay_oracle
 
@@ -181,6 +181,81 @@ def test_a_right_stage_and_a_right_sum_solve_the_problem():
     env.step("\\boxed{19}")
     env.step("19 + 5 = \\boxed{24}")
     assert env.terminations["answerer_0"] and env.rewards["reducer_0"] == 1.0 == env.rewards["answerer_0"]
+
+
+# -- stages reported per round ------------------------------------------------------------------
+def _off_by_one(seat):
+    """The oracle team with ``seat``'s boxed number one more than the oracle's."""
+    def policy(agent, observation, rng):
+        said = relay_oracle(agent, observation, rng)
+        return f"\\boxed{{{int(heard_number(said)) + 1}}}" if agent == seat else said
+    return policy
+
+
+off_by_one_answerer = _off_by_one("answerer_0")
+"""Passes stage 1 (the oracle reducer) and fails stage 2: the oracle's answer plus one."""
+off_by_one_reducer = _off_by_one("reducer_0")
+"""Fails stage 1 (passes A + B + 1); the oracle answerer adds C to what it heard: stage 2 passed."""
+
+
+def _stages_of_play(policy, index, **kwargs):
+    """(stages of the last graded round, solved) of test problem ``index`` played by ``policy``."""
+    env = marft_envs.make(RELAY, level=4, split="test", horizon=1, **kwargs)
+    env.reset(seed=0, options={"task_index": index})
+    rng = random.Random(0)
+    for agent in env.agent_iter():
+        _, _, terminated, truncated, _ = env.last()
+        env.step(None if terminated or truncated else policy(agent, env.observe(agent)["text"], rng))
+    outcome = env.unwrapped.history[-1].outcome
+    return outcome.info.get("stages"), outcome.solved
+
+
+@pytest.mark.parametrize("policy, stages", [
+    (ORACLE, {"reduce": True, "answer": True}),
+    (off_by_one_answerer, {"reduce": True, "answer": False}),
+    (off_by_one_reducer, {"reduce": False, "answer": True}),
+    (MUTE, {"reduce": False, "answer": False}),   # "Hello.": no number passes, nothing to add C to
+])
+@pytest.mark.parametrize("channel", ["number", "text"])
+def test_scripted_teams_get_their_stage_flags(policy, stages, channel):
+    for index in range(20):
+        reported, solved = _stages_of_play(policy, index, channel=channel)
+        assert reported == stages and list(reported) == list(STAGES), (index, reported)
+        assert solved == (stages["reduce"] and stages["answer"])
+
+
+@pytest.mark.parametrize("reducer, answerer, stages", [
+    ("\\boxed{19}", "\\boxed{24}", {"reduce": True, "answer": True}),
+    ("A = 7, B = 12, so \\boxed{19}", "19 + 5 = 24", {"reduce": True, "answer": True}),
+    ("\\boxed{19}", "\\boxed{25}", {"reduce": True, "answer": False}),
+    ("\\boxed{20}", "\\boxed{25}", {"reduce": False, "answer": True}),    # right given the 20 it heard
+    ("\\boxed{24}", "\\boxed{29}", {"reduce": False, "answer": True}),    # A + B + C passed: not stage 1
+    ("\\boxed{20}", "\\boxed{24}", {"reduce": False, "answer": False}),   # the answer, but not from what it heard
+    ("A = 7, B = 12", "\\boxed{17}", {"reduce": False, "answer": True}),    # heard 12 (the last integer)
+    ("Hello.", "\\boxed{5}", {"reduce": False, "answer": False}),
+])
+def test_stage_flags_of_one_round(reducer, answerer, stages):
+    env = _env(horizon=2)
+    assert "last_outcome" not in env.infos["answerer_0"]
+    env.step(reducer)
+    env.step(answerer)
+    assert all(env.infos[a]["last_outcome"]["info"]["stages"] == stages for a in env.possible_agents)
+    assert env.unwrapped.history[-1].outcome.info["stages"] == stages
+    assert env.infos["reducer_0"]["agent_reward"] == float(stages["reduce"])
+    assert env.infos["reducer_0"]["stage_correct"] is stages["reduce"]
+
+
+def test_levels_without_stages_and_solo_profiles_report_none():
+    for level in (1, 2, 3, 5):
+        env = marft_envs.make(RELAY, level=level, horizon=1)
+        env.reset(seed=0, options={"task_index": 0})
+        for agent in env.agent_iter():
+            _, _, terminated, truncated, _ = env.last()
+            env.step(None if terminated or truncated else "\\boxed{3}")
+        assert "stages" not in env.unwrapped.history[-1].outcome.info, level
+    for profile in ("solo", "solo_two_calls"):
+        reported, _ = _stages_of_play(ORACLE, 0, profile=profile)
+        assert reported is None, profile
 
 
 # -- scripted teams -----------------------------------------------------------------------------
