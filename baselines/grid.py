@@ -928,6 +928,7 @@ def _evaluate_policy(spec: GridSpec, run: GridRun, cfg: TrainConfig, policy: Any
     transcripts.write_text("".join(json.dumps(t) + "\n" for t in result.per_task), encoding="utf-8")
     evaluation = {**result.figures(), "greedy": e.greedy}
     from marft_agents.config import config_to_dict
+    from marft_agents.evaluation.records import stage_figures
     from marft_agents.learners.registry import EVAL_ONLY
 
     return Record(
@@ -935,7 +936,7 @@ def _evaluate_policy(spec: GridSpec, run: GridRun, cfg: TrainConfig, policy: Any
         algorithm=EVAL_ONLY if run.kind == "untrained" else cfg.algorithm,
         model=cfg.model.name_or_path, eval_after=evaluation,
         eval_curve=[{"update": 0, "episodes": 0, "sampled_tokens": 0, "accuracy": result.accuracy,
-                     "stderr": result.stderr, "train_seconds": 0.0}]
+                     "stderr": result.stderr, "train_seconds": 0.0, **stage_figures(result.per_task)}]
         if run.kind == "untrained" else [],
         eval_outcomes=eval_outcomes(result.per_task, source_record.get("budget", {}).get("updates", 0)),
         transcripts=[{"update": source_record.get("budget", {}).get("updates", 0),

@@ -7,7 +7,8 @@ position p, what each baseline leaves of the returns on that update's rollout
 the leave-one-out group mean), ``critic/critic_residual_var/pos<p>`` (the critic as the run used
 it) and ``critic/anchored_residual_var/pos<p>`` (``group_critic`` with the same values). This
 script pools them over the later half of each run's updates (sums over updates, as the run's own
-figures are pooled) and prints, per run and position, each residual and its variance reduction
+figures are pooled; ``critic_health.pooled_residuals``, which the grid reports use too) and
+prints, per run and position, each residual and its variance reduction
 ``1 - residual / return variance``, and the critic's gain over the group mean
 ``1 - critic / LOO``: whether the critic earns its cost on that run, position by position.
 
@@ -24,26 +25,7 @@ import math
 import sys
 from pathlib import Path
 
-COLUMNS = (("none", "critic/group_return_var"), ("group", "critic/loo_residual_var"),
-           ("critic", "critic/critic_residual_var"), ("group_critic", "critic/anchored_residual_var"))
-"""Each baseline and the per-position key of what it leaves."""
-
-
-def pooled(rows: list[dict], all_updates: bool = False) -> dict[int, dict[str, float]]:
-    """Per position: each baseline's residual summed over the (later half of the) update rows
-    that logged it, divided by their count (NaN where no row logged it)."""
-    rows = [r for r in rows if any(k.startswith("critic/loo_residual_var/pos") for k in r)]
-    rows = rows if all_updates else rows[len(rows) // 2:]
-    positions = sorted({int(k.rsplit("pos", 1)[1]) for r in rows for k in r if k.startswith("critic/loo_residual_var/pos")})
-    out: dict[int, dict[str, float]] = {}
-    for p in positions:
-        figures = {}
-        for name, key in COLUMNS:
-            values = [r[f"{key}/pos{p}"] for r in rows
-                      if isinstance(r.get(f"{key}/pos{p}"), (int, float)) and math.isfinite(r[f"{key}/pos{p}"])]
-            figures[name] = sum(values) / len(values) if values else float("nan")
-        out[p] = figures
-    return out
+from marft_agents.learners.critic_health import BASELINE_RESIDUALS, pooled_residuals, variance_reduction
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[int, dict[str, float]]]:
@@ -57,7 +39,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[int, dict[str, float]]
         if not metrics.is_file():
             raise SystemExit(f"{run}: no metrics.jsonl; expected a training run folder")
         rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        table = pooled(rows, args.all_updates)
+        table = pooled_residuals(rows, args.all_updates)
         if not table:
             raise SystemExit(f"{run}: no update logged the baseline figures; they need schedule.group_size >= 2")
         tables[run] = table
@@ -68,10 +50,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[int, dict[str, float]]
     for run, table in tables.items():
         results[str(run)] = table
         for p, f in table.items():
-            def cut(name: str, f: dict = f) -> str:
-                return f"{1 - f[name] / f['none']:.3f}" if f["none"] > 0 and math.isfinite(f[name]) else "-"
-            gain = f"{1 - f['critic'] / f['group']:.3f}" if f["group"] > 0 and math.isfinite(f["critic"]) else "-"
-            print(f"| {run.name} | {p} | " + " | ".join(f"{f[n]:.4f}" for n, _ in COLUMNS)
+            def cut(name: str, reference: str = "none", f: dict = f) -> str:
+                x = variance_reduction(f[name], f[reference])
+                return f"{x:.3f}" if math.isfinite(x) else "-"
+            gain = cut("critic", "group")
+            print(f"| {run.name} | {p} | " + " | ".join(f"{f[n]:.4f}" for n, _ in BASELINE_RESIDUALS)
                   + f" | {cut('group')} / {cut('critic')} / {cut('group_critic')} | {gain} |")
     return results
 

@@ -596,6 +596,88 @@ def critic_table(records: list[dict[str, Any]], order: list[str] | None = None) 
             f"below {MIN_CEILING:g}, too small to judge a critic against, or not measured (no grouped sampling)."]
 
 
+def _diagnostic_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A record's per-update diagnostics (column-wise in ``record["diagnostics"]``) as one row per
+    update: the update number and every ``critic/`` figure."""
+    diagnostics = record.get("diagnostics") or {}
+    columns = {k: v for k, v in diagnostics.items() if k.startswith("critic/")}
+    return [{"update": u, **{k: v[i] for k, v in columns.items()}} for i, u in enumerate(diagnostics.get("update", []))]
+
+
+def _seed_mean(values: list[float]) -> float:
+    """Mean of the finite values (NaN without one)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.mean(finite) if finite else float("nan")
+
+
+def baseline_table(records: list[dict[str, Any]], order: list[str] | None = None) -> list[str]:
+    """Markdown rows, one per training cell and decision position whose runs logged the
+    per-position baseline figures (grouped sampling): what each baseline leaves of the returns,
+    per seed pooled over the later half of its updates
+    (:func:`marft_agents.learners.critic_health.pooled_residuals`) and averaged over the seeds;
+    each one's variance reduction, the critic's gain over the group mean (a ratio of the pooled
+    means) with every seed's own, and the cell's training seconds per run against the first
+    cell's. No rows when no run logged them."""
+    runs = [(r, _diagnostic_rows(r)) for r in _ordered(_training_records(records), order)]
+    runs = [(r, rows) for r, rows in runs if any(any(k.startswith("critic/loo_residual_var/pos") for k in row)
+                                                 for row in rows)]
+    if not runs:
+        return []
+    from marft_agents.learners.critic_health import (  # torch: only for reports with critics
+        BASELINE_RESIDUALS, baseline_rows, pooled_residuals, variance_reduction)
+
+    def fmt(x: float, digits: int = 3) -> str:
+        return f"{x:.{digits}f}" if math.isfinite(x) else "-"
+
+    cells: dict[str, list[tuple[dict[str, Any], list[dict[str, Any]]]]] = {}
+    for record, rows in runs:
+        cells.setdefault(record["grid"]["cell"], []).append((record, rows))
+    seconds = {cell: statistics.mean(r.get("budget", {}).get("wall_clock_s", 0.0) for r, _ in cell_runs)
+               for cell, cell_runs in cells.items()}
+    reference = next(iter(cells))
+    names = [name for name, _ in BASELINE_RESIDUALS]
+    lines = [f"| cell | baseline | position | seeds | updates pooled per seed | left: {' | '.join(names)} "
+             "| reduction: group / critic / group_critic | critic's gain over group (sd over seeds) | per seed gain "
+             f"| training s per run (x {reference}) |", "|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|---|"]
+    for cell, cell_runs in cells.items():
+        seeds = [r["grid"]["seed"] for r, _ in cell_runs]
+        tables = [pooled_residuals(rows) for _, rows in cell_runs]
+        counts = "/".join(str(n) for n in dict.fromkeys(len(baseline_rows(rows)) for _, rows in cell_runs))
+        baseline = "/".join(dict.fromkeys(str((r.get("config") or {}).get("advantage", {}).get("baseline", "?"))
+                                          for r, _ in cell_runs))
+        ratio = seconds[cell] / seconds[reference] if seconds[reference] > 0 else float("nan")
+        for p in sorted({p for t in tables for p in t}):
+            nan = {name: float("nan") for name in names}
+            per_seed = [t.get(p, nan) for t in tables]
+            pooled = {name: _seed_mean([f[name] for f in per_seed]) for name in names}
+            cuts = " / ".join(fmt(variance_reduction(pooled[n], pooled["none"])) for n in ("group", "critic", "group_critic"))
+            gains = [variance_reduction(f["critic"], f["group"]) for f in per_seed]
+            finite = [g for g in gains if math.isfinite(g)]
+            spread = f" ({fmt(statistics.stdev(finite))})" if len(finite) > 1 else ""
+            gain = fmt(variance_reduction(pooled["critic"], pooled["group"]))
+            each = ", ".join(f"s{seed} {fmt(g)}" for seed, g in zip(seeds, gains)) if finite else "-"
+            lines.append(f"| {cell} | {baseline} | {p} | {len(seeds)} | {counts} | "
+                         + " | ".join(fmt(pooled[n], 4) for n in names)
+                         + f" | {cuts} | {gain if gain == '-' else gain + spread} | {each} "
+                         f"| {seconds[cell]:.0f} (x {fmt(ratio, 2)}) |")
+    sizes = sorted({str((r.get("config") or {}).get("schedule", {}).get("group_size", "?")) for r, _ in runs})
+    return lines + [
+        "", "Left: the return variance each baseline leaves at a decision position (none: the returns' own; group: the "
+        "leave-one-out group mean; critic: the critic as the run used it, the anchored baseline under "
+        "`group_critic`; group_critic: the anchored baseline with the run's values, where a critic was logged), "
+        "averaged over the later half of each run's updates (those its record kept), then over the cell's seeds. "
+        "Reductions (1 - left / none) and the critic's gain over the group mean (1 - critic / group) are ratios of "
+        "these pooled means, not means of per-update or per-seed ratios; the sd and per seed columns give each "
+        "seed's own gain. Training s: the mean of the runs' `budget.wall_clock_s` (rollouts and updates only; the grid's "
+        "`wall_s` adds evaluations and loading), and its ratio to the first cell's.", "",
+        "How to read it: position 0 is the first decision, which sees only the task; there the group mean already "
+        "is the task's value up to its k - 1 samples, so even a perfect critic gains at most 1/k over it (k = "
+        f"{'/'.join(sizes)} episodes per task here). Position 1 (and on) is a later decision, after the teammate's "
+        "message: there a critic can see what the group mean cannot, and a gain above 0 is the critic earning its "
+        "place. A gain below 0 at every position says the free group mean (`advantage.baseline: group`) is the "
+        "better baseline, and the training seconds say what the critic cost."]
+
+
 def _pm(value: float, se: float | None) -> str:
     """``value +- se`` in %, or ``value (one seed)`` without a spread."""
     return f"{_pct(value)} +- {_pct(se)}" if se is not None else f"{_pct(value)} (one seed)"
@@ -1004,6 +1086,9 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
     critic = critic_table(counted, order)
     if critic:
         lines += ["## The critic against its ceiling", "", *critic, ""]
+    positions = baseline_table(counted, order)
+    if positions:
+        lines += ["## Baselines per decision position", "", *positions, ""]
     if comparisons:
         lines += ["## Comparisons", ""] + comparison_table(summaries, comparisons, state.results) + [""]
         lines += [

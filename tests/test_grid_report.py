@@ -10,7 +10,7 @@ import pytest
 from leaderboards import stats
 from leaderboards.build import build
 from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table,
-                                      counted_records, critic_table, reported_records, curve_series, grid_records, grid_state, plotted_series, report,
+                                      baseline_table, counted_records, critic_table, reported_records, curve_series, grid_records, grid_state, plotted_series, report,
                                       sampled_table, stage_table, summarise, summary, write_report)
 from leaderboards.records import Record, write_record
 
@@ -413,6 +413,86 @@ def test_the_critic_table_pools_each_runs_later_half_against_its_ceiling(tmp_pat
     assert rows[2] == "| marft_a | 0 | 3-4 (2) | 0.400 | 0.300 | 0.75 | 0.30 to 0.30 |"
     assert len([r for r in rows if r.startswith("| ")]) == 2  # the header and one run
     assert "## The critic against its ceiling" in write_report(tmp_path / "g", "Grid g", ["marft_a", "grpo"]).read_text()
+
+
+def _baseline_diagnostics(path, wall_clock_s, **per_position):
+    """Patch a written record: its training seconds and per-update diagnostics, ``per_position``
+    mapping ``<key>`` (e.g. ``loo_residual_var``) to one list of values per update for both positions,
+    or to a pair of lists (position 0, position 1)."""
+    data = json.loads(path.read_text())
+    updates = len(next(iter(per_position.values()))[0])
+    data["budget"]["wall_clock_s"] = wall_clock_s
+    data["diagnostics"] = {"update": list(range(1, updates + 1)), "critic/return_var": [0.2] * updates}
+    for key, (pos0, pos1) in per_position.items():
+        data["diagnostics"][f"critic/{key}/pos0"], data["diagnostics"][f"critic/{key}/pos1"] = pos0, pos1
+    path.write_text(json.dumps(data))
+
+
+def _baseline_grid(tmp_path):
+    """Two seeds of a critic cell (four updates, two positions) and of a group cell (three logged
+    updates, no critic figures); the first half of each run's logged updates is 9, which pooling
+    must leave out."""
+    records = tmp_path / "g" / "records"
+    for cell in ("critic", "group"):
+        for seed in (0, 1):
+            _record(records, cell, seed, 0.5, config={"advantage": {"baseline": cell}, "schedule": {"group_size": 4}})
+    _baseline_diagnostics(records / "critic_seed0.json", 300.0,
+                          group_return_var=([9, 9, 0.3, 0.5], [9, 9, 0.3, 0.5]),
+                          loo_residual_var=([9, 9, 0.1, 0.3], [9, 9, 0.2, 0.2]),
+                          critic_residual_var=([9, 9, 0.1, 0.2], [9, 9, 0.3, 0.3]),
+                          anchored_residual_var=([9, 9, 0.1, 0.3], [9, 9, 0.1, 0.1]))
+    _baseline_diagnostics(records / "critic_seed1.json", 500.0,
+                          group_return_var=([9, 9, 0.6, 0.6], [9, 9, 0.6, 0.6]),
+                          loo_residual_var=([9, 9, 0.4, 0.4], [9, 9, 0.4, 0.4]),
+                          critic_residual_var=([9, 9, 0.2, 0.2], [9, 9, 0.5, 0.5]),
+                          anchored_residual_var=([9, 9, 0.4, 0.4], [9, 9, 0.2, 0.2]))
+    _baseline_diagnostics(records / "group_seed0.json", 100.0, group_return_var=([9, 0.2, 0.4], [9, 0.2, 0.4]),
+                          loo_residual_var=([9, 0.1, 0.1], [9, 0.1, 0.1]))
+    # its first two updates logged nothing (None in the record's columns): not updates of the pooling
+    _baseline_diagnostics(records / "group_seed1.json", 140.0,
+                          group_return_var=([None, None, 9, 0.5, 0.5], [None, None, 9, 0.5, 0.5]),
+                          loo_residual_var=([None, None, 9, 0.3, 0.3], [None, None, 9, 0.3, 0.3]))
+    return records
+
+
+def test_the_baselines_per_position_pool_each_seeds_later_half_then_the_seeds(tmp_path):
+    """By hand, critic cell, position 0: seed 0 pools updates 3-4 to none 0.4, LOO 0.2, critic 0.15,
+    anchored 0.2; seed 1 to 0.6, 0.4, 0.2, 0.4. Over the seeds: 0.5, 0.3, 0.175, 0.3, so reductions
+    1 - 0.3 / 0.5 = 0.4, 1 - 0.175 / 0.5 = 0.65, 0.4, and the gain 1 - 0.175 / 0.3 = 0.417: a ratio of
+    the pooled means (the seeds' own gains 0.25 and 0.5 average 0.375; per-update gains, 0 and 1/3
+    for seed 0, would give it 0.167). Position 1: 0.5, 0.3, 0.4, 0.15, gain 1 - 0.4 / 0.3 = -0.333,
+    the seeds' -0.5 and -0.25. The group cell (its later two logged updates) logged no critic: its critic columns are
+    "-". Training seconds: budget.wall_clock_s, 400 and 120 (grid wall_s is 600 for every run)."""
+    records = _baseline_grid(tmp_path)
+    rows = baseline_table(grid_records(records), ["critic", "group"])
+    assert rows[0].startswith("| cell | baseline | position | seeds | updates pooled per seed | left: none | group "
+                              "| critic | group_critic |")
+    assert rows[0].endswith("| training s per run (x critic) |")
+    assert rows[2:6] == [
+        "| critic | critic | 0 | 2 | 2 | 0.5000 | 0.3000 | 0.1750 | 0.3000 | 0.400 / 0.650 / 0.400 | 0.417 (0.177) "
+        "| s0 0.250, s1 0.500 | 400 (x 1.00) |",
+        "| critic | critic | 1 | 2 | 2 | 0.5000 | 0.3000 | 0.4000 | 0.1500 | 0.400 / 0.200 / 0.700 | -0.333 (0.177) "
+        "| s0 -0.500, s1 -0.250 | 400 (x 1.00) |",
+        "| group | group | 0 | 2 | 2 | 0.4000 | 0.2000 | - | - | 0.500 / - / - | - | - | 120 (x 0.30) |",
+        "| group | group | 1 | 2 | 2 | 0.4000 | 0.2000 | - | - | 0.500 / - / - | - | - | 120 (x 0.30) |"]
+    assert "k = 4 episodes per task" in "\n".join(rows)
+    text = write_report(tmp_path / "g", "Grid g", ["critic", "group"]).read_text()
+    assert "## Baselines per decision position" in text and "| group | group | 1 | 2 | 2 |" in text
+
+
+def test_no_baselines_per_position_section_without_their_figures(tmp_path):
+    records = tmp_path / "g" / "records"
+    _record(records, "marft_a", 0, 0.5)
+    _record(records, "grpo", 0, 0.4, algorithm="grpo")
+    assert baseline_table(grid_records(records)) == []
+    assert "## Baselines per decision position" not in write_report(tmp_path / "g", "Grid g").read_text()
+    path = records / "marft_a_seed0.json"  # a critic's figures, none of them per position
+    data = json.loads(path.read_text())
+    data["diagnostics"] = {"update": [1, 2], "critic/return_var": [0.2, 0.2], "critic/residual_var_first": [0.2, 0.1]}
+    path.write_text(json.dumps(data))
+    assert baseline_table(grid_records(records)) == []
+    text = write_report(tmp_path / "g", "Grid g").read_text()
+    assert "## The critic against its ceiling" in text and "## Baselines per decision position" not in text
 
 
 def test_the_budget_axis_is_episodes_when_the_records_count_them(tmp_path):

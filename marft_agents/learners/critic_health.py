@@ -60,6 +60,13 @@ needs to judge that, measured on the update's own rollout and the values recorde
    ``critic/residual_var_first`` over ``critic/return_var``. ``summary.json``
    (``critic_last_half``) and the grid reports carry it; below :data:`MIN_CEILING` the ceiling
    is too small for the ratio to mean anything.
+7. The run's baselines (:func:`pooled_residuals`): per decision position, what each baseline
+   leaves of the returns (step 4: none, ``group``, the critic as the run used it,
+   ``group_critic``), each averaged over the later half of the updates that logged the position's
+   figures. Variance reductions ``1 - left / none`` and the critic's gain ``1 - critic / LOO`` are
+   ratios of these means (:func:`variance_reduction`), not means of per-update ratios, which one
+   update with a small LOO residual would dominate. ``benchmarks/baseline_variance.py`` prints
+   them per run; the grid reports pool them over a cell's seeds.
 """
 
 from __future__ import annotations
@@ -93,9 +100,14 @@ POSITION_KEYS: tuple[str, ...] = (
 """The per-position baseline figures (module docstring, step 4), each logged as ``<key>/pos<p>``."""
 GAIN_KEY = "critic/baseline_gain"
 """The pooled baseline gain of an update (module docstring, step 4)."""
-RECORD_KEYS: tuple[str, ...] = (GAIN_KEY, "critic/baseline_gain/pos0", "critic/baseline_gain/pos1",
-                                "critic/ev_first", "critic/ev_ceiling")
-"""What a leaderboard record carries of the critic, per run (pooled by :func:`gain_summary`)."""
+
+
+BASELINE_RESIDUALS: tuple[tuple[str, str], ...] = (
+    ("none", "critic/group_return_var"), ("group", "critic/loo_residual_var"),
+    ("critic", "critic/critic_residual_var"), ("group_critic", "critic/anchored_residual_var"),
+)
+"""Each baseline (``none``: no baseline; else an ``advantage.baseline``, ``critic`` as the run used
+its critic) and the per-position key of what it leaves of the returns (step 4)."""
 
 
 def position_key(key: str, position: int) -> str:
@@ -226,6 +238,40 @@ def _pooled_gain(rows: Sequence[Mapping[str, Any]], positions: Sequence[int] | N
             if math.isfinite(c) and math.isfinite(b):
                 critic, loo = critic + c, loo + b
     return 1.0 - critic / loo if loo > 0 else float("nan")
+
+
+def _logged_positions(row: Mapping[str, Any]) -> list[int]:
+    """The positions whose LOO residual ``row`` holds as a number (a record's column-wise
+    diagnostics hold None where an update did not log a position)."""
+    return [p for p in _positions(row) if math.isfinite(_number(row, position_key("critic/loo_residual_var", p)))]
+
+
+def baseline_rows(rows: Sequence[Mapping[str, Any]], all_updates: bool = False) -> list[Mapping[str, Any]]:
+    """The rows (one per update, in order) that logged the per-position baseline figures (step 4),
+    the later half of them unless ``all_updates``; for an odd count the middle update counts in
+    the later half."""
+    logged = [r for r in rows if _logged_positions(r)]
+    return logged if all_updates else logged[len(logged) // 2:]
+
+
+def pooled_residuals(rows: Sequence[Mapping[str, Any]], all_updates: bool = False) -> dict[int, dict[str, float]]:
+    """Step 7: per decision position, each baseline of :data:`BASELINE_RESIDUALS` -> its residual
+    averaged over :func:`baseline_rows` that logged it (NaN where none did); {} without such rows."""
+    rows = baseline_rows(rows, all_updates)
+    out: dict[int, dict[str, float]] = {}
+    for p in sorted({p for r in rows for p in _logged_positions(r)}):
+        figures = {}
+        for name, key in BASELINE_RESIDUALS:
+            values = [v for v in (_number(r, position_key(key, p)) for r in rows) if math.isfinite(v)]
+            figures[name] = sum(values) / len(values) if values else float("nan")
+        out[p] = figures
+    return out
+
+
+def variance_reduction(left: float, reference: float) -> float:
+    """``1 - left / reference``: the share of ``reference``'s variance a baseline removes (step 7);
+    NaN unless ``reference`` > 0 and ``left`` is finite."""
+    return 1.0 - left / reference if reference > 0 and math.isfinite(left) else float("nan")
 
 
 def last_half(rows: Sequence[Mapping[str, Any]], step_key: str = "step") -> CriticSummary | None:
