@@ -147,7 +147,7 @@ def pilot(spec: GridSpec, run: GridRun, episodes: int) -> dict[str, Any]:
     episodes and the seconds it took."""
     import marft_agents.model.loading as models
     import marft_envs
-    from marft_agents.run.checkpoint import load_adapters
+    from marft_agents.run.checkpoint import load_adapters, start_state
     from marft_agents.evaluation.problem_set import TrainingTasksWarning, evaluate
     from marft_agents.run.trainer import build_policy, scripted_seats
 
@@ -158,7 +158,7 @@ def pilot(spec: GridSpec, run: GridRun, episodes: int) -> dict[str, Any]:
     model, tokenizer = models.load_model_and_tokenizer(cfg.model)
     with build_policy(cfg, model, tokenizer, agent_ids) as policy, warnings.catch_warnings():
         if cfg.init_adapters is not None:
-            policy.load_adapter_state_dict(load_adapters(cfg.init_adapters))
+            policy.load_adapter_state_dict(start_state(load_adapters(cfg.init_adapters), policy))
         warnings.simplefilter("ignore", TrainingTasksWarning)  # the pilot plays the training tasks on purpose
         result = evaluate(policy, cfg.env.id, cfg.env.kwargs, n_problems=episodes, greedy=False, seed=GATE_SEED,
                           sampling=cfg.sampling, num_envs=cfg.env.num_envs, scripted=scripted_seats(cfg, agent_ids))

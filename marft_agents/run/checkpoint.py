@@ -22,6 +22,7 @@ adapters of the best evaluation of the run, written the same atomic way by
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
@@ -37,6 +38,8 @@ import yaml
 
 from marft_agents.files import make_ordinary
 from marft_agents.run.seeding import cuda_rng_state, restore_cuda_rng_state
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
@@ -200,6 +203,19 @@ def load_checkpoint_config(path: str | os.PathLike) -> dict[str, Any] | None:
     """Only ``config.yaml`` of a checkpoint folder (plain data), or None when it has none."""
     file = Path(path) / "config.yaml"
     return yaml.safe_load(file.read_text(encoding="utf-8")) if file.is_file() else None
+
+
+def start_state(state: dict[str, Any], policy: Any) -> dict[str, Any]:
+    """The part of another run's saved adapters (``load_adapters``) that ``policy`` starts from:
+    all of it, except a critic's adapter and value heads when the policy has no critic (a run
+    with ``advantage.baseline: group`` starting from a run that trained one). A start that does
+    not fit otherwise is left for ``load_adapter_state_dict`` to refuse."""
+    if policy.critic_adapters:
+        return state
+    kept = {k: v for k, v in state.items() if not k.startswith(("value_head/", "lora/critic"))}
+    if len(kept) < len(state):
+        log.info("the start holds a critic, which this run does not train: its policy adapters are used")
+    return kept
 
 
 def load_adapters(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:

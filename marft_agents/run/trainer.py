@@ -316,7 +316,7 @@ class Trainer:
 
     def _init_adapters(self, source: str) -> None:
         """Load ``init_adapters`` (:attr:`TrainConfig.init_adapters`) into the fresh policy."""
-        from marft_agents.run.checkpoint import load_adapters
+        from marft_agents.run.checkpoint import load_adapters, start_state
 
         try:
             state = load_adapters(source)
@@ -324,7 +324,7 @@ class Trainer:
             raise ConfigError(f"init_adapters: {err}; expected a checkpoint folder (with adapters.pt), an "
                               "adapters.pt file or a run folder with checkpoints") from None
         try:
-            self.policy.load_adapter_state_dict(state)
+            self.policy.load_adapter_state_dict(start_state(state, self.policy))
         except (KeyError, ValueError, RuntimeError) as err:
             raise ConfigError(f"init_adapters: {source} does not fit this config's adapters "
                               f"({', '.join(self.policy.adapter_names)}): {str(err).splitlines()[0]}") from None

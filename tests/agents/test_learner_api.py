@@ -308,6 +308,15 @@ def test_init_adapters_starts_a_fresh_run_from_another_runs_adapters(tmp_path):
     assert saved.keys() == started.keys() and all(torch.equal(saved[k], started[k].cpu()) for k in saved)
     assert all(not opt.state for opt in trainer.learner.optimizers.values())
     assert trainer.counters["update"] == 0
+    # a run without a critic (the group baseline) starts from the source's policy adapters only
+    grouped = prepare_trainer(small_config(tmp_path / "g", init_adapters=str(tmp_path / "a" / "run"),
+                                           **{"advantage.baseline": "group", "schedule.group_size": 2}),
+                              model_and_tokenizer=model())
+    assert not grouped.policy.critic_adapters
+    policy_keys = [k for k in saved if k.startswith("lora/policy_")]
+    started = grouped.policy.adapter_state_dict()
+    assert policy_keys and sorted(started) == sorted(policy_keys)
+    assert all(torch.equal(saved[k], started[k].cpu()) for k in policy_keys)
     with pytest.raises(ConfigError, match="init_adapters: .*expected a checkpoint folder"):
         prepare_trainer(small_config(tmp_path / "d", init_adapters=str(tmp_path / "nowhere")),
                         model_and_tokenizer=model())
