@@ -650,7 +650,7 @@ def baseline_table(records: list[dict[str, Any]], order: list[str] | None = None
             nan = {name: float("nan") for name in names}
             per_seed = [t.get(p, nan) for t in tables]
             pooled = {name: _seed_mean([f[name] for f in per_seed]) for name in names}
-            cuts = " / ".join(fmt(variance_reduction(pooled[n], pooled["none"])) for n in ("group", "critic", "group_critic"))
+            cuts = " / ".join(fmt(variance_reduction(pooled[n], pooled["none"])) for n in names if n != "none")
             gains = [variance_reduction(f["critic"], f["group"]) for f in per_seed]
             finite = [g for g in gains if math.isfinite(g)]
             spread = f" ({fmt(statistics.stdev(finite))})" if len(finite) > 1 else ""
