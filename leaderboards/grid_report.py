@@ -632,9 +632,14 @@ def baseline_table(records: list[dict[str, Any]], order: list[str] | None = None
     cells: dict[str, list[tuple[dict[str, Any], list[dict[str, Any]]]]] = {}
     for record, rows in runs:
         cells.setdefault(record["grid"]["cell"], []).append((record, rows))
-    seconds = {cell: statistics.mean(r.get("budget", {}).get("wall_clock_s", 0.0) for r, _ in cell_runs)
-               for cell, cell_runs in cells.items()}
+    def wall(record: dict[str, Any]) -> float:
+        return float(record.get("budget", {}).get("wall_clock_s", 0.0))
+
+    seconds = {cell: statistics.mean(wall(r) for r, _ in cell_runs) for cell, cell_runs in cells.items()}
     reference = next(iter(cells))
+    # The ratio pairs runs by seed: a grid's seeds may run on different CPUs (every cell of a seed
+    # on one), so a ratio of means would mix machines where the seeds' ratios do not.
+    reference_s = {r["grid"]["seed"]: wall(r) for r, _ in cells[reference]}
     names = [name for name, _ in BASELINE_RESIDUALS]
     lines = [f"| cell | baseline | position | seeds | updates pooled per seed | left: {' | '.join(names)} "
              "| reduction: group / critic / group_critic | critic's gain over group (sd over seeds) | per seed gain "
@@ -645,7 +650,9 @@ def baseline_table(records: list[dict[str, Any]], order: list[str] | None = None
         counts = "/".join(str(n) for n in dict.fromkeys(len(baseline_rows(rows)) for _, rows in cell_runs))
         baseline = "/".join(dict.fromkeys(str((r.get("config") or {}).get("advantage", {}).get("baseline", "?"))
                                           for r, _ in cell_runs))
-        ratio = seconds[cell] / seconds[reference] if seconds[reference] > 0 else float("nan")
+        ratios = [wall(r) / reference_s[r["grid"]["seed"]] for r, _ in cell_runs
+                  if reference_s.get(r["grid"]["seed"], 0.0) > 0]
+        ratio = statistics.mean(ratios) if ratios else float("nan")
         for p in sorted({p for t in tables for p in t}):
             nan = {name: float("nan") for name in names}
             per_seed = [t.get(p, nan) for t in tables]
@@ -669,7 +676,8 @@ def baseline_table(records: list[dict[str, Any]], order: list[str] | None = None
         "Reductions (1 - left / none) and the critic's gain over the group mean (1 - critic / group) are ratios of "
         "these pooled means, not means of per-update or per-seed ratios; the sd and per seed columns give each "
         "seed's own gain. Training s: the mean of the runs' `budget.wall_clock_s` (rollouts and updates only; the grid's "
-        "`wall_s` adds evaluations and loading), and its ratio to the first cell's.", "",
+        "`wall_s` adds evaluations and loading), and its ratio to the first cell's: the mean over the seeds both ran "
+        "of the seed's own ratio (a seed's runs share a machine; the seeds' machines may differ).", "",
         "How to read it: position 0 is the first decision, which sees only the task; there the group mean already "
         "is the task's value up to its k - 1 samples, so even a perfect critic gains at most 1/k over it (k = "
         f"{'/'.join(sizes)} episodes per task here). Position 1 (and on) is a later decision, after the teammate's "

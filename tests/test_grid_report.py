@@ -462,7 +462,8 @@ def test_the_baselines_per_position_pool_each_seeds_later_half_then_the_seeds(tm
     the pooled means (the seeds' own gains 0.25 and 0.5 average 0.375; per-update gains, 0 and 1/3
     for seed 0, would give it 0.167). Position 1: 0.5, 0.3, 0.4, 0.15, gain 1 - 0.4 / 0.3 = -0.333,
     the seeds' -0.5 and -0.25. The group cell (its later two logged updates) logged no critic: its critic columns are
-    "-". Training seconds: budget.wall_clock_s, 400 and 120 (grid wall_s is 600 for every run)."""
+    "-". Training seconds: budget.wall_clock_s, 400 and 120 (grid wall_s is 600 for every run); the group
+    cell's ratio pairs the seeds, (100 / 300 + 140 / 500) / 2 = 0.307, not the ratio of the means (0.30)."""
     records = _baseline_grid(tmp_path)
     rows = baseline_table(grid_records(records), ["critic", "group"])
     assert rows[0].startswith("| cell | baseline | position | seeds | updates pooled per seed | left: none | group "
@@ -473,8 +474,8 @@ def test_the_baselines_per_position_pool_each_seeds_later_half_then_the_seeds(tm
         "| s0 0.250, s1 0.500 | 400 (x 1.00) |",
         "| critic | critic | 1 | 2 | 2 | 0.5000 | 0.3000 | 0.4000 | 0.1500 | 0.400 / 0.200 / 0.700 | -0.333 (0.177) "
         "| s0 -0.500, s1 -0.250 | 400 (x 1.00) |",
-        "| group | group | 0 | 2 | 2 | 0.4000 | 0.2000 | - | - | 0.500 / - / - | - | - | 120 (x 0.30) |",
-        "| group | group | 1 | 2 | 2 | 0.4000 | 0.2000 | - | - | 0.500 / - / - | - | - | 120 (x 0.30) |"]
+        "| group | group | 0 | 2 | 2 | 0.4000 | 0.2000 | - | - | 0.500 / - / - | - | - | 120 (x 0.31) |",
+        "| group | group | 1 | 2 | 2 | 0.4000 | 0.2000 | - | - | 0.500 / - / - | - | - | 120 (x 0.31) |"]
     assert "k = 4 episodes per task" in "\n".join(rows)
     text = write_report(tmp_path / "g", "Grid g", ["critic", "group"]).read_text()
     assert "## Baselines per decision position" in text and "| group | group | 1 | 2 | 2 |" in text
