@@ -650,9 +650,10 @@ def baseline_table(records: list[dict[str, Any]], order: list[str] | None = None
         counts = "/".join(str(n) for n in dict.fromkeys(len(baseline_rows(rows)) for _, rows in cell_runs))
         baseline = "/".join(dict.fromkeys(str((r.get("config") or {}).get("advantage", {}).get("baseline", "?"))
                                           for r, _ in cell_runs))
-        ratios = [wall(r) / reference_s[r["grid"]["seed"]] for r, _ in cell_runs
-                  if reference_s.get(r["grid"]["seed"], 0.0) > 0]
-        ratio = statistics.mean(ratios) if ratios else float("nan")
+        ratios = {r["grid"]["seed"]: wall(r) / reference_s[r["grid"]["seed"]] for r, _ in cell_runs
+                  if reference_s.get(r["grid"]["seed"], 0.0) > 0}
+        ratio = statistics.mean(ratios.values()) if ratios else float("nan")
+        each_ratio = "" if cell == reference else "; " + ", ".join(f"s{k} {fmt(v, 2)}" for k, v in ratios.items())
         for p in sorted({p for t in tables for p in t}):
             nan = {name: float("nan") for name in names}
             per_seed = [t.get(p, nan) for t in tables]
@@ -666,7 +667,7 @@ def baseline_table(records: list[dict[str, Any]], order: list[str] | None = None
             lines.append(f"| {cell} | {baseline} | {p} | {len(seeds)} | {counts} | "
                          + " | ".join(fmt(pooled[n], 4) for n in names)
                          + f" | {cuts} | {gain if gain == '-' else gain + spread} | {each} "
-                         f"| {seconds[cell]:.0f} (x {fmt(ratio, 2)}) |")
+                         f"| {seconds[cell]:.0f} (x {fmt(ratio, 2)}{each_ratio}) |")
     sizes = sorted({str((r.get("config") or {}).get("schedule", {}).get("group_size", "?")) for r, _ in runs})
     return lines + [
         "", "Left: the return variance each baseline leaves at a decision position (none: the returns' own; group: the "
@@ -677,7 +678,7 @@ def baseline_table(records: list[dict[str, Any]], order: list[str] | None = None
         "these pooled means, not means of per-update or per-seed ratios; the sd and per seed columns give each "
         "seed's own gain. Training s: the mean of the runs' `budget.wall_clock_s` (rollouts and updates only; the grid's "
         "`wall_s` adds evaluations and loading), and its ratio to the first cell's: the mean over the seeds both ran "
-        "of the seed's own ratio (a seed's runs share a machine; the seeds' machines may differ).", "",
+        "of the seed's own ratio (a seed's runs share a machine; the seeds' machines may differ), then each seed's.", "",
         "How to read it: position 0 is the first decision, which sees only the task; there the group mean already "
         "is the task's value up to its k - 1 samples, so even a perfect critic gains at most 1/k over it (k = "
         f"{'/'.join(sizes)} episodes per task here). Position 1 (and on) is a later decision, after the teammate's "

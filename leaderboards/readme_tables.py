@@ -93,20 +93,28 @@ def profile_table() -> list[str]:
 
 
 def learner_table() -> list[str]:
-    """One row per shipped learner: name (``algorithm:``), what it is, its critic, its limits and
-    options."""
+    """One row per shipped learner: name (``algorithm:``), what it is, its critic, the advantage
+    baselines it implements and what ``auto`` picks, its limits and options."""
     from marft_agents.learners.registry import BUILTIN_LEARNERS, get_learner
 
-    rows = ["| `algorithm:` | what | critic values (`value_mode`) | trains | agents | `learner:` options | class |",
-            "|---|---|---|---|---|---|---|"]
+    from marft_agents.settings.advantage import DEFAULT_BASELINE
+
+    rows = ["| `algorithm:` | what | critic values (`value_mode`) | `advantage.baseline` (default `auto`) | trains "
+            "| agents | `learner:` options | class |", "|---|---|---|---|---|---|---|---|"]
     for name in BUILTIN_LEARNERS:
         cls = get_learner(name)
         mode = getattr(cls, "value_mode", None)
         limit = getattr(cls, "max_agents", None)
         options = getattr(cls, "options_class", None)
         fields = ", ".join(f"`{f.name}`" for f in dataclasses.fields(options)) if options else "-"
+        implemented = tuple(getattr(cls, "baselines", ("critic",)))
+        others = ", ".join(f"`{b}`" for b in implemented if b not in (DEFAULT_BASELINE, "critic"))
+        baseline = ("-" if mode is None else
+                    f"`auto`: `{DEFAULT_BASELINE}` with grouped sampling, else `critic`" + (f"; also {others}" if others
+                                                                                              else "")
+                    if DEFAULT_BASELINE in implemented else "`critic`")
         rows.append(f"| `{name}` | {_first_line(cls.__doc__).rstrip('.')} | {f'`{mode}`' if mode else 'none (no critic)'} "
-                    f"| {'yes' if getattr(cls, 'trains', True) else 'no'} "
+                    f"| {baseline} | {'yes' if getattr(cls, 'trains', True) else 'no'} "
                     f"| {'any' if limit is None else f'at most {limit}'} | {fields} "
                     f"| `{cls.__module__}:{cls.__qualname__}` |")
     return rows

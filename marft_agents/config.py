@@ -40,7 +40,8 @@ import yaml
 
 from marft_agents.config_schema import ConfigError, build_dataclass, field_docs, join_key, type_name
 from marft_agents.learners.registry import Capabilities, UnknownLearnerError, learner_capabilities
-from marft_agents.settings.advantage import GROUP_BASELINES, AdvantageConfig, resolve_group_size
+from marft_agents.settings.advantage import (AUTO_BASELINE, DEFAULT_BASELINE, GROUP_BASELINES, AdvantageConfig,
+                                              resolve_baseline, resolve_group_size)
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.model import (
@@ -510,6 +511,15 @@ class TrainConfig:
         if self.critic is None and cls.value_mode is not None:
             raise ConfigError(f"critic: algorithm {self.algorithm!r} needs a critic (value_mode "
                               f"{cls.value_mode!r}); remove 'critic: null'")
+        if self.advantage.baseline == AUTO_BASELINE:
+            try:
+                k = resolve_group_size(self.schedule.group_size, self.schedule.episodes_per_update,
+                                       uses_groups=cls.value_mode is not None or DEFAULT_BASELINE in cls.baselines,
+                                       deprecated=self.critic.ceiling_group_size if self.critic else None,
+                                       quiet=True)
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+            self.advantage.baseline = resolve_baseline(AUTO_BASELINE, cls.baselines, k)
         baseline = self.advantage.baseline
         if baseline not in cls.baselines:
             raise ConfigError(f"advantage.baseline: algorithm {self.algorithm!r} implements "

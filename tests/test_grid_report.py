@@ -474,8 +474,8 @@ def test_the_baselines_per_position_pool_each_seeds_later_half_then_the_seeds(tm
         "| s0 0.250, s1 0.500 | 400 (x 1.00) |",
         "| critic | critic | 1 | 2 | 2 | 0.5000 | 0.3000 | 0.4000 | 0.1500 | 0.400 / 0.200 / 0.700 | -0.333 (0.177) "
         "| s0 -0.500, s1 -0.250 | 400 (x 1.00) |",
-        "| group | group | 0 | 2 | 2 | 0.4000 | 0.2000 | - | - | 0.500 / - / - | - | - | 120 (x 0.31) |",
-        "| group | group | 1 | 2 | 2 | 0.4000 | 0.2000 | - | - | 0.500 / - / - | - | - | 120 (x 0.31) |"]
+        "| group | group | 0 | 2 | 2 | 0.4000 | 0.2000 | - | - | 0.500 / - / - | - | - | 120 (x 0.31; s0 0.33, s1 0.28) |",
+        "| group | group | 1 | 2 | 2 | 0.4000 | 0.2000 | - | - | 0.500 / - / - | - | - | 120 (x 0.31; s0 0.33, s1 0.28) |"]
     assert "k = 4 episodes per task" in "\n".join(rows)
     text = write_report(tmp_path / "g", "Grid g", ["critic", "group"]).read_text()
     assert "## Baselines per decision position" in text and "| group | group | 1 | 2 | 2 |" in text

@@ -103,7 +103,7 @@ from marft_agents.learners.samples import (
 )
 from marft_agents.learners.value_fit import ValueFit
 from marft_agents.episodes import Rollout
-from marft_agents.settings.advantage import GROUP_BASELINES, resolve_group_size
+from marft_agents.settings.advantage import AUTO_BASELINE, GROUP_BASELINES, resolve_baseline, resolve_group_size
 
 __all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask", "sample_from_decision"]
 
@@ -151,6 +151,10 @@ class BaseLearner(LogprobTargets):
         self.critic_cfg = getattr(cfg, "critic", None)
         advantage = getattr(cfg, "advantage", None)
         self.baseline = advantage.baseline if advantage is not None else "critic"
+        if self.baseline == AUTO_BASELINE:  # a config that was not validated: resolve as validation does
+            self.baseline = resolve_baseline(self.baseline, self.baselines, resolve_group_size(
+                getattr(self.schedule, "group_size", None), self.schedule.episodes_per_update,
+                uses_groups=True))
         if self.baseline not in self.baselines:
             raise ValueError(f"advantage.baseline {self.baseline!r}: algorithm {getattr(cfg, 'algorithm', '?')!r} "
                              f"implements {', '.join(self.baselines)}")
@@ -166,7 +170,8 @@ class BaseLearner(LogprobTargets):
         self.group_size = resolve_group_size(
             getattr(self.schedule, "group_size", None), self.schedule.episodes_per_update,
             uses_groups=critic_groups or self.baseline in GROUP_BASELINES,
-            deprecated=self.critic_cfg.ceiling_group_size if critic_groups else None)
+            deprecated=(self.critic_cfg.ceiling_group_size
+                        if critic_groups or (self.critic_cfg is not None and self.baseline in GROUP_BASELINES) else None))
         if self.baseline in GROUP_BASELINES and self.group_size < 2:
             raise ValueError(f"advantage.baseline: {self.baseline} compares the episodes of a task group; set "
                              f"schedule.group_size >= 2 (a divisor of episodes_per_update "

@@ -230,3 +230,29 @@ def test_only_the_baselines_that_use_the_critic_build_one(tmp_path, baseline, ha
     model, tokenizer = tiny_on_device(seed=0, hidden_size=32, num_layers=1)
     with build_policy(cfg, model, tokenizer, ["reasoner_0", "actor_1"]) as policy:
         assert bool(policy.critic_adapters) is has_critic and (policy.critic_config is not None) is has_critic
+
+
+def test_auto_is_the_group_mean_where_groups_are_on_and_the_critic_elsewhere(tmp_path, caplog):
+    """The default (``auto``) as a validated config holds it: ``group`` for a MAPPO learner with
+    grouped sampling on (8 episodes per update: groups of 4), ``critic`` without groups or for a
+    learner that implements no group baseline; an explicit choice is kept."""
+    from marft_agents.settings.advantage import BASELINES, resolve_baseline
+
+    assert small_config(tmp_path, **{"schedule.episodes_per_update": 8}).advantage.baseline == "group"
+    assert small_config(tmp_path, **{"schedule.episodes_per_update": 8, "algorithm": "mappo_token"}
+                        ).advantage.baseline == "group"
+    assert small_config(tmp_path, **{"schedule.episodes_per_update": 8, "schedule.group_size": 1}
+                        ).advantage.baseline == "critic"
+    with caplog.at_level(logging.INFO):
+        assert small_config(tmp_path).advantage.baseline == "critic"  # 2 episodes per update: no groups
+    assert "grouped sampling off" not in caplog.text  # validation asks quietly; the learner says it
+    assert small_config(tmp_path, **{"schedule.episodes_per_update": 8, "algorithm": "grpo"}
+                        ).advantage.baseline == "critic"
+    assert small_config(tmp_path, **{"schedule.episodes_per_update": 8, "advantage.baseline": "critic"}
+                        ).advantage.baseline == "critic"
+    assert resolve_baseline("auto", ("critic",), 4) == "critic" and resolve_baseline("group_critic", BASELINES, 1) \
+        == "group_critic"
+    # a learner handed an unvalidated config resolves it as validation does
+    cfg = small_config(tmp_path, **{"schedule.episodes_per_update": 8, "schedule.group_size": 4})
+    cfg.advantage.baseline = "auto"
+    assert ActionLevelMAPPO(FakePolicy(), cfg, ["r", "a"]).baseline == "group"
