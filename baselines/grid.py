@@ -234,10 +234,19 @@ class GateSpec:
     rate) ** episodes_per_update`` at the pilot's rate: an update without one has no policy
     gradient at all under a 0/1 team reward. The default asks for one update in four (a rate of
     0.9 % at 32 episodes per update). 0: measure and show the pilots, refuse nothing."""
+    max_episodes: int | None = None
+    """When a pilot is inconclusive, pilot again at the size that would decide at the rate it
+    found (``episodes`` doubled), or at this size when none up to it would, and judge that larger
+    pilot; None: judge the first pilot only (the plan then names the size that would decide). A
+    feasibility screen, not a test: the second pilot depends on the first look, so its interval
+    is not exactly at the gate's level. Cheap starts are decided at ``episodes``; only a start near
+    the threshold pays for the larger pilot."""
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
             raise ValueError(f"gate.episodes must be >= 1, got {self.episodes}")
+        if self.max_episodes is not None and self.max_episodes < self.episodes:
+            raise ValueError(f"gate.max_episodes must be >= gate.episodes ({self.episodes}), got {self.max_episodes}")
         if not 0.0 <= self.min_signal < 1.0:
             raise ValueError(f"gate.min_signal must be in [0, 1), got {self.min_signal}")
 

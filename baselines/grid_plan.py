@@ -13,7 +13,8 @@ status 3, one line per reason) unless ``--force``. A plan:
    cell passes when ``1 - (1 - rate) ** episodes_per_update >= gate.min_signal`` holds over the
    whole exact 90 % interval of the pilot's rate, fails when it holds nowhere in it, and is
    *inconclusive* otherwise (refused, naming a pilot size that can decide: 128 episodes cannot
-   tell a rate of 0.4 % from 2 %). Cells whose
+   tell a rate of 0.4 % from 2 %; with ``gate.max_episodes`` declared, the grid pilots that size,
+   or the maximum, at once and judges the larger pilot). Cells whose
    starting policies sample alike (same env and task kwargs, model, sampling, scripted seats and
    initial adapters: fresh LoRA adapters add nothing at initialisation, so the learner and
    ``shared_adapter`` do not matter) share one pilot. Each cell's gate is kept in
@@ -241,31 +242,58 @@ def gates(spec: GridSpec, runs: list[GridRun], cells: list[str], episodes: int, 
             out.append({"cell": cell, "source": "waiting", "episodes_per_update": per_update, "rate": None,
                         "passed": False, "note": f"its start {init} does not exist yet"})
             continue
-        if gate is None:
-            found = measured.get(digest)
-            if found is None and from_records and run.cell.start is None:
-                pooled = records_pilot(spec, runs, digest)
-                found = pooled if pooled is not None and pooled["episodes"] >= episodes else None
-            if found is None:
-                if run.cell.start is not None:
-                    log(f"gate {cell}: its start is {run.name}'s (seed {run.seed})")
-                    prepare_start(spec, run)  # a combined start's file, which the pilot loads
-                log(f"gate {cell}: piloting its starting policy on {episodes} sampled episodes")
-                found = pilot(spec, run, episodes)
-            measured[digest] = found
-            gate = {**found, "cell": cell, "start": digest, "code": code, "commit": git_commit(),
-                    "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-            _write_json(path, gate)
-        rate = gate["rewarded"] / gate["episodes"]
-        low, high = (1.0 - (1.0 - r) ** per_update
-                     for r in stats.binomial_interval(round(gate["rewarded"]), gate["episodes"], GATE_LEVEL))
-        verdict = "pass" if low >= spec.gate.min_signal else "FAIL" if high < spec.gate.min_signal else "inconclusive"
+        size = episodes
+        while True:
+            if gate is None:
+                found = measured.get(digest)
+                if found is not None and found["episodes"] < size:
+                    found = None
+                if found is None and from_records and run.cell.start is None:
+                    pooled = records_pilot(spec, runs, digest)
+                    found = pooled if pooled is not None and pooled["episodes"] >= size else None
+                if found is None:
+                    if run.cell.start is not None:
+                        log(f"gate {cell}: its start is {run.name}'s (seed {run.seed})")
+                        prepare_start(spec, run)  # a combined start's file, which the pilot loads
+                    log(f"gate {cell}: piloting its starting policy on {size} sampled episodes")
+                    found = pilot(spec, run, size)
+                measured[digest] = found
+                gate = {**found, "cell": cell, "start": digest, "code": code, "commit": git_commit(),
+                        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+                _write_json(path, gate)
+            rate = gate["rewarded"] / gate["episodes"]
+            low, high, verdict = gate_verdict(gate["rewarded"], gate["episodes"], per_update, spec.gate.min_signal)
+            size = larger_pilot(spec, gate, verdict, per_update)
+            if size is None:
+                break
+            log(f"gate {cell}: inconclusive at {gate['episodes']} episodes ({gate['rewarded']} rewarded); "
+                f"a larger pilot decides (gate.max_episodes {spec.gate.max_episodes})")
+            gate = None
         out.append({"cell": cell, "source": gate["source"], "episodes": gate["episodes"], "rewarded": gate["rewarded"],
                     "rate": round(rate, 6), "episodes_per_update": per_update,
                     "signal": round(1.0 - (1.0 - rate) ** per_update, 4),
                     "signal_interval": [round(low, 4), round(high, 4)], "verdict": verdict,
                     "passed": verdict == "pass", "seconds": gate.get("seconds"), "file": str(path)})
     return out
+
+
+def gate_verdict(rewarded: float, episodes: int, per_update: int, min_signal: float) -> tuple[float, float, str]:
+    """The exact :data:`GATE_LEVEL` interval of P(an update of ``per_update`` episodes holds a
+    rewarded one) from a pilot's count, and the verdict: ``pass`` (all of it >= ``min_signal``),
+    ``FAIL`` (none of it) or ``inconclusive``."""
+    low, high = (1.0 - (1.0 - r) ** per_update for r in stats.binomial_interval(round(rewarded), episodes, GATE_LEVEL))
+    return low, high, "pass" if low >= min_signal else "FAIL" if high < min_signal else "inconclusive"
+
+
+def larger_pilot(spec: GridSpec, gate: dict[str, Any], verdict: str, per_update: int) -> int | None:
+    """The size of the next pilot of an inconclusive gate under ``gate.max_episodes`` (the size that
+    would decide at its rate, else the maximum), or None: decided, measured from records, no
+    maximum declared, or the maximum reached."""
+    most = spec.gate.max_episodes
+    if verdict != "inconclusive" or gate.get("source") != "pilot" or most is None or gate["episodes"] >= most:
+        return None
+    size = deciding_pilot(gate["rewarded"] / gate["episodes"], per_update, spec.gate.min_signal, gate["episodes"])
+    return most if size is None else min(size, most)
 
 
 # -- contrasts ------------------------------------------------------------------------------------

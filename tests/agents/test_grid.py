@@ -243,7 +243,7 @@ def test_shipped_grids_plan_and_fit_their_stated_budget(grid_file, monkeypatch):
     spec = grid_mod.load_grid(grid_file)
     runs = grid_mod.plan(spec)  # also refuses two cells that make the same run
     kinds = {r.cell.name: r.kind for r in runs}
-    team_question = any(c.b == "solo_ppo" for c in spec.comparisons)
+    team_question = any(c.b.startswith("solo") for c in spec.comparisons)  # a team against a single agent
     if not spec.comparisons:  # a stage other grids start from (init_adapters into its run folders)
         starts = [str(c.overrides.get("init_adapters", "")) for f in (REPO / "baselines" / "grids").glob("*.yaml")
                   for c in grid_mod.load_grid(f).cells]
@@ -526,6 +526,44 @@ def test_a_gate_whose_interval_straddles_the_threshold_is_inconclusive_and_names
     assert "| team | pilot | 20 / 128 | 15.62 | 2 | 0.29 [0.20, 0.39] | inconclusive |" in out
     plan = json.loads((tmp_path / "board" / "plan.json").read_text())
     assert plan["gates"][0]["verdict"] == "inconclusive" and not plan["gates"][0]["passed"]
+
+
+def test_an_inconclusive_gate_pilots_the_deciding_size_up_to_max_episodes_then_judges_that_pilot(
+        tmp_path, tiny_models, monkeypatch, capsys):
+    from baselines import grid_plan
+
+    calls = []
+
+    def pilot(spec, run, episodes):  # a start whose rate is 15.625 % whatever the pilot's size
+        calls.append(episodes)
+        return {"source": "pilot", "episodes": episodes, "rewarded": episodes * 20 // 128, "mean_reward": 0.0,
+                "seconds": 2.0}
+
+    monkeypatch.setattr(grid_plan, "pilot", pilot)
+    # 20 / 128 is inconclusive and 1,024 episodes decide (the test above): under a maximum of 512
+    # the grid pilots 512 (80 rewarded: [0.24, 0.34] still straddles 0.25) and refuses
+    path = _grid(tmp_path, [{"name": "team", "overrides": {}}], seeds=[0],
+                 gate={"episodes": 128, "min_signal": 0.25, "max_episodes": 512})
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
+    assert calls == [128, 512]
+    out = capsys.readouterr().out
+    assert "| team | pilot | 80 / 512 | 15.62 | 2 |" in out and "inconclusive |" in out
+    # under 4,096 it pilots the deciding 1,024 (160 rewarded), which passes; kept, and reused
+    spec = yaml.safe_load(path.read_text())
+    spec["gate"]["max_episodes"] = 4096
+    path.write_text(yaml.safe_dump(spec))
+    assert grid_mod.main([str(path), "--plan"]) == 0
+    assert calls == [128, 512, 1024]
+    assert "| team | pilot | 160 / 1024 | 15.62 | 2 |" in capsys.readouterr().out
+    assert json.loads((tmp_path / "board" / "gates" / "team.json").read_text())["episodes"] == 1024
+    assert grid_mod.main([str(path), "--plan"]) == 0 and calls == [128, 512, 1024]
+    # without a maximum the first pilot is judged alone
+    spec["gate"].pop("max_episodes")
+    spec["cells"][0]["overrides"] = {"sampling.temperature": 0.9}  # another start: piloted anew
+    path.write_text(yaml.safe_dump(spec))
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED and calls[3:] == [128]
+    with pytest.raises(ValueError, match="gate.max_episodes must be >= gate.episodes"):
+        grid_mod.GateSpec(episodes=128, max_episodes=64)
 
 
 def test_the_deciding_pilot_size_and_a_rate_at_the_threshold():
