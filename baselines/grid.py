@@ -75,7 +75,9 @@ that would make the same run (identical resolved configs for a seed) are refused
 Each run writes ``<records>/<cell>_seed<seed>.json`` (:class:`leaderboards.records.Record` with
 ``grid`` set, and the commit of the code at the start of the run). Re-running the command skips
 runs whose record exists and resumes a run whose output folder holds a checkpoint (the trainer's
-``--resume``: the same result as an uninterrupted run), so a grid can be run in pieces. After
+``--resume``: the same result as an uninterrupted run), so a grid can be run in pieces. A done
+run whose adapters other runs read but which are gone from its folder (another machine) is
+trained again first (:func:`remake`; the log says whether it reproduced its record). After
 each run the grid's tables and plot (:mod:`leaderboards.grid_report`) are regenerated next to
 the records.
 
@@ -708,7 +710,8 @@ def prepare_start(spec: GridSpec, run: GridRun) -> dict[str, Any]:
         checkpoint = latest_checkpoint(source.overrides["output_dir"])
         if checkpoint is None:
             raise FileNotFoundError(f"{run.name}: the run it starts from, {source.name}, has no checkpoint in "
-                                    f"{source.overrides['output_dir']}; run its cell first")
+                                    f"{source.overrides['output_dir']}; run the grid (it re-makes a done run's "
+                                    "lost adapters before the runs that read them)")
         checkpoints[source.cell.name] = checkpoint
     meta: dict[str, Any] = {"source": run.source.cell.name, "seed": run.seed,
                             "checkpoints": {c: str(p) for c, p in checkpoints.items()}}
@@ -737,6 +740,64 @@ def prepare_start(spec: GridSpec, run: GridRun) -> dict[str, Any]:
     meta["from"] = origin
     (target.parent / "start.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return meta
+
+
+def lost_sources(spec: GridSpec, run: GridRun) -> list[GridRun]:
+    """The training runs ``run`` reads (its source, its other sources) whose record is current but
+    whose final adapters are gone from their run folder: a grid continued on another machine, or
+    after ``runs/`` was cleaned. :func:`run_grid` re-makes them (:func:`remake`) before ``run``."""
+    from marft_agents.run.checkpoint import latest_checkpoint
+
+    if run.source is None:
+        return []
+    return [r for r in [run.source, *run.others]
+            if r.kind == "train" and status(spec, r) == "done" and latest_checkpoint(r.overrides["output_dir"]) is None]
+
+
+REPLACED_DIR = "replaced"
+"""Next to a grid's records: a record that a re-made run (:func:`remake`) did not reproduce, kept."""
+
+
+def _outcome(record: dict[str, Any]) -> list[tuple[int, float]]:
+    """What a re-made run must reproduce: its evaluation curve (episodes, accuracy)."""
+    return [(int(p["episodes"]), round(float(p["accuracy"]), 6)) for p in record.get("eval_curve") or []]
+
+
+def remake(spec: GridSpec, lost: GridRun, reader: GridRun, log=print) -> Record:
+    """Train ``lost`` again (its adapters are gone, :func:`lost_sources`) so that ``reader`` can start
+    from them, and replace its record with the new one, which describes the adapters ``reader``
+    reads. The same code, dtype and kind of CPU reproduce a run exactly; the log says whether this
+    one did, and a record it did not reproduce is kept in ``<grid folder>/replaced/``. One process
+    re-makes a run (a lock next to its folder); another that needs it waits, then reads it."""
+    import fcntl
+
+    from marft_agents.run.checkpoint import latest_checkpoint
+
+    folder = Path(lost.overrides["output_dir"])
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    path = records_dir(spec) / f"{lost.name}.json"
+    with open(folder.parent / f".{folder.name}.remake.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if latest_checkpoint(folder) is not None:  # another process re-made it meanwhile
+            log(f"remade {lost.name}: by another process, in {folder}")
+            return json.loads(path.read_text(encoding="utf-8"))
+        old = json.loads(path.read_text(encoding="utf-8"))
+        log(f"remake {lost.name} (train): {reader.name} starts from its final adapters, which are not in {folder} "
+            f"(another machine, or runs/ cleaned); its record is replaced by the new run's")
+        record = train_run(spec, lost)
+        new = asdict(record) if dataclasses.is_dataclass(record) else dict(record)
+        if _outcome(new) == _outcome(old):
+            log(f"remade {lost.name}: reproduced its record's evaluations exactly "
+                f"(accuracy {record.eval_after['accuracy']:.3f})")
+        else:
+            kept = records_dir(spec).parent / REPLACED_DIR / f"{lost.name}.{old.get('code', 'code')}.json"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            log(f"remade {lost.name}: did not reproduce its record (accuracy {old['eval_after']['accuracy']:.3f} -> "
+                f"{record.eval_after['accuracy']:.3f}; another dtype or kind of CPU, or other code); the old record "
+                f"is kept in {kept}, and records made from the old adapters no longer match them")
+        write_record(record, records_dir(spec))
+        return record
 
 
 def shard(runs: list[GridRun], index: int, count: int) -> list[GridRun]:
@@ -914,7 +975,8 @@ def _evaluate_policy(spec: GridSpec, run: GridRun, cfg: TrainConfig, policy: Any
             checkpoint = latest_checkpoint(source.overrides["output_dir"])
             if checkpoint is None:
                 raise FileNotFoundError(f"{run.name}: the source run {source.name} has no checkpoint in "
-                                        f"{source.overrides['output_dir']}; run its cell first")
+                                        f"{source.overrides['output_dir']}; run the grid (it re-makes a done "
+                                        "run's lost adapters before the runs that read them)")
             checkpoints[source.cell.name] = str(checkpoint)
             return load_adapters(checkpoint)
 
@@ -976,6 +1038,9 @@ def run_grid(spec: GridSpec, runs: list[GridRun], log=print, gate=None) -> dict[
             needed = [r.name for r in [run.source, *run.others] if status(spec, r) != "done"]
             log(f"wait {run.name}: needs the record of {' and '.join(needed)} first (run the grid again later)")
             continue
+        for lost in lost_sources(spec, run):  # before its gate, which pilots the start they make
+            remake(spec, lost, run, log)
+            counts["ran"] += 1
         if gate is not None and not gate(run):
             counts["blocked"] += 1
             log(f"stop {run.name}: its start gate refuses it (the plan above; --force runs it anyway)")

@@ -68,7 +68,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from baselines.grid import (GridRun, GridSpec, cell_budget, prepare_start, records_dir, run_config, spec_cell, status,
+from baselines.grid import (GridRun, GridSpec, cell_budget, lost_sources, prepare_start, records_dir, run_config, spec_cell, status,
                            trained_budget)
 from leaderboards import stats
 from leaderboards.grid_report import ALPHA, Comparison
@@ -219,13 +219,16 @@ def gates(spec: GridSpec, runs: list[GridRun], cells: list[str], episodes: int, 
         mine = [r for r in runs if r.cell.name == cell and r.kind == "train"]
         run = mine[0]
         if run.cell.start is not None:  # a start from other cells' runs: gated once one seed's are done
-            ready = [r for r in mine if all(status(spec, s) == "done" for s in [r.source, *r.others])]
+            done = [r for r in mine if all(status(spec, s) == "done" for s in [r.source, *r.others])]
+            ready = [r for r in done if not lost_sources(spec, r)]
             if not ready:
                 after = run.cell.start.cells()
+                why = ("their records exist but their final adapters are gone from runs/: the grid re-makes them"
+                       if done else "its start is their final adapters")
                 out.append({"cell": cell, "source": "waiting", "after": after,
                             "episodes_per_update": _config(spec, run)["schedule"]["episodes_per_update"],
                             "rate": None, "passed": False,
-                            "note": f"waiting: gated after {', '.join(after)} (its start is their final adapters; "
+                            "note": f"waiting: gated after {', '.join(after)} ({why}; "
                                     "measured when its first run is about to train)"})
                 continue
             run = ready[0]

@@ -802,6 +802,44 @@ def test_a_start_reads_its_sources_final_adapters_once_they_are_done(tmp_path, t
     assert not (tmp_path / "runs" / "plain" / "seed0" / "start").exists()
 
 
+def test_a_done_run_whose_adapters_are_gone_is_remade_before_the_runs_that_read_it(tmp_path, tiny_models, capsys,
+                                                                                   monkeypatch):
+    import shutil
+
+    from baselines import grid_plan
+
+    cells = [START_CELLS[0], START_CELLS[1], START_CELLS[4]]  # first, other; combo starts from both
+    path = _grid(tmp_path, cells, seeds=[0])
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({}, []))
+    assert grid_mod.main([str(path), "--cells", "first,other"]) == 0
+    made = _records(tmp_path)
+    shutil.rmtree(tmp_path / "runs")  # another machine: the records came with the repository, the run folders did not
+    capsys.readouterr()
+    grid_mod.main([str(path), "--plan"])  # the plan does not fail on the missing adapters: the start waits
+    assert ("| combo | waiting | - | - | 2 | - | waiting: gated after first, other (their records exist but their "
+            "final adapters are gone from runs/: the grid re-makes them") in capsys.readouterr().out
+    assert grid_mod.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    for name in ("first_seed0", "other_seed0"):
+        assert f"remake {name} (train): combo_seed0 starts from its final adapters, which are not in " in out
+        assert f"remade {name}: reproduced its record's evaluations exactly" in out
+        assert grid_mod._outcome(_records(tmp_path)[name]) == grid_mod._outcome(made[name])
+    assert out.index("remade other_seed0") < out.index("gate combo:") < out.index("done combo_seed0")
+    # a record the re-made run does not reproduce (here: edited) is kept, and the log says so
+    shutil.rmtree(tmp_path / "runs")
+    (tmp_path / "board" / "records" / "combo_seed0.json").unlink()
+    edited = dict(made["first_seed0"], eval_curve=[dict(p, accuracy=0.5) for p in made["first_seed0"]["eval_curve"]])
+    (tmp_path / "board" / "records" / "first_seed0.json").write_text(json.dumps(edited))
+    capsys.readouterr()
+    assert grid_mod.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "remade first_seed0: did not reproduce its record" in out and "remade other_seed0: reproduced" in out
+    kept = list((tmp_path / "board" / grid_mod.REPLACED_DIR).glob("first_seed0.*.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["eval_curve"][0]["accuracy"] == 0.5
+    assert grid_mod._outcome(_records(tmp_path)["first_seed0"]) == grid_mod._outcome(made["first_seed0"])
+    assert "combo_seed0" in _records(tmp_path)
+
+
 def test_a_start_gate_that_fails_stops_the_start_runs_unless_forced(tmp_path, tiny_models, capsys, monkeypatch):
     from baselines import grid_plan
 
