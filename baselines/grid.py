@@ -758,12 +758,12 @@ REPLACED_DIR = "replaced"
 """Next to a grid's records: a record that a re-made run (:func:`remake`) did not reproduce, kept."""
 
 
-def _outcome(record: dict[str, Any]) -> list[tuple[int, float]]:
-    """What a re-made run must reproduce: its evaluation curve (episodes, accuracy)."""
-    return [(int(p["episodes"]), round(float(p["accuracy"]), 6)) for p in record.get("eval_curve") or []]
+def _outcome(curve: list[dict[str, Any]] | None) -> list[tuple[int, float]]:
+    """What a re-made run must reproduce: its record's evaluation curve (episodes, accuracy)."""
+    return [(int(p["episodes"]), round(float(p["accuracy"]), 6)) for p in curve or []]
 
 
-def remake(spec: GridSpec, lost: GridRun, reader: GridRun, log=print) -> Record:
+def remake(spec: GridSpec, lost: GridRun, reader: GridRun, log=print) -> None:
     """Train ``lost`` again (its adapters are gone, :func:`lost_sources`) so that ``reader`` can start
     from them, and replace its record with the new one, which describes the adapters ``reader``
     reads. The same code, dtype and kind of CPU reproduce a run exactly; the log says whether this
@@ -775,18 +775,16 @@ def remake(spec: GridSpec, lost: GridRun, reader: GridRun, log=print) -> Record:
 
     folder = Path(lost.overrides["output_dir"])
     folder.parent.mkdir(parents=True, exist_ok=True)
-    path = records_dir(spec) / f"{lost.name}.json"
     with open(folder.parent / f".{folder.name}.remake.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if latest_checkpoint(folder) is not None:  # another process re-made it meanwhile
             log(f"remade {lost.name}: by another process, in {folder}")
-            return json.loads(path.read_text(encoding="utf-8"))
-        old = json.loads(path.read_text(encoding="utf-8"))
+            return
+        old = json.loads((records_dir(spec) / f"{lost.name}.json").read_text(encoding="utf-8"))
         log(f"remake {lost.name} (train): {reader.name} starts from its final adapters, which are not in {folder} "
             f"(another machine, or runs/ cleaned); its record is replaced by the new run's")
         record = train_run(spec, lost)
-        new = asdict(record) if dataclasses.is_dataclass(record) else dict(record)
-        if _outcome(new) == _outcome(old):
+        if _outcome(record.eval_curve) == _outcome(old.get("eval_curve")):
             log(f"remade {lost.name}: reproduced its record's evaluations exactly "
                 f"(accuracy {record.eval_after['accuracy']:.3f})")
         else:
@@ -797,7 +795,6 @@ def remake(spec: GridSpec, lost: GridRun, reader: GridRun, log=print) -> Record:
                 f"{record.eval_after['accuracy']:.3f}; another dtype or kind of CPU, or other code); the old record "
                 f"is kept in {kept}, and records made from the old adapters no longer match them")
         write_record(record, records_dir(spec))
-        return record
 
 
 def shard(runs: list[GridRun], index: int, count: int) -> list[GridRun]:

@@ -68,8 +68,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from baselines.grid import (GridRun, GridSpec, cell_budget, lost_sources, prepare_start, records_dir, run_config, spec_cell, status,
-                           trained_budget)
+from baselines.grid import (GridRun, GridSpec, cell_budget, lost_sources, prepare_start, records_dir, run_config,
+                            spec_cell, status, trained_budget)
 from leaderboards import stats
 from leaderboards.grid_report import ALPHA, Comparison
 from leaderboards.records import code_digest, git_commit

@@ -823,7 +823,7 @@ def test_a_done_run_whose_adapters_are_gone_is_remade_before_the_runs_that_read_
     for name in ("first_seed0", "other_seed0"):
         assert f"remake {name} (train): combo_seed0 starts from its final adapters, which are not in " in out
         assert f"remade {name}: reproduced its record's evaluations exactly" in out
-        assert grid_mod._outcome(_records(tmp_path)[name]) == grid_mod._outcome(made[name])
+        assert grid_mod._outcome(_records(tmp_path)[name]["eval_curve"]) == grid_mod._outcome(made[name]["eval_curve"])
     assert out.index("remade other_seed0") < out.index("gate combo:") < out.index("done combo_seed0")
     # a record the re-made run does not reproduce (here: edited) is kept, and the log says so
     shutil.rmtree(tmp_path / "runs")
@@ -836,7 +836,8 @@ def test_a_done_run_whose_adapters_are_gone_is_remade_before_the_runs_that_read_
     assert "remade first_seed0: did not reproduce its record" in out and "remade other_seed0: reproduced" in out
     kept = list((tmp_path / "board" / grid_mod.REPLACED_DIR).glob("first_seed0.*.json"))
     assert len(kept) == 1 and json.loads(kept[0].read_text())["eval_curve"][0]["accuracy"] == 0.5
-    assert grid_mod._outcome(_records(tmp_path)["first_seed0"]) == grid_mod._outcome(made["first_seed0"])
+    assert grid_mod._outcome(_records(tmp_path)["first_seed0"]["eval_curve"]) == grid_mod._outcome(
+        made["first_seed0"]["eval_curve"])
     assert "combo_seed0" in _records(tmp_path)
 
 
