@@ -77,7 +77,9 @@ Each run writes ``<records>/<cell>_seed<seed>.json`` (:class:`leaderboards.recor
 runs whose record exists and resumes a run whose output folder holds a checkpoint (the trainer's
 ``--resume``: the same result as an uninterrupted run), so a grid can be run in pieces. A done
 run whose adapters other runs read but which are gone from its folder (another machine) is
-trained again first (:func:`remake`; the log says whether it reproduced its record). After
+trained again first (:func:`remake`; the log says whether it reproduced its record). A seed's
+runs share their dtype: where its records name another dtype than ``model.dtype`` resolves to
+here (``auto`` on another kind of CPU), its remaining runs wait (:func:`seed_dtype_clash`). After
 each run the grid's tables and plot (:mod:`leaderboards.grid_report`) are regenerated next to
 the records.
 
@@ -109,7 +111,7 @@ from baselines.run import build_record
 from leaderboards.grid_report import Comparison, write_report
 from leaderboards.records import (WALL_CLOCK, Record, code_digest, env_task_revision, eval_outcomes, git_commit, grid_budget,
                                   record_caveats, transcript_sample, write_record)
-from marft_agents.config import ConfigError, TrainConfig, build_dataclass, load_config
+from marft_agents.config import AUTO_DTYPE, ConfigError, TrainConfig, build_dataclass, load_config
 
 EVALUATIONS = ("untrained", *ABLATIONS)
 """Kinds of evaluation-only cells (a cell without ``evaluate`` trains): the base model, or a
@@ -903,7 +905,8 @@ def train_run(spec: GridSpec, run: GridRun) -> Record:
                           f"{run.overrides['output_dir']}; the same command resumes it", code)
     if code:
         raise RuntimeError(f"training run {run.name} failed with exit status {code}")
-    record = build_record(run_config(spec, run), run.name, commit, code_state)
+    # resolved as the trainer resolved it (the same machine and probe): the record names its dtype
+    record = build_record(run_config(spec, run).resolve_hardware(), run.name, commit, code_state)
     record.grid = _grid_meta(spec, run, earlier + time.perf_counter() - started)
     if start is not None:
         record.grid["start"] = start
@@ -1016,10 +1019,38 @@ def _evaluate_policy(spec: GridSpec, run: GridRun, cfg: TrainConfig, policy: Any
     )
 
 
-def run_grid(spec: GridSpec, runs: list[GridRun], log=print, gate=None) -> dict[str, int]:
+def seed_dtype_clash(spec: GridSpec, run: GridRun, replaced: list[GridRun] = ()) -> str | None:
+    """Why ``run`` must not run here, or None: records of its seed (other cells; ``replaced``, runs
+    about to be re-made, left out) name another dtype than its config resolves to on this machine.
+    A grid's contrasts pair runs by seed, so a seed whose runs differ in dtype (``model.dtype: auto``
+    is bfloat16 on some CPUs and float32 on others) would mix bf16's rounding into a difference
+    between cells. Records that name no resolved dtype (made before records named it) are not read."""
+    here = run_config(spec, run).resolve_hardware().model.dtype
+    left_out = {r.name for r in replaced} | {run.name}
+    others: dict[str, list[str]] = {}
+    for path in sorted(records_dir(spec).glob("*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        meta = record.get("grid") or {}
+        dtype = ((record.get("config") or {}).get("model") or {}).get("dtype")
+        if meta.get("seed") != run.seed or record.get("name") in left_out or dtype in (None, AUTO_DTYPE, here):
+            continue
+        others.setdefault(dtype, []).append(meta.get("cell", record.get("name", path.stem)))
+    if not others:
+        return None
+    named = "; ".join(f"{dtype}: {', '.join(cells)}" for dtype, cells in others.items())
+    return (f"seed {run.seed}'s records ran in another dtype ({named}) and {run.name} would run in {here} here: a "
+            f"seed's pairs must share their dtype; run it where model.dtype resolves as theirs, or move those records "
+            f"away to run the seed again here (--force runs it anyway)")
+
+
+def run_grid(spec: GridSpec, runs: list[GridRun], log=print, gate=None, force: bool = False) -> dict[str, int]:
     """Run every run not done yet; returns counts by outcome (``ran``, ``skipped``, ``blocked``).
     ``gate(run)``: whether a run may start (a ``start`` cell's gate, measured once its sources are
-    done); None: every run may."""
+    done); None: every run may. A run whose seed's records ran in another dtype waits
+    (:func:`seed_dtype_clash`) unless ``force``."""
     from marft_agents.run.checkpoint import latest_checkpoint
 
     counts = {"ran": 0, "skipped": 0, "blocked": 0}
@@ -1035,8 +1066,14 @@ def run_grid(spec: GridSpec, runs: list[GridRun], log=print, gate=None) -> dict[
             needed = [r.name for r in [run.source, *run.others] if status(spec, r) != "done"]
             log(f"wait {run.name}: needs the record of {' and '.join(needed)} first (run the grid again later)")
             continue
-        for lost in lost_sources(spec, run):  # before its gate, which pilots the start they make
-            remake(spec, lost, run, log)
+        lost = lost_sources(spec, run)
+        clash = None if force else seed_dtype_clash(spec, run, lost)
+        if clash:
+            counts["blocked"] += 1
+            log(f"stop {run.name}: {clash}")
+            continue
+        for source in lost:  # before its gate, which pilots the start they make
+            remake(spec, source, run, log)
             counts["ran"] += 1
         if gate is not None and not gate(run):
             counts["blocked"] += 1
@@ -1132,7 +1169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", action="store_true",
                         help="gate every training cell, size every contrast, estimate the machine time; run nothing "
                              "(baselines/grid_plan.py); exit status 3 when the plan refuses the grid")
-    parser.add_argument("--force", action="store_true", help="run even when the plan refuses the grid")
+    parser.add_argument("--force", action="store_true", help="run even when the plan refuses the grid, or a seed's records ran in another dtype")
     parser.add_argument("--gate-episodes", type=int, help="episodes of each start gate's pilot (default: the grid's "
                                                           "gate.episodes, 128)")
     parser.add_argument("--gate-from-records", action="store_true",
@@ -1218,7 +1255,7 @@ def main(argv: list[str] | None = None) -> int:
         return gated[run.cell.name]
 
     try:
-        counts = run_grid(spec, runs, gate=gate)
+        counts = run_grid(spec, runs, gate=gate, force=args.force)
     except GridStopped as stop:
         print(f"grid: {stop}", file=sys.stderr)
         return stop.code

@@ -898,8 +898,40 @@ def _commit_line(records: list[dict[str, Any]]) -> list[str]:
     if len(codes) == 1 and "" not in codes:
         return [f"The counted records come from {len(counts)} commits ({named}) with the same code "
                 f"(digest {codes.pop()}): they differ only outside marft's code.", ""]
+    by_seed: dict[Any, set[str]] = {}
+    for record in records:
+        by_seed.setdefault((record.get("grid") or {}).get("seed"), set()).add(record.get("code") or "")
+    if None not in by_seed and all(len(c) == 1 and "" not in c for c in by_seed.values()):
+        return [f"The counted records come from {len(counts)} commits ({named}) and {len(codes)} code digests, but "
+                "every seed's records share one: the code differs between seeds, never within one, so a paired "
+                "contrast compares runs of one code state (an unpaired one may mix them).", ""]
     return [f"The counted records come from {len(counts)} commits ({named}): a difference between cells "
             "may be one of code as well as of algorithm.", ""]
+
+
+def _dtype_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Which dtype the counted records ran in, by seed: ``model.dtype`` as the record names it
+    (resolved on the machine; ``auto`` in records made before records named it). A seed whose
+    records name two resolved dtypes is flagged: its pairs mix bf16's rounding into a contrast."""
+    seeds: dict[str, list[Any]] = {}
+    mixed = []
+    by_seed: dict[Any, set[str]] = {}
+    for record in records:
+        dtype = ((record.get("config") or {}).get("model") or {}).get("dtype") or "not named"
+        by_seed.setdefault((record.get("grid") or {}).get("seed"), set()).add(dtype)
+    for seed, dtypes in sorted(by_seed.items(), key=lambda item: str(item[0])):
+        named = dtypes - {"auto", "not named"}
+        if len(named) > 1:
+            mixed.append(seed)
+        key = " / ".join(sorted(named)) or ("auto, not resolved in the record" if "auto" in dtypes else "not named")
+        seeds.setdefault(key, []).append(seed)
+    if len(seeds) == 1 and not mixed:
+        (key,) = seeds
+        return [] if key.startswith(("auto", "not")) else [f"Every counted record ran in {key}.", ""]
+    line = "Dtypes the records ran in: " + "; ".join(f"{key} (seeds {', '.join(map(str, s))})" for key, s in seeds.items())
+    line += "." if not mixed else (f". **Seeds {', '.join(map(str, mixed))} mix dtypes between their runs**: their "
+                                   "pairs carry a numeric difference as well as the cells'.")
+    return [line, ""]
 
 
 def _caveat_lines(records: list[dict[str, Any]]) -> list[str]:
@@ -1063,7 +1095,7 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
                       "declared before any run, and none has records yet.", ""]
         return "\n".join(lines + plan_lines(plan))
     counted, duplicates, summaries = state.counted, state.duplicates, state.summaries
-    lines += _axis_lines(counted) + [""] + _commit_line(counted) + _caveat_lines(counted) + table(summaries) + [""]
+    lines += _axis_lines(counted) + [""] + _commit_line(counted) + _dtype_lines(counted) + _caveat_lines(counted) + table(summaries) + [""]
     lines += _duplicate_lines(duplicates, records, counted)
     lines += _undeclared_lines(records, order, duplicates)
     lines += _superseded_lines(records, order)

@@ -565,6 +565,42 @@ def test_records_of_several_commits_are_one_code_state_when_their_code_digests_a
     assert "with the same code" not in text and "may be one of code as well as of algorithm" in text
 
 
+def test_code_that_differs_only_between_seeds_leaves_the_pairs_in_one_code_state(tmp_path):
+    records = tmp_path / "g" / "records"
+    for seed, (commit, code) in enumerate([("abc1234", "0ba7565cfccb"), ("abc1234", "0ba7565cfccb"),
+                                           ("def5678", "9f00d1e2a3b4")]):
+        _record(records, "marft_a", seed, 0.3, commit=commit, code=code)
+        _record(records, "solo_ppo", seed, 0.8, algorithm="ppo", profile="solo", commit=commit, code=code)
+    text = write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"]).read_text()
+    assert ("and 2 code digests, but every seed's records share one: the code differs between seeds, never within "
+            "one, so a paired contrast compares runs of one code state") in text
+    _record(records, "solo_ppo", 2, 0.8, algorithm="ppo", profile="solo", commit="abc1234", code="0ba7565cfccb")
+    text = write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"]).read_text()
+    assert "never within one" not in text and "may be one of code as well as of algorithm" in text
+
+
+def test_the_report_names_each_seeds_dtype_and_flags_a_seed_that_mixes_them(tmp_path):
+    records = tmp_path / "g" / "records"
+
+    def config(dtype):
+        return {"model": {"dtype": dtype}}
+
+    for seed in (0, 1):
+        _record(records, "marft_a", seed, 0.3, config=config("auto"))
+        _record(records, "solo_ppo", seed, 0.8, algorithm="ppo", profile="solo", config=config("auto"))
+    text = write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"]).read_text()
+    assert "Dtypes the records ran in" not in text and "Every counted record ran in" not in text
+    for seed, dtype in ((2, "bfloat16"), (3, "float32")):
+        _record(records, "marft_a", seed, 0.3, config=config(dtype))
+        _record(records, "solo_ppo", seed, 0.8, algorithm="ppo", profile="solo", config=config(dtype))
+    text = write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"]).read_text()
+    assert ("Dtypes the records ran in: auto, not resolved in the record (seeds 0, 1); bfloat16 (seeds 2); "
+            "float32 (seeds 3).") in text
+    _record(records, "solo_ppo", 3, 0.8, algorithm="ppo", profile="solo", config=config("bfloat16"))
+    text = write_report(tmp_path / "g", "Grid g", ["solo_ppo", "marft_a"]).read_text()
+    assert "bfloat16 / float32 (seeds 3). **Seeds 3 mix dtypes between their runs**" in text
+
+
 def test_the_plot_carries_the_numbers_it_draws(tmp_path):
     records = tmp_path / "g" / "records"
     _record(records, "marft_a", 1, 0.5)

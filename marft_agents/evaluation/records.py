@@ -113,7 +113,9 @@ class Record:
     config: dict[str, Any] = field(default_factory=dict)
     """The full training config as run."""
     machine: dict[str, Any] = field(default_factory=dict)
-    """Filled in automatically: platform, CPU count, torch device."""
+    """Filled in automatically (:func:`machine_facts`): platform, CPU count, Python, and on Linux
+    the CPU's model name and which of :data:`ISA_FLAGS` it has (records made before have neither):
+    what decides the dtype "auto" stands for and how fast a run went."""
     commit: str = ""
     """Git commit of the code that trained it (``baselines/run.py`` takes it when training starts;
     ``-dirty``: with uncommitted changes)."""
@@ -133,6 +135,34 @@ class Record:
     trained adapters it evaluated, and ``assignment``, agent -> the agent whose adapter it got),
     ``wall_s``, the run's whole machine time (training, evaluations, loading), and ``budget``,
     the grid's budget axis (:func:`leaderboards.records.grid_budget`)."""
+
+
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+"""The CPU flags a record names: the kernels torch picks and whether bf16 is native differ by them,
+so two records' speeds and low-order bits compare only between equal sets."""
+
+
+def machine_facts(cpuinfo: str | None = None) -> dict[str, Any]:
+    """What a record says about the machine it was made on: ``platform``, ``cpus``, ``python``, and
+    where ``/proc/cpuinfo`` (or ``cpuinfo``, its text, for tests) is readable, ``cpu`` (the model
+    name) and ``isa`` (the flags of :data:`ISA_FLAGS` it has, in that order)."""
+    facts: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count(),
+                             "python": platform.python_version()}
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return facts
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip().lower(), value.strip())
+    if fields.get("model name"):
+        facts["cpu"] = fields["model name"]
+    flags = set(fields.get("flags", "").split())
+    if flags:
+        facts["isa"] = [flag for flag in ISA_FLAGS if flag in flags]
+    return facts
 
 
 GENERATED_PATHS = tuple(f":(exclude,top,glob){pattern}" for pattern in (
@@ -329,8 +359,7 @@ def write_record(record: Record, records_dir: str | os.PathLike) -> Path:
     machine/commit/code/date, within the size budget (:func:`fit_to_budget`); the file gets the
     mode a plain ``open`` would give it (0644 under the usual umask), not the temp file's 0600."""
     fit_to_budget(record)
-    record.machine = record.machine or {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                        "python": platform.python_version()}
+    record.machine = record.machine or machine_facts()
     record.commit = record.commit or git_commit()
     record.code = record.code or code_digest()
     record.date = record.date or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -841,6 +841,32 @@ def test_a_done_run_whose_adapters_are_gone_is_remade_before_the_runs_that_read_
     assert "combo_seed0" in _records(tmp_path)
 
 
+def test_a_seeds_runs_share_their_dtype_unless_forced(tmp_path, tiny_models, capsys):
+    from marft_agents.evaluation.records import ISA_FLAGS, machine_facts
+
+    path = _grid(tmp_path, [{"name": "one"}, {"name": "two", "overrides": {"schedule.actor_lr": 5e-3}}], seeds=[0, 1])
+    assert grid_mod.main([str(path), "--cells", "one"]) == 0
+    made = _records(tmp_path)["one_seed0"]
+    assert made["config"]["model"]["dtype"] == "float32"  # resolved as the trainer resolved it
+    assert set(made["machine"]) >= {"platform", "cpus", "python"}
+    # seed 0's run of "one" made on a CPU where the config resolved to bfloat16
+    made["config"]["model"]["dtype"] = "bfloat16"
+    (tmp_path / "board" / "records" / "one_seed0.json").write_text(json.dumps(made))
+    capsys.readouterr()
+    assert grid_mod.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert ("stop two_seed0: seed 0's records ran in another dtype (bfloat16: one) and two_seed0 would run in float32 "
+            "here: a seed's pairs must share their dtype") in out
+    assert sorted(_records(tmp_path)) == ["one_seed0", "one_seed1", "two_seed1"]  # seed 1 is all float32: it runs
+    assert grid_mod.main([str(path), "--force"]) == 0
+    assert "two_seed0" in _records(tmp_path)
+    # what a record says of the CPU: the model name and the flags that decide the kernels and the dtype
+    cpuinfo = "processor\t: 0\nmodel name\t: Some CPU 9\nflags\t\t: fpu avx2 avx512f amx_bf16\nprocessor\t: 1\n"
+    facts = machine_facts(cpuinfo)
+    assert facts["cpu"] == "Some CPU 9" and facts["isa"] == ["avx2", "avx512f", "amx_bf16"]
+    assert list(ISA_FLAGS).index("avx512f") < list(ISA_FLAGS).index("amx_bf16")
+
+
 def test_a_start_gate_that_fails_stops_the_start_runs_unless_forced(tmp_path, tiny_models, capsys, monkeypatch):
     from baselines import grid_plan
 
