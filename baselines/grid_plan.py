@@ -201,9 +201,7 @@ def deciding_pilot(rate: float, per_update: int, min_signal: float, episodes: in
     threshold; None when none up to that size would."""
     size = 2 * episodes
     while size <= MAX_GATE_EPISODES:
-        low, high = (1.0 - (1.0 - r) ** per_update
-                     for r in stats.binomial_interval(round(rate * size), size, GATE_LEVEL))
-        if low >= min_signal or high < min_signal:
+        if gate_verdict(rate * size, size, per_update, min_signal)[2] != "inconclusive":
             return size
         size *= 2
     return None
