@@ -86,7 +86,8 @@ Keyword arguments
     ``channel`` (what the answerer reads of each teammate's utterance, :data:`CHANNELS`:
     ``"text"``, the utterance cut to ``message_chars``; ``"number"``, only one integer of it, see
     :func:`heard_number`; default ``"number"`` on level 4 and ``"text"`` on the others; a solo
-    profile's calls always read text),
+    profile's calls always read text), ``question`` (level 4: ``"symbolic"``, the default, or
+    ``"filled"``, the reducer's number written into the answerer's question, :data:`QUESTIONS`),
     ``task_revision`` (how the train/test split is made; default the current one, see below),
     ``grading_timeout_s``, ``grading_mode``, plus every :class:`TextTaskEnv` keyword.
 
@@ -162,6 +163,16 @@ CHANNELS: dict[str, Channel] = {"text": Channel(heard_text, one_number=False),
                                 "number": Channel(heard_number, one_number=True)}
 """Channel name (the ``channel`` keyword) -> the channel."""
 
+QUESTIONS: dict[str, str] = {
+    "symbolic": "the first stage by name: \"What is (A + B) + 5? Use the value of A + B from your teammate's number.\"",
+    "filled": "the number heard written in: \"Your teammate's number 19 is A + B. What is 19 + 5?\"",
+}
+"""Level 4: how the answerer's question names the first stage (the ``question`` keyword) -> what it
+reads. ``"filled"`` leaves the answerer a level-1 sum to finish (the symbolic question starts the
+base model near 0 % on its stage, so an answerer trained from it learns only after a lucky first
+success: ``baselines/grids/relay_curriculum.yaml``); where the reducer passed no number it asks the
+symbolic question."""
+
 
 class RelayEnv(FinalAnswerEnv):
     """Relay problems with values dealt over the agents; see the module docstring."""
@@ -179,13 +190,16 @@ class RelayEnv(FinalAnswerEnv):
 
     def __init__(self, level: int | str = 1, split: str = "train", task_seed: int = 0,
                  message_chars: int = MESSAGE_CHARS, task_revision: int = TASK_REVISION,
-                 channel: str | None = None, **kwargs: Any):
+                 channel: str | None = None, question: str = "symbolic", **kwargs: Any):
         if not isinstance(message_chars, int) or message_chars < 1:
             raise ValueError(f"message_chars must be a positive int (characters of a teammate's message "
                              f"shown), got {message_chars!r}")
         if channel is not None and channel not in CHANNELS:
             raise ValueError(f"channel must be one of {list(CHANNELS)} (what the answerer reads of a teammate's "
                              f"message), got {channel!r}")
+        if question not in QUESTIONS:
+            raise ValueError(f"question must be one of {list(QUESTIONS)} (how the level-4 answerer's question names "
+                             f"the first stage), got {question!r}")
         kwargs.setdefault("template", ObservationTemplate(max_quoted_chars=message_chars))
         tasks = RelayTasks(level=level, split=split, seed=task_seed, task_revision=task_revision)
         if tasks.staged and kwargs.get("profile") is None:
@@ -198,6 +212,10 @@ class RelayEnv(FinalAnswerEnv):
         """Level 4: the answerer's teammate computes the first stage and passes its value."""
         self.channel = channel if channel is not None else ("number" if self.staged else "text")
         """The ``channel`` keyword's value (a key of :data:`CHANNELS`)."""
+        if question != "symbolic" and not self.staged:
+            raise ValueError(f"question={question!r} needs a staged level (4, two_stage), got level {tasks.level}")
+        self.question_form = question
+        """The ``question`` keyword's value (a key of :data:`QUESTIONS`)."""
         if self.staged and not self.sees_everything() and len(self.possible_agents) != 2:
             raise ValueError(f"level {tasks.level} needs a two-agent team (reducer -> answerer, e.g. the profile "
                              f"'relay_reduce') or a solo profile, got {len(self.possible_agents)} agents")
@@ -253,11 +271,17 @@ class RelayEnv(FinalAnswerEnv):
     def question(self, task: Task) -> str:
         """The answerer's question, its own values filled in: ``"What is A + 12? Use the value of A
         from your teammate's message. ..."`` (level 4: ``"What is (A + B) + 5? Use the value of
-        A + B from your teammate's number. ..."``)."""
+        A + B from your teammate's number. ..."``, or with ``question="filled"`` the number its
+        teammate passed written in, ``"Your teammate's number 19 is A + B. What is 19 + 5? ..."``)."""
         values: dict[str, int] = task.metadata["values"]
         held = set(self.hands(task)[self.answerer])
         if self.staged:
             stage, (op, last) = stage_expression(task.metadata["expression"]), task.metadata["expression"].split()[-2:]
+            reducer = next(agent for agent in self.possible_agents if agent != self.answerer)
+            passed = heard_number(self.last_utterance(reducer) or "")
+            if self.question_form == "filled" and passed != NO_NUMBER:
+                return (f"Your teammate's number {passed} is {stage}. What is {passed} {op} {values[last]}? "
+                        "Put the final answer in \\boxed{}.")
             said = "number" if CHANNELS[self.channel].one_number else "message"
             return (f"What is ({stage}) {op} {values[last]}? Use the value of {stage} from your teammate's {said}. "
                     "Put the final answer in \\boxed{}.")

@@ -158,6 +158,33 @@ def test_the_channel_default_is_per_level_and_a_bad_one_is_refused():
         marft_envs.make(RELAY, level=4, profile="trio")
 
 
+def test_the_filled_question_writes_the_reducers_number_in():
+    env = _env(question="filled")
+    env.step("A = 7, B = 12, so \\boxed{18}")
+    assert env.observe("answerer_0")["text"] == (
+        "You know C = 5. Your teammate knows A and B and tells you the value of A + B.\n\n"
+        "reducer_0 (reducer) wrote:\n18\n\n"
+        "Your teammate's number 18 is A + B. What is 18 + 5? Put the final answer in \\boxed{}.")
+    env.step("\\boxed{23}")  # right given what it heard, wrong for the team
+    assert env.unwrapped.history[-1].outcome.info["stages"] == {"reduce": False, "answer": True}
+    env = _env(question="filled")
+    env.step("I will not say.")  # no number to write in: the symbolic question
+    assert env.observe("answerer_0")["text"].endswith(
+        "What is (A + B) + 5? Use the value of A + B from your teammate's number. Put the final answer in \\boxed{}.")
+    assert _env().unwrapped.question_form == "symbolic"
+    with pytest.raises(ValueError, match="question must be one of") as error:
+        marft_envs.make(RELAY, level=4, question="spoken")
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="needs a staged level"):
+        marft_envs.make(RELAY, level=1, question="filled")
+
+
+@pytest.mark.parametrize("question", ["symbolic", "filled"])
+def test_the_oracle_team_solves_level_4_whichever_question(question):
+    result = play(RELAY, ORACLE, n=60, level=4, split="test", profile="relay_reduce", horizon=1, question=question)
+    assert result.accuracy == 1.0, result
+
+
 # -- stage accuracy in infos --------------------------------------------------------------------
 @pytest.mark.parametrize("utterance, correct", [
     ("\\boxed{19}", True), ("A = 7, B = 12, so \\boxed{19}", True), ("A + B = 19", True),
