@@ -41,7 +41,10 @@ status 3, one line per reason) unless ``--force``. A plan:
    equivalent. The seed spread is the one the grid's records show (two or more seeds that
    vary), else the largest a score in [0, 1] can have at the mean the cell would reach with the
    meaningful effect (:func:`leaderboards.stats.bounded_sd`). Each entry names both cells'
-   budgets, and the declared reason where they differ (``unequal_budgets``).
+   budgets, and the declared reason where they differ (``unequal_budgets``). A comparison
+   declared ``descriptive`` (:class:`leaderboards.grid_report.Comparison`) is not in the family:
+   it is sized as if it joined it (``alpha / (m + 1)``; paired on the seeds both cells declare),
+   its reasons are shown, and it refuses nothing.
 3. **Machine time**: the recorded time of the runs done, and for the others the mean time of
    their cell's records, else the grid's training (evaluation) records' time per episode (per
    run) times the run's own budget, else a lower bound from the gate pilot's sampling time,
@@ -50,8 +53,8 @@ status 3, one line per reason) unless ``--force``. A plan:
 The plan refuses when a gate fails (or cannot be measured), when a comparison's minimal
 detectable effect exceeds the grid's ``meaningful_effect`` (or the whole scale, when none is
 declared), when its exact test could never pass after the correction, when a declared margin is
-narrower than a null could be shown within, or when the grid declares comparisons but no
-``meaningful_effect``. It is written to ``<grid folder>/plan.json``, which the report and
+narrower than a null could be shown within (each for a tested comparison, not a descriptive
+one), or when the grid declares comparisons but no ``meaningful_effect``. It is written to ``<grid folder>/plan.json``, which the report and
 ``summary.json`` show (:func:`leaderboards.grid_report.plan_lines`).
 """
 
@@ -326,6 +329,9 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
              levels: dict[str, float]) -> dict[str, Any]:
     """The plan of one declared comparison (module docstring, 2.)."""
     seeds = {c: [r.seed for r in runs if r.cell.name == c] for c in (comparison.a, comparison.b)}
+    if comparison.descriptive and comparison.paired:  # paired on the seeds both cells declare
+        common = [seed for seed in seeds[comparison.a] if seed in seeds[comparison.b]]
+        seeds = {c: common for c in seeds}
     free = {c: _seed_free(spec, runs, c) for c in (comparison.a, comparison.b)}
     entry: dict[str, Any] = {"question": comparison.question or f"{comparison.a} - {comparison.b}",
                              "a": comparison.a, "b": comparison.b, "sd": None, "basis": "-",
@@ -336,7 +342,8 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
     if why is not None:
         entry["unequal_budgets"] = why
     meaningful = spec.meaningful_effect / 100 if spec.meaningful_effect is not None else None
-    found = {c: _cell_records(spec, runs, c) for c in (comparison.a, comparison.b)}
+    found = {c: {seed: v for seed, v in _cell_records(spec, runs, c).items() if seed in seeds[c]}
+             for c in (comparison.a, comparison.b)}
     floor = {c: _floor(found[c]) for c in found}
     records = {c: {seed: a for seed, (a, _) in found[c].items()} for c in found}
 
@@ -387,7 +394,7 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
         entry["reasons"].append(f"its minimal detectable effect, {100 * detectable.effect:.1f} points, exceeds the "
                                 "whole scale")
     if comparison.margin is not None:
-        margins = sum(c.margin is not None for c in spec.comparisons)
+        margins = sum(c.margin is not None for c in spec.comparisons if not c.descriptive)
         needed = stats.minimal_equivalence_margin(design, sd_a, n_a, sd_b, n_b, ALPHA / margins, spec.power)
         entry["margin_needed"] = round(needed, 4)
         if needed > comparison.margin / 100:
@@ -397,14 +404,19 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
 
 
 def contrasts(spec: GridSpec, runs: list[GridRun], levels: dict[str, float]) -> list[dict[str, Any]]:
-    """Every declared comparison's plan, the exact tests' floors corrected over the family."""
-    family = len(spec.comparisons)
-    entries = [contrast(spec, runs, c, family, levels) for c in spec.comparisons]
-    for entry, floor in zip(entries, stats.holm_floors([e["exact_floor"] for e in entries])):
+    """Every declared comparison's plan, the exact tests' floors corrected over the family (the
+    tested comparisons); a descriptive one sized as if it joined the family, refusing nothing."""
+    family = sum(not c.descriptive for c in spec.comparisons)
+    entries = [contrast(spec, runs, c, family + c.descriptive, levels) for c in spec.comparisons]
+    tested = [e for e, c in zip(entries, spec.comparisons) if not c.descriptive]
+    for entry, floor in zip(tested, stats.holm_floors([e["exact_floor"] for e in tested])):
         entry["exact_floor_holm"] = floor
         if floor >= ALPHA and entry["design"] != "none":
             entry["reasons"].append(f"its exact test's least p after Holm over {family} is {floor:.3g} >= {ALPHA:g}: "
                                     "it can never pass")
+    for entry, comparison in zip(entries, spec.comparisons):
+        entry["descriptive"] = comparison.descriptive
+        entry.setdefault("exact_floor_holm", None)
         entry["answers"] = not entry["reasons"]
     return entries
 
@@ -505,11 +517,12 @@ def make_plan(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None 
         refusals.append("the grid declares no meaningful_effect (accuracy points): no contrast can be judged "
                         "against the effect that would matter")
     for c in contrast_list:
-        for reason in c["reasons"]:
+        for reason in [] if c["descriptive"] else c["reasons"]:
             refusals.append(f"contrast {c['a']} - {c['b']}: {reason}")
     return {"made": {"commit": git_commit(), "code": code_digest(),
                      "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")},
-            "accepted": not refusals, "refusals": refusals, "alpha": ALPHA, "family": len(spec.comparisons),
+            "accepted": not refusals, "refusals": refusals, "alpha": ALPHA,
+            "family": sum(not c.descriptive for c in spec.comparisons),
             "power": spec.power, "meaningful_effect": spec.meaningful_effect,
             "gate": {"episodes": episodes, "min_signal": spec.gate.min_signal,
                      "from_records": from_records}, "gates": gate_list, "contrasts": contrast_list,

@@ -43,7 +43,7 @@ import json
 import math
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -190,10 +190,18 @@ class Comparison:
     margin: float | None = None
     """Equivalence margin in accuracy points: with it, "no difference" is a claim the report can
     resolve (both one-sided tests reject a difference beyond +-margin)."""
+    descriptive: bool = False
+    """Declared outside the Holm family: the report prints its difference and confidence intervals
+    but no test, p or verdict, and it does not count in the family's size; the plan sizes it but
+    does not refuse on it. For a contrast the grid still shows after its plan found it cannot answer
+    at the seeds the grid can afford (stopped on futility): dropped from the family, not hidden. A
+    paired one pairs on the seeds both cells have."""
 
     def __post_init__(self) -> None:
         if self.a == self.b:
             raise ValueError(f"a comparison needs two different cells, got {self.a!r} twice")
+        if self.descriptive and self.margin is not None:
+            raise ValueError("a descriptive comparison is not tested, so it takes no equivalence margin")
         if self.margin is not None and self.margin <= 0:
             raise ValueError(f"margin must be > 0 accuracy points, got {self.margin}")
 
@@ -236,6 +244,8 @@ class ComparisonResult:
 
     def verdict(self) -> str:
         a, b = self.a.cell, self.b.cell
+        if self.comparison.descriptive:
+            return "descriptive: not tested (outside the Holm family)"
         if self.resolved:
             return f"resolved: {a} > {b}" if self.difference > 0 else f"resolved: {b} > {a}"
         if self.equivalent:
@@ -263,9 +273,13 @@ def compare(summaries: list[CellSummary], comparison: Comparison) -> ComparisonR
     a, b = by_name.get(comparison.a), by_name.get(comparison.b)
     if a is None or b is None:
         return None
-    difference = a.mean - b.mean
     test = exact = None
     note = ""
+    common = [seed for seed in a.seeds if seed in b.seeds]
+    if comparison.descriptive and comparison.paired and a.seeds != b.seeds and common:
+        a, b = _on_seeds(a, common), _on_seeds(b, common)
+        note = f"paired on the {len(common)} seeds both cells have ({', '.join(map(str, common))})"
+    difference = a.mean - b.mean
     paired = comparison.paired and a.seeds == b.seeds
     if comparison.paired and not paired:
         note = f"declared paired, but the seeds differ ({a.seeds} / {b.seeds}): tested as independent"
@@ -303,15 +317,31 @@ def compare(summaries: list[CellSummary], comparison: Comparison) -> ComparisonR
     return ComparisonResult(comparison, a, b, difference, design, test, exact, bootstrap, note)
 
 
+def _on_seeds(summary: CellSummary, seeds: list[int]) -> CellSummary:
+    """``summary`` restricted to ``seeds`` (each per-seed list filtered alike)."""
+    keep = [k for k, seed in enumerate(summary.seeds) if seed in seeds]
+    per_seed = {f.name: [getattr(summary, f.name)[k] for k in keep] for f in fields(summary)
+                if isinstance(getattr(summary, f.name), list) and len(getattr(summary, f.name)) == len(summary.seeds)
+                and f.name != "commits"}
+    return replace(summary, **per_seed)
+
+
+def tested(comparisons: list[Comparison]) -> list[Comparison]:
+    """The comparisons in the Holm family: the declared ones but the descriptive."""
+    return [c for c in comparisons if not c.descriptive]
+
+
 def compare_all(summaries: list[CellSummary], comparisons: list[Comparison]) -> list[ComparisonResult | None]:
-    """Every declared comparison with Holm's correction over the whole declared set (one not run
-    yet still counts in the family's size), the equivalence tests of those that declare a margin
-    (Holm over those), and, for an unresolved difference, the seeds per cell it would take."""
+    """Every declared comparison with Holm's correction over the whole tested set (one not run
+    yet still counts in the family's size; a descriptive one is not in it), the equivalence tests
+    of those that declare a margin (Holm over those), and, for an unresolved difference, the seeds
+    per cell it would take."""
     results = [compare(summaries, c) for c in comparisons]
-    p_values = [r.test.p if r is not None and r.test is not None else None for r in results]
-    for result, adjusted in zip(results, stats.holm(p_values)):
-        if result is not None:
-            result.holm_p = adjusted
+    family = [k for k, c in enumerate(comparisons) if not c.descriptive]
+    p_values = [results[k].test.p if results[k] is not None and results[k].test is not None else None for k in family]
+    for k, adjusted in zip(family, stats.holm(p_values)):
+        if results[k] is not None:
+            results[k].holm_p = adjusted
     margins = [k for k, c in enumerate(comparisons) if c.margin is not None]
     equivalence_p: list[float | None] = []
     for k in margins:
@@ -326,9 +356,9 @@ def compare_all(summaries: list[CellSummary], comparisons: list[Comparison]) -> 
         if result is not None:
             result.both_at_floor = result.a.at_floor and result.b.at_floor
         if result is not None and result.test is not None and not result.resolved and not result.equivalent \
-                and not result.both_at_floor:
+                and not result.both_at_floor and not result.comparison.descriptive:
             # at the family's Bonferroni level alpha / m, the most Holm ever asks of one comparison
-            result.seeds_needed = stats.seeds_needed(result.difference, *_seed_sds(result), ALPHA / len(comparisons))
+            result.seeds_needed = stats.seeds_needed(result.difference, *_seed_sds(result), ALPHA / len(family))
     return results
 
 
@@ -373,7 +403,8 @@ def _declared(comparison: Comparison) -> str:
     """The question as the report shows it, with what the grid file declared for it up front
     (paired seeds, an equivalence margin)."""
     declared = [d for d in ("paired" if comparison.paired else "",
-                            f"margin +-{comparison.margin:g} points" if comparison.margin is not None else "") if d]
+                            f"margin +-{comparison.margin:g} points" if comparison.margin is not None else "",
+                            "descriptive, outside the Holm family" if comparison.descriptive else "") if d]
     return f"{comparison.question} [{', '.join(declared)}]" if declared else comparison.question
 
 
@@ -396,6 +427,9 @@ def comparison_table(summaries: list[CellSummary], comparisons: list[Comparison]
         test, exact, boot = result.test, result.exact, result.bootstrap
         test_name = f"{test.test}, df {test.df:.1f}" if test is not None else result.design
         exact_p = f"{_p(exact.p)} ({_p(exact.min_p)})" if exact is not None else "-"
+        p = _p(test.p if test else None)
+        if comparison.descriptive:  # its CIs are shown; no p, so that none is read as a test
+            test_name, p, exact_p = f"none ({result.design})", "-", "-"
         boot_ci = f"{_ci((boot.low, boot.high))} ({boot.basis})" if boot is not None else "-"
         verdict = result.verdict()
         if result.equivalence is not None and not result.resolved and not result.equivalent:
@@ -406,7 +440,7 @@ def comparison_table(summaries: list[CellSummary], comparisons: list[Comparison]
         lines.append(f"| {question} | {result.a.cell}: {_pct(result.a.mean)} ({len(result.a.seeds)}) "
                      f"| {result.b.cell}: {_pct(result.b.mean)} ({len(result.b.seeds)}) "
                      f"| {100 * result.difference:+.1f} | {_ci(test.ci if test else None)} | {boot_ci} "
-                     f"| {test_name} | {_p(test.p if test else None)} | {exact_p} | {_p(result.holm_p)} "
+                     f"| {test_name} | {p} | {exact_p} | {_p(result.holm_p)} "
                      f"| {verdict} |")
     return lines
 
@@ -1021,7 +1055,8 @@ def _machine_time_line(records: list[dict[str, Any]], counted: list[dict[str, An
 def _comparison_entry(comparison: Comparison, result: ComparisonResult | None) -> dict[str, Any]:
     """One declared comparison as plain data: the cells, and once both have records the
     difference in points, its t CI, Holm's p and the verdict (as in :func:`comparison_table`)."""
-    entry: dict[str, Any] = {"question": _declared(comparison), "a": comparison.a, "b": comparison.b}
+    entry: dict[str, Any] = {"question": _declared(comparison), "a": comparison.a, "b": comparison.b,
+                             **({"descriptive": True} if comparison.descriptive else {})}
     if result is None:
         return entry | {"run": False}
     ci = result.test.ci if result.test is not None else None
@@ -1091,8 +1126,10 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
         lines += ["No records yet: run `python -m baselines.grid <grid file>`.", ""]
         if comparisons:
             lines += ["## Comparisons", "", *comparison_table([], comparisons, state.results), "",
-                      f"Only the {len(comparisons)} comparisons declared in the grid file are tested; they were "
-                      "declared before any run, and none has records yet.", ""]
+                      f"Only the {len(tested(comparisons))} comparisons declared in the grid file are tested"
+                      + (f" (and {len(comparisons) - len(tested(comparisons))} declared descriptive, not tested)"
+                         if len(tested(comparisons)) < len(comparisons) else "")
+                      + "; they were declared before any run, and none has records yet.", ""]
         return "\n".join(lines + plan_lines(plan))
     counted, duplicates, summaries = state.counted, state.duplicates, state.summaries
     lines += _axis_lines(counted) + [""] + _commit_line(counted) + _dtype_lines(counted) + _caveat_lines(counted) + table(summaries) + [""]
@@ -1132,10 +1169,17 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
         lines += ["## Baselines per decision position", "", *positions, ""]
     if comparisons:
         lines += ["## Comparisons", ""] + comparison_table(summaries, comparisons, state.results) + [""]
+        family = tested(comparisons)
+        descriptive = len(comparisons) - len(family)
+        aside = (f" ({descriptive} more declared descriptive: its difference and CIs are shown, on the seeds both "
+                 "cells have when paired, with no test; it is not in the family)" if descriptive == 1 else
+                 f" ({descriptive} more declared descriptive: their differences and CIs are shown, on the seeds both "
+                 "cells have when paired, with no test; they are not in the family)" if descriptive else "")
+        waiting = _waiting_clause([r for r, c in zip(state.results, comparisons) if not c.descriptive])
         lines += [
-            f"Only the {len(comparisons)} comparisons declared in the grid file are tested; none is chosen after "
+            f"Only the {len(family)} comparisons declared in the grid file are tested{aside}; none is chosen after "
             f"the results (no \"best of\"). Holm's correction keeps the chance of any false \"resolved\" among "
-            f"them at {ALPHA:g} ({_waiting_clause(state.results)}). The test: a paired t test where the grid declares "
+            f"them at {ALPHA:g} ({waiting}). The test: a paired t test where the grid declares "
             "the pair and both cells have the same seeds; a one-sample t test against a seed-free value (a greedy "
             "evaluation of the untrained model); else Welch's t test (Welch-Satterthwaite df). Beside it the exact "
             "permutation test (sign-flip when paired or against a value), which assumes no distribution but "
@@ -1144,7 +1188,7 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
             "outcomes, else the seeds' accuracies only (too narrow with 2-3 seeds; the t CI is the one to read). "
             "Verdicts rest on the Holm-adjusted t test. \"n seeds per cell would be needed\" is a planning "
             f"estimate: the seeds per cell at which the observed difference, with the observed spread over "
-            f"seeds, would give a t statistic at the family's Bonferroni level {ALPHA:g} / {len(comparisons)}; "
+            f"seeds, would give a t statistic at the family's Bonferroni level {ALPHA:g} / {len(family)}; "
             "at that n it resolves about half the time. \"not estimable (both at the floor)\": both cells' means are "
             f"within {TAKEOFF_SE:g} binomial standard errors of zero for one evaluation of their problems (3.8 % on "
             "100): their difference is a handful of problems, from which no seeds-needed figure means anything.", ""]
@@ -1200,7 +1244,12 @@ def plan_lines(plan: dict[str, Any] | None) -> list[str]:
         lines.append("")
     if plan["contrasts"]:
         meaningful = plan.get("meaningful_effect")
-        lines += [f"Contrasts: {plan['family']} declared, Holm over all of them at {plan['alpha']:g}: the minimal "
+        descriptive = sum(bool(c.get("descriptive")) for c in plan["contrasts"])
+        aside = (f" (and {descriptive} descriptive, outside the family: sized at {plan['alpha']:g} / "
+                 f"{plan['family'] + 1} as if it joined it, refusing nothing)" if descriptive else "")
+        family = (f"{plan['family']} tested{aside}, Holm over the tested" if descriptive else
+                  f"{plan['family']} declared, Holm over all of them")
+        lines += [f"Contrasts: {family} at {plan['alpha']:g}: the minimal "
                   f"detectable effect (MDE) is the true difference a t test at the Bonferroni level "
                   f"{plan['alpha']:g} / {plan['family']} detects with power {plan['power']:g}; \"least passing\" the "
                   "smallest observed difference that can pass at all; the seed spread from the grid's records "
@@ -1212,9 +1261,11 @@ def plan_lines(plan: dict[str, Any] | None) -> list[str]:
                   "| exact test least p (after Holm) | can answer |", "|---|---|---|---|---|---|---|---|"]
         for c in plan["contrasts"]:
             sds = " / ".join(_signed_pct(x) for x in c["sd"]) if c.get("sd") else "-"
+            answers = "yes" if c["answers"] else "no"
             lines.append(f"| {c['question']} | {c['a']} - {c['b']} | {c['design']}, {c['seeds']} | {sds} ({c['basis']}) "
                          f"| {_signed_pct(c.get('mde'))} | {_signed_pct(c.get('least_passing'))} "
-                         f"| {_p(c['exact_floor'])} ({_p(c['exact_floor_holm'])}) | {'yes' if c['answers'] else 'no'} |")
+                         f"| {_p(c['exact_floor'])} ({_p(c.get('exact_floor_holm'))}) "
+                         f"| {f'descriptive (if tested: {answers})' if c.get('descriptive') else answers} |")
         lines.append("")
     time = plan.get("time")
     if time:

@@ -9,7 +9,7 @@ import pytest
 
 from leaderboards import stats
 from leaderboards.build import build
-from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table,
+from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table, tested,
                                       baseline_table, counted_records, critic_table, reported_records, curve_series, grid_records, grid_state, plotted_series, report,
                                       sampled_table, stage_table, summarise, summary, write_report)
 from leaderboards.records import Record, write_record
@@ -272,11 +272,42 @@ def test_the_bootstrap_resamples_problems_when_every_seed_has_its_outcomes(tmp_p
     assert compare(summaries, Comparison(a="marft_t", b="solo_ppo")).bootstrap.basis == "seeds"
 
 
+def test_a_descriptive_comparison_shows_its_difference_on_shared_seeds_and_leaves_holm_alone(tmp_path):
+    summaries = _summaries(tmp_path, {"solo_ppo": [0.80, 0.84, 0.86, 0.83], "marft_a": [0.30, 0.35, 0.28, 0.33],
+                                      "marft_t": [0.72, 0.80, 0.78, 0.74], "short": [0.50, 0.20]})
+    tested = [Comparison(a="marft_a", b="solo_ppo", question="A vs solo"),
+              Comparison(a="marft_t", b="solo_ppo", question="T vs solo")]
+    described = Comparison(a="marft_a", b="short", question="A vs short", paired=True, descriptive=True)
+    alone, both = compare_all(summaries, tested), compare_all(summaries, [*tested, described])
+    # Holm over the two tested, as without it
+    assert [r.holm_p for r in both[:2]] == [r.holm_p for r in alone]
+    assert [r.seeds_needed for r in both[:2]] == [r.seeds_needed for r in alone]
+    result = both[2]
+    # paired on seeds 0 and 1 only: (30 - 50) and (35 - 20) -> mean -2.5 points
+    assert result.design == "paired seeds" and result.a.seeds == [0, 1] and result.a.accuracies == [0.30, 0.35]
+    assert result.difference == pytest.approx(-0.025) and result.holm_p is None and result.seeds_needed is None
+    assert result.verdict() == "descriptive: not tested (outside the Holm family)"
+    assert "paired on the 2 seeds both cells have (0, 1)" in result.note
+    row = comparison_table(summaries, [*tested, described])[-1]
+    assert row.startswith("| A vs short [paired, descriptive, outside the Holm family] | marft_a: 32.5 (2) "
+                          "| short: 35.0 (2) | -2.5 |")
+    assert "| none (paired seeds) | - | - | - | descriptive: not tested (outside the Holm family)" in row
+    # not declared descriptive, the same pair differs in seeds: tested as independent, in the family
+    plain = compare_all(summaries, [*tested, Comparison(a="marft_a", b="short", paired=True)])
+    assert plain[2].design == "independent seeds" and plain[2].holm_p is not None
+    assert plain[0].holm_p != both[0].holm_p
+    text = write_report(tmp_path, "Grid g", comparisons=[*tested, described]).read_text()
+    assert "Only the 2 comparisons declared in the grid file are tested (1 more declared descriptive" in text
+    assert "Bonferroni level 0.05 / 2" in text
+
+
 def test_a_comparison_names_two_different_cells_and_a_positive_margin():
     with pytest.raises(ValueError, match="two different cells"):
         Comparison(a="marft_a", b="marft_a")
     with pytest.raises(ValueError, match="margin must be > 0"):
         Comparison(a="marft_a", b="solo_ppo", margin=0)
+    with pytest.raises(ValueError, match="descriptive comparison is not tested"):
+        Comparison(a="marft_a", b="solo_ppo", margin=5, descriptive=True)
 
 
 def test_a_duplicate_run_is_reported_and_counted_once(tmp_path):
@@ -642,7 +673,7 @@ def test_committed_grid_reports_match_their_records(grid_file, monkeypatch):
         assert "## Comparisons" not in text
         return
     assert "best of" not in text.split("## Comparisons")[1].split("\n\n")[1]  # the table: declared rows only
-    assert f"Only the {len(spec.comparisons)} comparisons declared in the grid file are tested" in text
+    assert f"Only the {len(tested(spec.comparisons))} comparisons declared in the grid file are tested" in text
 
 
 def test_the_committed_relay_report_leaves_grpo_agent_out_and_names_its_budget():

@@ -578,15 +578,22 @@ def test_the_deciding_pilot_size_and_a_rate_at_the_threshold():
     assert deciding_pilot(1 - 0.75 ** (1 / 32), 32, 0.25, 128) is None and MAX_GATE_EPISODES == 65536
 
 
-def _contrast_grid(tmp_path, comparisons, meaningful=None):
-    """Two training cells of 5 seeds, with records: a at 45-60 %, b at 15-30 %; the pilot passes."""
+def _contrast_grid(tmp_path, comparisons, meaningful=None, descriptive=(), short=None):
+    """Two training cells of 5 seeds, with records: a at 45-60 %, b at 15-30 %; the pilot passes.
+    ``descriptive``: comparisons (appended after the others) declared descriptive; ``short``: a third
+    training cell ``c`` of the first three seeds, at these accuracies."""
     from leaderboards.records import Record, write_record
 
     cells = [{"name": "a", "overrides": {}}, {"name": "b", "overrides": {"shared_adapter": True}}]
+    values = [("a", [0.5, 0.55, 0.6, 0.45, 0.5]), ("b", [0.2, 0.25, 0.3, 0.15, 0.2])]
+    if short is not None:
+        cells.append({"name": "c", "seeds": [0, 1, 2], "overrides": {"shared_adapter": True, "lora.r": 2}})
+        values.append(("c", short))
     extra = {"meaningful_effect": meaningful} if meaningful is not None else {}
-    path = _grid(tmp_path, cells, seeds=range(5), comparisons=[{"a": "a", "b": "b", "question": f"q{k}"}
-                                                               for k in range(comparisons)], **extra)
-    for cell, accuracies in (("a", [0.5, 0.55, 0.6, 0.45, 0.5]), ("b", [0.2, 0.25, 0.3, 0.15, 0.2])):
+    declared = [{"a": "a", "b": "b", "question": f"q{k}"} for k in range(comparisons)]
+    declared += [{**c, "descriptive": True} for c in descriptive]
+    path = _grid(tmp_path, cells, seeds=range(5), comparisons=declared, **extra)
+    for cell, accuracies in values:
         for seed, accuracy in enumerate(accuracies):
             write_record(Record(name=f"{cell}_seed{seed}", env_id="e", env_kwargs={}, algorithm="mappo_action",
                                 model="m", eval_after={"accuracy": accuracy, "stderr": 0.05, "n": 100},
@@ -632,6 +639,35 @@ def test_the_plan_sizes_each_contrast_by_hand_and_refuses_an_over_large_family(t
     path = _contrast_grid(tmp_path, 6)
     assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
     assert "- the grid declares no meaningful_effect" in capsys.readouterr().out
+
+
+def test_a_descriptive_contrast_is_sized_outside_the_family_and_refuses_nothing(tmp_path, monkeypatch):
+    from baselines import grid_plan
+
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({"a": 4, "b": 4, "c": 4}, []))
+    # six tested and a seventh descriptive: the family stays at six, so its exact floor 12 / 252 passes
+    # (seven tested refuse: the test above); the descriptive one, paired on the three seeds it shares
+    # with a (differences 30, 10, 30: sd 11.5 points), is sized at 0.05 / 7 and would not answer
+    path = _contrast_grid(tmp_path, 6, meaningful=20, short=[0.2, 0.45, 0.3],
+                          descriptive=[{"a": "a", "b": "c", "question": "d", "paired": True}])
+    assert grid_mod.main([str(path), "--plan"]) == 0
+    plan = json.loads((tmp_path / "board" / grid_plan.PLAN_FILE).read_text())
+    assert plan["accepted"] and plan["refusals"] == [] and plan["family"] == 6
+    tested, described = plan["contrasts"][0], plan["contrasts"][-1]
+    assert not tested["descriptive"] and tested["exact_floor_holm"] == pytest.approx(12 / 252)
+    sd = float(np.std([0.30, 0.10, 0.30], ddof=1))
+    assert described["descriptive"] and described["design"] == "paired" and described["seeds"] == "3"
+    assert described["basis"] == "records, paired" and described["sd"] == [round(sd, 4)]
+    from leaderboards import stats
+    assert described["mde"] == pytest.approx(stats.minimal_detectable_effect("paired", sd, 3, alpha=0.05 / 7).effect,
+                                             abs=1e-4)
+    assert described["exact_floor_holm"] is None and not described["answers"] and described["reasons"]
+    text = (tmp_path / "board" / "README.md").read_text()
+    assert "Contrasts: 6 tested (and 1 descriptive, outside the family" in text
+    assert "| descriptive (if tested: no) |" in text
+    # the same contrast tested: the family grows to seven and the plan refuses
+    path = _contrast_grid(tmp_path, 7, meaningful=20)
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
 
 
 def test_without_a_pilot_spread_the_plan_takes_the_largest_a_score_can_have(tmp_path, monkeypatch):
