@@ -160,10 +160,12 @@ def _plan_line(plan: Any, link: str) -> list[str]:
     if not isinstance(plan, dict) or "accepted" not in plan:
         return []
     contrasts = [c for c in plan.get("contrasts", []) if isinstance(c, dict)]
-    answering = sum(bool(c.get("answers")) for c in contrasts)
+    tested = [c for c in contrasts if not c.get("descriptive")]  # a descriptive one answers nothing by design
+    answering = sum(bool(c.get("answers")) for c in tested)
     verdict = "accepted" if plan["accepted"] else "refused"
-    return [f"Plan: {_linked(verdict, link)}; {_linked(f'{answering} of {len(contrasts)}', link)} declared contrasts "
-            "can answer at the declared seeds.", ""]
+    aside = f" ({len(contrasts) - len(tested)} more declared descriptive, not tested)" if len(tested) < len(contrasts) else ""
+    return [f"Plan: {_linked(verdict, link)}; {_linked(f'{answering} of {len(tested)}', link)} declared contrasts "
+            f"can answer at the declared seeds{aside}.", ""]
 
 
 def grid_summary(report: Path, link: str) -> list[str]:

@@ -795,6 +795,34 @@ def stage_table(summaries: list[CellSummary]) -> list[str]:
     return lines
 
 
+def start_table(records: list[dict[str, Any]], order: list[str] | None = None) -> list[str]:
+    """Markdown rows, one per training cell with a ``start`` (its records' ``grid.start``: other
+    cells' final adapters, a different starting policy at each seed): per seed, the episodes its
+    first update's rollout solved of those it sampled. That rollout is sampled from the seed's own
+    starting policy, so it is each seed's start gate, seen afterwards, where the plan pilots one
+    seed per cell before the run. No rows when no record has a start, so other reports are unchanged."""
+    started = [r for r in _ordered(records, order)
+               if r["grid"].get("start") and r["grid"]["kind"] == "train" and r.get("diagnostics")]
+    if not started:
+        return []
+    lines = ["| cell | starts from | seeds | first update: solved of sampled, per seed | solved, % over seeds "
+             "| seeds with none solved |", "|---|---|---|---|---|---|"]
+    for cell in dict.fromkeys(r["grid"]["cell"] for r in started):
+        mine = [r for r in started if r["grid"]["cell"] == cell]
+        counts = []
+        for r in mine:
+            d = r["diagnostics"]
+            sampled = int(d["rollout/episodes"][0])
+            counts.append((r["grid"]["seed"], round(d["rollout/solved_rate"][0] * sampled), sampled))
+        start = mine[0]["grid"]["start"]
+        sources = ", ".join(dict.fromkeys([start["source"], *start.get("adapters", {}).values()]))
+        per_seed = " / ".join(f"s{seed}: {solved} of {sampled}" for seed, solved, sampled in counts)
+        share = sum(c[1] for c in counts) / sum(c[2] for c in counts)
+        lines.append(f"| {cell} | {sources} | {len(counts)} | {per_seed} | {_pct(share)} "
+                     f"| {sum(c[1] == 0 for c in counts)} |")
+    return lines
+
+
 def _paired_drop_se(source: dict[int, float] | None, ablated: dict[int, float] | None) -> float | None:
     """The s.e. of mean(source - ablated) over the problems both evaluations played, paired by
     problem (as an evaluation's own s.e., problems taken as distinct); None unless both have
@@ -1152,6 +1180,13 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
                   "`marft_envs/envs/relay.py`, \"Stages\"). A team can fail the problem with either stage passed, so "
                   "these show which role failed where the cell table's accuracy cannot. Each seed's +- is its "
                   "evaluation's standard error, clustered by problem statement.", ""]
+    starts = start_table(counted, order)
+    if starts:
+        lines += ["## Each seed's start", "", *starts, "",
+                  "A cell with a `start` begins each seed from that seed's trained cells, a different policy per seed; "
+                  "the plan pilots its start gate at one seed before the run (the Plan section). Each seed's first "
+                  "update samples its rollout from that seed's own start, so its solved episodes are the seed's gate "
+                  "seen afterwards: an update with none solved carries no policy gradient under a 0/1 team reward.", ""]
     contribution = contribution_table(summaries)
     if contribution:
         lines += ["## Per-agent contribution", "", *contribution, "",

@@ -685,3 +685,26 @@ def test_the_committed_relay_report_leaves_grpo_agent_out_and_names_its_budget()
     assert "Budget axis: training episodes" in text and "**equal training wall-clock**" not in text
     assert "## Records awaiting their rerun" not in text and "Every counted record was made at commit b3ba6df." in text
     assert "9.73 h over the 27 runs counted here" in text
+
+
+def test_each_seeds_start_is_read_from_its_first_update(tmp_path):
+    records = tmp_path / "g" / "records"
+    _record(records, "stage", 0, 0.6)
+    _record(records, "stage", 1, 0.5)
+    start = {"source": "stage", "adapters": {"answerer_0": "other"}, "seed": 0}
+    for seed, (rate, sampled) in enumerate([(0.5625, 32), (0.0, 32), (0.25, 16)]):
+        _record(records, "joint", seed, 0.4)
+        path = records / f"joint_seed{seed}.json"
+        record = json.loads(path.read_text())
+        record["grid"]["start"] = {**start, "seed": seed}
+        record["diagnostics"] = {"update": [1, 2], "rollout/episodes": [sampled, 32],
+                                 "rollout/solved_rate": [rate, 0.9]}
+        path.write_text(json.dumps(record))
+    text = write_report(tmp_path / "g", "Grid g", ["stage", "joint"]).read_text()
+    assert "## Each seed's start" in text
+    # (18 + 0 + 4) / (32 + 32 + 16) = 27.5 %; the second seed's first update solved none
+    assert ("| joint | stage, other | 3 | s0: 18 of 32 / s1: 0 of 32 / s2: 4 of 16 | 27.5 | 1 |") in text
+    assert "| stage |" not in text.split("## Each seed's start")[1].split("\n\n")[1]  # no start: no row
+    for seed in range(3):
+        (records / f"joint_seed{seed}.json").unlink()
+    assert "## Each seed's start" not in write_report(tmp_path / "g", "Grid g", ["stage", "joint"]).read_text()

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from leaderboards.build import build
+from leaderboards.build import _plan_line, build
 from leaderboards.records import Record, load_records, write_record
 
 
@@ -345,3 +345,14 @@ def test_stage_figures_survive_a_record_round_trip_and_old_records_have_none(tmp
     plain = [{k: v for k, v in t.items() if k != "stages"} for t in per_task]
     assert "stages_passed" not in eval_outcomes(plain, 4) and stage_figures(plain) == {}
     assert "stage_pass" not in score(plain, ["p0", "p1", "p2"]).figures()
+
+
+def test_the_plan_line_counts_the_tested_contrasts_and_names_the_descriptive():
+    plan = {"accepted": True, "contrasts": [{"answers": True}, {"answers": False},
+                                            {"answers": False, "descriptive": True}]}
+    line = _plan_line(plan, "g/README.md")[0]
+    assert "[1 of 2](g/README.md) declared contrasts can answer at the declared seeds" in line
+    assert line.endswith("(1 more declared descriptive, not tested).") and "[accepted](g/README.md)" in line
+    # a plan made before descriptive contrasts existed: every contrast is tested
+    assert _plan_line({"accepted": False, "contrasts": [{"answers": True}]}, "g")[0].endswith("seeds.")
+    assert _plan_line({"contrasts": []}, "g") == []
