@@ -326,7 +326,7 @@ def _on_seeds(summary: CellSummary, seeds: list[int]) -> CellSummary:
     return replace(summary, **per_seed)
 
 
-def tested(comparisons: list[Comparison]) -> list[Comparison]:
+def in_family(comparisons: list[Comparison]) -> list[Comparison]:
     """The comparisons in the Holm family: the declared ones but the descriptive."""
     return [c for c in comparisons if not c.descriptive]
 
@@ -1154,9 +1154,9 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
         lines += ["No records yet: run `python -m baselines.grid <grid file>`.", ""]
         if comparisons:
             lines += ["## Comparisons", "", *comparison_table([], comparisons, state.results), "",
-                      f"Only the {len(tested(comparisons))} comparisons declared in the grid file are tested"
-                      + (f" (and {len(comparisons) - len(tested(comparisons))} declared descriptive, not tested)"
-                         if len(tested(comparisons)) < len(comparisons) else "")
+                      f"Only the {len(in_family(comparisons))} comparisons declared in the grid file are tested"
+                      + (f" (and {len(comparisons) - len(in_family(comparisons))} declared descriptive, not tested)"
+                         if len(in_family(comparisons)) < len(comparisons) else "")
                       + "; they were declared before any run, and none has records yet.", ""]
         return "\n".join(lines + plan_lines(plan))
     counted, duplicates, summaries = state.counted, state.duplicates, state.summaries
@@ -1204,7 +1204,7 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
         lines += ["## Baselines per decision position", "", *positions, ""]
     if comparisons:
         lines += ["## Comparisons", ""] + comparison_table(summaries, comparisons, state.results) + [""]
-        family = tested(comparisons)
+        family = in_family(comparisons)
         descriptive = len(comparisons) - len(family)
         aside = (f" ({descriptive} more declared descriptive: its difference and CIs are shown, on the seeds both "
                  "cells have when paired, with no test; it is not in the family)" if descriptive == 1 else

@@ -9,7 +9,7 @@ import pytest
 
 from leaderboards import stats
 from leaderboards.build import build
-from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table, tested,
+from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table, in_family,
                                       baseline_table, counted_records, critic_table, reported_records, curve_series, grid_records, grid_state, plotted_series, report,
                                       sampled_table, stage_table, summarise, summary, write_report)
 from leaderboards.records import Record, write_record
@@ -673,7 +673,7 @@ def test_committed_grid_reports_match_their_records(grid_file, monkeypatch):
         assert "## Comparisons" not in text
         return
     assert "best of" not in text.split("## Comparisons")[1].split("\n\n")[1]  # the table: declared rows only
-    assert f"Only the {len(tested(spec.comparisons))} comparisons declared in the grid file are tested" in text
+    assert f"Only the {len(in_family(spec.comparisons))} comparisons declared in the grid file are tested" in text
 
 
 def test_the_committed_relay_report_leaves_grpo_agent_out_and_names_its_budget():
