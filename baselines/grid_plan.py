@@ -74,7 +74,7 @@ from typing import Any
 from baselines.grid import (GridRun, GridSpec, cell_budget, lost_sources, prepare_start, records_dir, run_config,
                             spec_cell, status, trained_budget)
 from leaderboards import stats
-from leaderboards.grid_report import ALPHA, Comparison
+from leaderboards.grid_report import ALPHA, Comparison, in_family
 from leaderboards.records import code_digest, git_commit
 
 PLAN_FILE = "plan.json"
@@ -394,7 +394,7 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
         entry["reasons"].append(f"its minimal detectable effect, {100 * detectable.effect:.1f} points, exceeds the "
                                 "whole scale")
     if comparison.margin is not None:
-        margins = sum(c.margin is not None for c in spec.comparisons if not c.descriptive)
+        margins = sum(c.margin is not None for c in in_family(spec.comparisons))
         needed = stats.minimal_equivalence_margin(design, sd_a, n_a, sd_b, n_b, ALPHA / margins, spec.power)
         entry["margin_needed"] = round(needed, 4)
         if needed > comparison.margin / 100:
@@ -406,7 +406,7 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
 def contrasts(spec: GridSpec, runs: list[GridRun], levels: dict[str, float]) -> list[dict[str, Any]]:
     """Every declared comparison's plan, the exact tests' floors corrected over the family (the
     tested comparisons); a descriptive one sized as if it joined the family, refusing nothing."""
-    family = sum(not c.descriptive for c in spec.comparisons)
+    family = len(in_family(spec.comparisons))
     entries = [contrast(spec, runs, c, family + c.descriptive, levels) for c in spec.comparisons]
     tested = [e for e, c in zip(entries, spec.comparisons) if not c.descriptive]
     for entry, floor in zip(tested, stats.holm_floors([e["exact_floor"] for e in tested])):
@@ -522,7 +522,7 @@ def make_plan(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None 
     return {"made": {"commit": git_commit(), "code": code_digest(),
                      "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")},
             "accepted": not refusals, "refusals": refusals, "alpha": ALPHA,
-            "family": sum(not c.descriptive for c in spec.comparisons),
+            "family": len(in_family(spec.comparisons)),
             "power": spec.power, "meaningful_effect": spec.meaningful_effect,
             "gate": {"episodes": episodes, "min_signal": spec.gate.min_signal,
                      "from_records": from_records}, "gates": gate_list, "contrasts": contrast_list,
