@@ -305,6 +305,12 @@ class GridSpec:
     unequal_budgets: list[UnequalBudget] = field(default_factory=list)
     """Declared comparisons whose cells train on different budgets (a cell's own ``budget``; an
     ablation's is its source's), each with the reason: any other such comparison is refused."""
+    spread_from: str | None = None
+    """Another grid file whose records size this grid's plan where its own records do not yet: a
+    follow-up planned from an earlier grid's seeds. A cell of the same name is used only when its
+    runs are the same runs apart from the seed and the evaluation points (else the plan names the
+    keys that differ); this grid's records take over once a cell has its own spread
+    (:mod:`baselines.grid_plan`, "Contrasts" and "Machine time")."""
 
 
 @dataclass
@@ -369,6 +375,9 @@ def load_grid(path: str | Path) -> GridSpec:
             raise ConfigError(f"comparisons[{k}]: a and b must each name a cell of this grid; "
                               f"unknown {unknown}; cells: {', '.join(names)}")
     check_comparison_budgets(spec)
+    if spec.spread_from is not None and (not Path(spec.spread_from).is_file()
+                                         or Path(spec.spread_from).resolve() == path.resolve()):
+        raise ConfigError(f"spread_from must name another grid file, got {spec.spread_from!r}")
     return spec
 
 

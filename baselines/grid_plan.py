@@ -39,14 +39,20 @@ status 3, one line per reason) unless ``--force``. A plan:
    correction (:func:`leaderboards.stats.exact_p_floor`, :func:`leaderboards.stats.holm_floors`);
    and, where a margin is declared, the narrowest margin within which a null could be shown
    equivalent. The seed spread is the one the grid's records show (two or more seeds that
-   vary), else the largest a score in [0, 1] can have at the mean the cell would reach with the
-   meaningful effect (:func:`leaderboards.stats.bounded_sd`). Each entry names both cells'
+   vary), else, for a grid that declares ``spread_from`` (a follow-up), the spread the earlier
+   grid's records show for the cell of the same name when its runs are the same runs apart from
+   the seed and evaluation points (:func:`load_prior`), else the largest a score in [0, 1] can
+   have at the mean the cell would reach with the meaningful effect
+   (:func:`leaderboards.stats.bounded_sd`). A refused contrast names the seeds at which it would
+   answer at that spread (:func:`leaderboards.stats.planned_seeds`), and a paired one whose pairs
+   vary more than its two cells do apart says that pairing does not help, with the independent
+   design's seeds. Each entry names both cells'
    budgets, and the declared reason where they differ (``unequal_budgets``). A comparison
    declared ``descriptive`` (:class:`leaderboards.grid_report.Comparison`) is not in the family:
    it is sized as if it joined it (``alpha / (m + 1)``; paired on the seeds both cells declare),
    its reasons are shown, and it refuses nothing.
 3. **Machine time**: the recorded time of the runs done, and for the others the mean time of
-   their cell's records, else the grid's training (evaluation) records' time per episode (per
+   their cell's records, else of the matched cell's records in the ``spread_from`` grid, else the grid's training (evaluation) records' time per episode (per
    run) times the run's own budget, else a lower bound from the gate pilot's sampling time,
    else unknown.
 
@@ -68,11 +74,12 @@ import os
 import statistics
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from baselines.grid import (GridRun, GridSpec, cell_budget, lost_sources, prepare_start, records_dir, run_config,
-                            spec_cell, status, trained_budget)
+from baselines.grid import (GridRun, GridSpec, cell_budget, load_grid, lost_sources, plan, prepare_start, records_dir,
+                            run_config, run_identity, spec_cell, status, trained_budget)
 from leaderboards import stats
 from leaderboards.grid_report import ALPHA, Comparison, in_family
 from leaderboards.records import code_digest, git_commit
@@ -300,6 +307,77 @@ def larger_pilot(spec: GridSpec, gate: dict[str, Any], verdict: str, per_update:
     return most if size is None else min(size, most)
 
 
+# -- an earlier grid's records ----------------------------------------------------------------------
+@dataclass
+class Prior:
+    """The grid a follow-up is planned from (``spread_from``): its cells that are the follow-up's
+    cells under the same name, and those of the same name that are not."""
+
+    name: str
+    spec: GridSpec
+    runs: list[GridRun]
+    cells: list[str] = field(default_factory=list)
+    """Cells whose runs are the same runs apart from the seed and the evaluation points."""
+    differ: dict[str, list[str]] = field(default_factory=dict)
+    """Cell -> the config keys (or ``cell``: its kind, start or ablation) that differ."""
+
+
+_SEED_FREE = ("seed", "init_adapters", "eval.interval", "eval.at_end")
+"""What two runs of one cell may differ in and still be the same experiment at another seed: the
+seed, where its start is read from, and when it is evaluated (not what)."""
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def seed_free_identity(spec: GridSpec, run: GridRun) -> dict[str, Any]:
+    """A run's identity (:func:`baselines.grid.run_identity`) without what :data:`_SEED_FREE` names
+    and without the seeds of the runs a start reads: flat, key -> value."""
+    identity = json.loads(run_identity(run, run_config(spec, run)))
+    start = identity["cell"].get("start")
+    if start:  # the runs a start reads, by cell
+        start["source"] = start["source"][0]
+        start["adapters"] = {agent: name for agent, (name, _) in start["adapters"].items()}
+    flat = {f"config.{k}": v for k, v in _flat(identity["config"]).items() if k not in _SEED_FREE}
+    flat.update({f"cell.{k}": v for k, v in _flat(identity["cell"]).items()})
+    flat["kind"] = identity["kind"]
+    return flat
+
+
+def load_prior(spec: GridSpec, runs: list[GridRun]) -> Prior | None:
+    """The grid named by ``spec.spread_from`` with its cells matched to ``spec``'s (None without one)."""
+    if spec.spread_from is None:
+        return None
+    other = load_grid(spec.spread_from)
+    prior = Prior(other.name, other, plan(other))
+    for cell in spec.cells:
+        mine = next((r for r in runs if r.cell.name == cell.name), None)
+        theirs = next((r for r in prior.runs if r.cell.name == cell.name), None)
+        if mine is None or theirs is None:
+            continue
+        a, b = seed_free_identity(spec, mine), seed_free_identity(other, theirs)
+        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        if keys:
+            prior.differ[cell.name] = keys
+        else:
+            prior.cells.append(cell.name)
+    return prior
+
+
+def _prior_records(prior: Prior | None, cell: str) -> dict[int, tuple[float, int]]:
+    """The prior grid's records of a matched cell (seed -> accuracy, problems); none otherwise."""
+    if prior is None or cell not in prior.cells:
+        return {}
+    return _cell_records(prior.spec, prior.runs, cell)
+
+
 # -- contrasts ------------------------------------------------------------------------------------
 def _cell_records(spec: GridSpec, runs: list[GridRun], cell: str) -> dict[int, tuple[float, int]]:
     """Seed -> (final accuracy, problems evaluated) of the cell's records in the grid's folder (any
@@ -325,8 +403,17 @@ def _seed_free(spec: GridSpec, runs: list[GridRun], cell: str) -> bool:
     return (len(mine) == 1 and mine[0].kind == "untrained" and run_config(spec, mine[0]).eval.greedy)
 
 
+def _seeds_phrase(design: str, n: int | None) -> str:
+    unit = {"paired": "paired seeds", "independent": "seeds per cell"}.get(design, "seeds")
+    return f"more than {SEEDS_SEARCHED} {unit}" if n is None else f"{n} {unit}"
+
+
+SEEDS_SEARCHED = 1000
+"""The most seeds :func:`leaderboards.stats.planned_seeds` searches for a refused contrast."""
+
+
 def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family: int,
-             levels: dict[str, float]) -> dict[str, Any]:
+             levels: dict[str, float], prior: Prior | None = None) -> dict[str, Any]:
     """The plan of one declared comparison (module docstring, 2.)."""
     seeds = {c: [r.seed for r in runs if r.cell.name == c] for c in (comparison.a, comparison.b)}
     if comparison.descriptive and comparison.paired:  # paired on the seeds both cells declare
@@ -335,7 +422,7 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
     free = {c: _seed_free(spec, runs, c) for c in (comparison.a, comparison.b)}
     entry: dict[str, Any] = {"question": comparison.question or f"{comparison.a} - {comparison.b}",
                              "a": comparison.a, "b": comparison.b, "sd": None, "basis": "-",
-                             "mde": None, "least_passing": None, "reasons": []}
+                             "mde": None, "least_passing": None, "reasons": [], "notes": []}
     budgets = [trained_budget(spec, spec_cell(spec, c)) for c in (comparison.a, comparison.b)]
     entry["budgets"] = [None if b is None else {b.axis: b.amount} for b in budgets]
     why = next((u.why for u in spec.unequal_budgets if (u.a, u.b) == (comparison.a, comparison.b)), None)
@@ -346,11 +433,19 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
              for c in (comparison.a, comparison.b)}
     floor = {c: _floor(found[c]) for c in found}
     records = {c: {seed: a for seed, (a, _) in found[c].items()} for c in found}
+    earlier = {c: _prior_records(prior, c) for c in found}  # the prior grid's, every seed it has
+    earlier_values = {c: {seed: a for seed, (a, _) in earlier[c].items()} for c in earlier}
+
+    def varies(values: list[float], at_floor: bool) -> bool:
+        return len(values) > 1 and statistics.stdev(values) > 0 and not at_floor
 
     def spread(cell: str) -> tuple[float, str]:
         values = list(records[cell].values())
-        if len(values) > 1 and statistics.stdev(values) > 0 and not floor[cell]:
+        if varies(values, floor[cell]):
             return statistics.stdev(values), "records"
+        values = list(earlier_values[cell].values())
+        if varies(values, _floor(earlier[cell])):
+            return statistics.stdev(values), f"records of {prior.name}, {len(values)} seeds"
         level = levels.get(cell, 0.0)
         bound = stats.bounded_sd(min(0.5, level + meaningful) if meaningful is not None else 0.5)
         return bound, "bound, at the floor" if floor[cell] else "bound"
@@ -368,12 +463,28 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
         design, n_a, n_b = "paired", len(seeds[comparison.a]), 0
         common = sorted(set(records[comparison.a]) & set(records[comparison.b]))
         differences = [records[comparison.a][k] - records[comparison.b][k] for k in common]
-        if len(differences) > 1 and statistics.stdev(differences) > 0 and not any(floor.values()):
+        own = {c: list(_cell_records(spec, runs, c).values()) for c in found}  # every seed each cell has
+        before = sorted(set(earlier_values[comparison.a]) & set(earlier_values[comparison.b]))
+        before_differences = [earlier_values[comparison.a][k] - earlier_values[comparison.b][k] for k in before]
+        if varies(differences, any(floor.values())):
             sd_a, basis = statistics.stdev(differences), "records, paired"
+        elif varies(before_differences, any(_floor(earlier[c]) for c in earlier)):
+            sd_a, basis = statistics.stdev(before_differences), f"records of {prior.name}, paired, {len(before)} seeds"
+            own = {c: list(earlier[c].values()) for c in earlier}
         else:  # the pairs' correlation unknown: taken as none
             (sa, ba), (sb, bb) = spread(comparison.a), spread(comparison.b)
             sd_a, basis = math.hypot(sa, sb), ba if ba == bb else f"{ba} / {bb}"
+            own = {}
         sd_b, sds = 0.0, [sd_a]
+        alone = [statistics.stdev([a for a, _ in own[c]]) for c in own if len(own[c]) > 1]
+        if len(alone) == 2 and math.hypot(*alone) < sd_a and meaningful is not None:
+            n = stats.planned_seeds("independent", alone[0], meaningful, alone[1], ALPHA / family, spec.power,
+                                    most=SEEDS_SEARCHED)
+            entry["notes"].append(
+                f"pairing does not help: the paired differences' sd, {100 * sd_a:.1f} points, exceeds the two cells' "
+                f"own spreads combined, {100 * math.hypot(*alone):.1f} (sqrt(sd_a^2 + sd_b^2), over "
+                f"{len(own[comparison.a])} and {len(own[comparison.b])} seeds): the seeds do not pair these cells; "
+                f"as independent seeds {_seeds_phrase('independent', n)} would detect {spec.meaningful_effect:g} points")
     else:
         design, n_a, n_b = "independent", len(seeds[comparison.a]), len(seeds[comparison.b])
         (sd_a, ba), (sd_b, bb) = spread(comparison.a), spread(comparison.b)
@@ -388,8 +499,11 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
     entry.update(mde=round(detectable.effect, 4), least_passing=round(detectable.least_passing, 4),
                  critical_t=round(detectable.critical, 3), df=round(detectable.df, 2))
     if meaningful is not None and detectable.effect > meaningful:
+        n = stats.planned_seeds(design, sd_a, meaningful, sd_b, ALPHA / family, spec.power, most=SEEDS_SEARCHED)
+        entry["seeds_for_meaningful"] = n
         entry["reasons"].append(f"its minimal detectable effect, {100 * detectable.effect:.1f} points, exceeds the "
-                                f"meaningful effect, {spec.meaningful_effect:g}")
+                                f"meaningful effect, {spec.meaningful_effect:g} (at this spread "
+                                f"{_seeds_phrase(design, n)} would detect it)")
     elif detectable.effect > 1.0:
         entry["reasons"].append(f"its minimal detectable effect, {100 * detectable.effect:.1f} points, exceeds the "
                                 "whole scale")
@@ -398,16 +512,20 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
         needed = stats.minimal_equivalence_margin(design, sd_a, n_a, sd_b, n_b, ALPHA / margins, spec.power)
         entry["margin_needed"] = round(needed, 4)
         if needed > comparison.margin / 100:
+            n = stats.planned_seeds(design, sd_a, comparison.margin / 100, sd_b, ALPHA / margins, spec.power,
+                                    equivalence=True, most=SEEDS_SEARCHED)
+            entry["seeds_for_margin"] = n
             entry["reasons"].append(f"a null could be shown equivalent only within +-{100 * needed:.1f} points, not "
-                                    f"the declared +-{comparison.margin:g}")
+                                    f"the declared +-{comparison.margin:g} ({_seeds_phrase(design, n)} would)")
     return entry
 
 
-def contrasts(spec: GridSpec, runs: list[GridRun], levels: dict[str, float]) -> list[dict[str, Any]]:
+def contrasts(spec: GridSpec, runs: list[GridRun], levels: dict[str, float],
+              prior: Prior | None = None) -> list[dict[str, Any]]:
     """Every declared comparison's plan, the exact tests' floors corrected over the family (the
     tested comparisons); a descriptive one sized as if it joined the family, refusing nothing."""
     family = len(in_family(spec.comparisons))
-    entries = [contrast(spec, runs, c, family + c.descriptive, levels) for c in spec.comparisons]
+    entries = [contrast(spec, runs, c, family + c.descriptive, levels, prior) for c in spec.comparisons]
     tested = [e for e, c in zip(entries, spec.comparisons) if not c.descriptive]
     for entry, floor in zip(tested, stats.holm_floors([e["exact_floor"] for e in tested])):
         entry["exact_floor_holm"] = floor
@@ -422,18 +540,31 @@ def contrasts(spec: GridSpec, runs: list[GridRun], levels: dict[str, float]) -> 
 
 
 # -- machine time ---------------------------------------------------------------------------------
-def machine_time(spec: GridSpec, runs: list[GridRun], gate_list: list[dict[str, Any]]) -> dict[str, Any]:
-    """Hours recorded for the runs done and estimated for the others (module docstring, 3.)."""
+def _walls(spec: GridSpec, runs: list[GridRun]) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """The grid's records (run -> record) and each recorded run's machine seconds."""
     recorded: dict[str, dict[str, Any]] = {}
     for run in runs:
         path = records_dir(spec) / f"{run.name}.json"
         if path.is_file():
             recorded[run.name] = json.loads(path.read_text(encoding="utf-8"))
-    wall = {name: r["grid"].get("wall_s", 0.0) for name, r in recorded.items() if r.get("grid")}
+    return recorded, {name: r["grid"].get("wall_s", 0.0) for name, r in recorded.items() if r.get("grid")}
+
+
+def machine_time(spec: GridSpec, runs: list[GridRun], gate_list: list[dict[str, Any]],
+                 prior: Prior | None = None) -> dict[str, Any]:
+    """Hours recorded for the runs done and estimated for the others (module docstring, 3.)."""
+    recorded, wall = _walls(spec, runs)
     by_cell: dict[str, list[float]] = {}
     for run in runs:
         if run.name in wall:
             by_cell.setdefault(run.cell.name, []).append(wall[run.name])
+    earlier: dict[str, list[float]] = {}  # a matched cell's times in the prior grid
+    if prior is not None:
+        _, prior_wall = _walls(prior.spec, prior.runs)
+        for run in prior.runs:
+            if run.cell.name in prior.cells and run.name in prior_wall:
+                earlier.setdefault(run.cell.name, []).append(prior_wall[run.name])
+    from_prior = f"records of {prior.name}" if prior is not None else ""
     training = [wall[r.name] / max(1, recorded[r.name]["budget"].get("episodes", 0) or 1)
                 for r in runs if r.kind == "train" and r.name in wall and recorded[r.name].get("budget")]
     evaluations = [wall[r.name] for r in runs if r.kind != "train" and r.name in wall]
@@ -444,8 +575,8 @@ def machine_time(spec: GridSpec, runs: list[GridRun], gate_list: list[dict[str, 
 
     pilot_rate = [g["seconds"] / g["episodes"] for g in gate_list if g.get("source") == "pilot" and g.get("seconds")]
     done_s = todo_s = 0.0
-    counts = {"done": 0, "cell records": 0, "grid records": 0, "pilot, sampling only (a lower bound)": 0,
-              "unknown": 0}
+    counts = {"done": 0, "cell records": 0, from_prior: 0, "grid records": 0,
+              "pilot, sampling only (a lower bound)": 0, "unknown": 0}
     for run in runs:
         if status(spec, run) == "done":
             done_s += wall.get(run.name, 0.0)
@@ -454,6 +585,9 @@ def machine_time(spec: GridSpec, runs: list[GridRun], gate_list: list[dict[str, 
         if by_cell.get(run.cell.name):
             todo_s += statistics.mean(by_cell[run.cell.name])
             counts["cell records"] += 1
+        elif earlier.get(run.cell.name):
+            todo_s += statistics.mean(earlier[run.cell.name])
+            counts[from_prior] += 1
         elif run.kind == "train" and training and episodes(run):
             todo_s += statistics.mean(training) * episodes(run)
             counts["grid records"] += 1
@@ -491,7 +625,12 @@ def make_plan(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None 
     for g in gate_list:
         if g.get("rate") is not None:
             levels.setdefault(g["cell"], g["rate"])
-    contrast_list = contrasts(spec, runs, levels)
+    prior = load_prior(spec, runs)
+    for cell in prior.cells if prior is not None else []:  # no records of its own yet: the prior grid's level
+        accuracies = [a for a, _ in _prior_records(prior, cell).values()]
+        if accuracies:
+            levels.setdefault(cell, statistics.mean(accuracies))
+    contrast_list = contrasts(spec, runs, levels, prior)
     refusals = []
     for g in gate_list:
         if g.get("after"):  # a start cell: gated after the cells it starts from (a later phase)
@@ -526,7 +665,9 @@ def make_plan(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None 
             "power": spec.power, "meaningful_effect": spec.meaningful_effect,
             "gate": {"episodes": episodes, "min_signal": spec.gate.min_signal,
                      "from_records": from_records}, "gates": gate_list, "contrasts": contrast_list,
-            "time": machine_time(spec, runs, gate_list)}
+            "time": machine_time(spec, runs, gate_list, prior),
+            "spread_from": None if prior is None else {"grid": prior.name, "file": spec.spread_from,
+                                                        "cells": prior.cells, "differ": prior.differ}}
 
 
 def save_plan(spec: GridSpec, plan: dict[str, Any]) -> Path:

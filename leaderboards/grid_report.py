@@ -1240,6 +1240,10 @@ def _signed_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
+def _margin(margin: float | None) -> str:
+    return "-" if margin is None else f"+-{100 * margin:.1f}"
+
+
 def plan_lines(plan: dict[str, Any] | None) -> list[str]:
     """The plan of a grid (``python -m baselines.grid GRID --plan``, :mod:`baselines.grid_plan`) as
     markdown: whether it may start, and why not in one line each; each training cell's start gate;
@@ -1287,21 +1291,35 @@ def plan_lines(plan: dict[str, Any] | None) -> list[str]:
         lines += [f"Contrasts: {family} at {plan['alpha']:g}: the minimal "
                   f"detectable effect (MDE) is the true difference a t test at the Bonferroni level "
                   f"{plan['alpha']:g} / {plan['family']} detects with power {plan['power']:g}; \"least passing\" the "
-                  "smallest observed difference that can pass at all; the seed spread from the grid's records "
-                  "where a cell has two or more seeds that vary, else the largest a score in [0, 1] can have "
+                  "smallest observed difference that can pass at all; \"null shown within\" the narrowest equivalence "
+                  "margin a null could be shown within with that power, where a margin is declared; the seed spread "
+                  "from the grid's records where a cell has two or more seeds that vary, else (a follow-up) from the "
+                  "earlier grid's records named below, else the largest a score in [0, 1] can have "
                   "(sqrt(m (1 - m)) at the mean m the cell would have with the meaningful effect, 0.5 at most); "
                   "the exact test's least p at the declared seeds, and after Holm's correction. Meaningful effect: "
                   + (f"{meaningful:g} points." if meaningful is not None else "not declared."), "",
                   "| question | a - b | design, seeds | seed sd, points (basis) | MDE, points | least passing, points "
-                  "| exact test least p (after Holm) | can answer |", "|---|---|---|---|---|---|---|---|"]
+                  "| null shown within, points | exact test least p (after Holm) | can answer |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for c in plan["contrasts"]:
             sds = " / ".join(_signed_pct(x) for x in c["sd"]) if c.get("sd") else "-"
             answers = "yes" if c["answers"] else "no"
             lines.append(f"| {c['question']} | {c['a']} - {c['b']} | {c['design']}, {c['seeds']} | {sds} ({c['basis']}) "
                          f"| {_signed_pct(c.get('mde'))} | {_signed_pct(c.get('least_passing'))} "
+                         f"| {_margin(c.get('margin_needed'))} "
                          f"| {_p(c['exact_floor'])} ({_p(c.get('exact_floor_holm'))}) "
                          f"| {f'descriptive (if tested: {answers})' if c.get('descriptive') else answers} |")
         lines.append("")
+        notes = [f"- contrast {c['a']} - {c['b']}: {note}" for c in plan["contrasts"] for note in c.get("notes") or []]
+        lines += [*notes, ""] if notes else []
+    prior = plan.get("spread_from")
+    if prior:
+        differ = "; ".join(f"{cell} ({', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''})"
+                           for cell, keys in prior["differ"].items())
+        lines += [f"Spreads, levels and times where this grid has no records of its own yet: from the records of grid "
+                  f"{prior['grid']} (`{prior['file']}`), for its cells of the same name that are the same runs apart "
+                  f"from the seed and the evaluation points: {', '.join(prior['cells']) or 'none'}"
+                  + (f"; of the same name but not the same runs (not used): {differ}" if differ else "") + ".", ""]
     time = plan.get("time")
     if time:
         lines += [time["line"], ""]

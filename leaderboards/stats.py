@@ -24,7 +24,8 @@ that size:
 - Planning before the runs (``python -m baselines.grid GRID --plan``):
   :func:`minimal_detectable_effect` (the true difference a t test detects with a given power at
   the declared seeds), :func:`minimal_equivalence_margin` (the narrowest margin a null can be
-  shown equivalent within), :func:`exact_p_floor` and :func:`holm_floors` (the least p an exact test
+  shown equivalent within), :func:`planned_seeds` (the fewest seeds at which either reaches a
+  target), :func:`exact_p_floor` and :func:`holm_floors` (the least p an exact test
   can give at those seeds, before and after the family's correction), :func:`bounded_sd` (the
   largest seed spread a score in [0, 1] can have at a given mean, when no pilot measured one) and
   :func:`at_floor` (a mean one evaluation cannot tell from zero), :func:`binomial_interval` (the
@@ -378,6 +379,31 @@ def minimal_equivalence_margin(design: str, sd_a: float, n_a: int, sd_b: float =
         raise ValueError(f"power must be in (0, 1), got {power}")
     se, df = _planned_se_df(design, sd_a, n_a, sd_b, n_b)
     return (t_ppf(1.0 - alpha, df) + t_ppf(1.0 - (1.0 - power) / 2.0, df)) * se
+
+
+def planned_seeds(design: str, sd_a: float, target: float, sd_b: float = 0.0, alpha: float = 0.05,
+                  power: float = 0.8, equivalence: bool = False, most: int = 1000) -> int | None:
+    """The fewest seeds at which a design resolves ``target`` at these spreads: its
+    :func:`minimal_detectable_effect` (or, with ``equivalence``, its
+    :func:`minimal_equivalence_margin`) is at most ``target``. Seeds count pairs (``paired``), the
+    varying cell's seeds (``one-sample``), or seeds per cell, both cells alike (``independent``).
+    None when even ``most`` seeds do not. Both figures fall as seeds grow, so the search doubles
+    and then bisects."""
+    def reaches(n: int) -> bool:
+        n_b = n if design == "independent" else 0
+        if equivalence:
+            return minimal_equivalence_margin(design, sd_a, n, sd_b, n_b, alpha, power) <= target
+        return minimal_detectable_effect(design, sd_a, n, sd_b, n_b, alpha, power).effect <= target
+
+    low, high = 1, 2  # reaches(low) is false (a t test needs two seeds); find a high that reaches
+    while not reaches(high):
+        if high >= most:
+            return None
+        low, high = high, min(2 * high, most)
+    while high - low > 1:  # reaches(high), not reaches(low)
+        middle = (low + high) // 2
+        low, high = (low, middle) if reaches(middle) else (middle, high)
+    return high
 
 
 def exact_p_floor(design: str, n_a: int, n_b: int = 0) -> float:

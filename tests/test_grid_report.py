@@ -240,14 +240,20 @@ def test_a_plan_is_shown_in_the_report_and_the_summary(tmp_path):
                        "episodes_per_update": 32, "signal": 0.0, "passed": False}],
             "contrasts": [{"question": "q", "a": "a", "b": "b", "design": "paired", "seeds": "5", "sd": [0.1],
                            "basis": "records, paired", "mde": 0.2192, "least_passing": 0.1771,
-                           "exact_floor": 0.0625, "exact_floor_holm": 0.0625, "answers": False}],
-            "time": {"line": "Machine time: 1.00 h recorded for the 2 runs done; 0.00 h estimated for the 0 to run."}}
+                           "exact_floor": 0.0625, "exact_floor_holm": 0.0625, "answers": False, "margin_needed": 0.2611,
+                           "notes": ["pairing does not help: x"]}],
+            "time": {"line": "Machine time: 1.00 h recorded for the 2 runs done; 0.00 h estimated for the 0 to run."},
+            "spread_from": {"grid": "earlier", "file": "e.yaml", "cells": ["a"], "differ": {"b": ["config.lora.r"]}}}
     comparisons = [Comparison(a="a", b="b", question="q", paired=True)]
     _summaries(tmp_path / "g", {"a": [0.3, 0.4], "b": [0.1, 0.2]})
     text = write_report(tmp_path / "g", "Grid g", ["a", "b"], comparisons=comparisons, plan=plan).read_text()
     assert "## Plan" in text and "**refused**" in text and f"- {plan['refusals'][0]}" in text
     assert "| team | pilot | 0 / 128 | 0.00 | 32 | 0.00 | FAIL |" in text
-    assert "| q | a - b | paired, 5 | 10.0 (records, paired) | 21.9 | 17.7 | 0.062 (0.062) | no |" in text
+    assert "| q | a - b | paired, 5 | 10.0 (records, paired) | 21.9 | 17.7 | +-26.1 | 0.062 (0.062) | no |" in text
+    assert "- contrast a - b: pairing does not help: x" in text
+    assert ("from the records of grid earlier (`e.yaml`), for its cells of the same name that are the same runs apart "
+            "from the seed and the evaluation points: a; of the same name but not the same runs (not used): "
+            "b (config.lora.r).") in text
     assert json.loads((tmp_path / "g" / "summary.json").read_text())["plan"] == plan
     assert "## Plan" not in write_report(tmp_path / "g", "Grid g", ["a", "b"], comparisons=comparisons).read_text()
     # a grid with no records yet shows its plan too

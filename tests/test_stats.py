@@ -306,6 +306,25 @@ def test_minimal_detectable_effect_by_hand():
     assert margin == pytest.approx((scipy_stats.t.ppf(0.95, 7) + scipy_stats.t.ppf(0.9, 7)) * 0.1 / math.sqrt(8))
 
 
+def test_planned_seeds_is_the_least_count_that_reaches_the_target_by_hand():
+    def mde(n, sd, alpha, df):  # the MDE at n seeds, from scipy's quantiles
+        return (scipy_stats.t.ppf(1 - alpha / 2, df) + scipy_stats.t.ppf(0.8, df)) * sd
+
+    # paired: sd of the differences 0.28, Holm over 3, target 15 points
+    paired = next(n for n in range(2, 500) if mde(n, 0.28, 0.05 / 3, n - 1) / math.sqrt(n) <= 0.15)
+    assert stats.planned_seeds("paired", 0.28, 0.15, alpha=0.05 / 3) == paired
+    assert stats.minimal_detectable_effect("paired", 0.28, paired - 1, alpha=0.05 / 3).effect > 0.15
+    # independent, both cells at n: Welch's df 2n - 2, se sd sqrt(2 / n)
+    apart = next(n for n in range(2, 500) if mde(n, 0.142, 0.05, 2 * n - 2) * math.sqrt(2 / n) <= 0.15)
+    assert stats.planned_seeds("independent", 0.142, 0.15, 0.142, alpha=0.05) == apart
+    # equivalence: (t(1 - alpha) + t(0.9)) se <= margin
+    tost = next(n for n in range(2, 500) if (scipy_stats.t.ppf(0.95, n - 1) + scipy_stats.t.ppf(0.9, n - 1))
+                * 0.1 / math.sqrt(n) <= 0.05)
+    assert stats.planned_seeds("paired", 0.1, 0.05, equivalence=True) == tost
+    # a target no count reaches within the search
+    assert stats.planned_seeds("paired", 0.5, 0.001, most=64) is None
+
+
 def test_exact_p_floors_before_and_after_holm_by_hand():
     # 5 seeds against 5: 2 of the C(10, 5) = 252 splits are as extreme; 5 paired seeds: 2 of 2^5 sign patterns
     assert stats.exact_p_floor("independent", 5, 5) == pytest.approx(2 / 252) == pytest.approx(0.0079365, abs=1e-7)

@@ -260,6 +260,15 @@ def test_shipped_grids_plan_and_fit_their_stated_budget(grid_file, monkeypatch):
         pass
     elif spec.demo:  # a protocol demonstration: it says so, and every comparison is declared in it
         assert grid_mod.DEMO_MARK in grid_mod.spec_title(spec) and spec.comparisons
+    elif spec.spread_from:  # a follow-up: planned from an earlier grid's cells, its contrasts can pass the exact test
+        from baselines.grid_plan import load_prior
+        from leaderboards import stats
+
+        assert load_prior(spec, runs).cells and spec.comparisons and spec.meaningful_effect
+        seeds = {c: sum(r.cell.name == c for r in runs) for c in kinds}
+        floors = [stats.exact_p_floor("paired" if c.paired else "independent", seeds[c.a], seeds[c.b])
+                  for c in spec.comparisons]
+        assert max(stats.holm_floors(floors)) < 0.05
     elif any(c.start for c in spec.cells):  # a curriculum: its paired contrasts can pass the exact test
         from leaderboards import stats
 
@@ -634,11 +643,86 @@ def test_the_plan_sizes_each_contrast_by_hand_and_refuses_an_over_large_family(t
     # a meaningful effect below the MDE, and none declared
     path = _contrast_grid(tmp_path, 6, meaningful=10)
     assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
+    # and the seeds per cell at which it would: the least n whose Welch MDE (df 2n - 2) is <= 10 points, by hand
+    needed = next(n for n in range(2, 100) if (scipy_stats.t.ppf(1 - 0.05 / 12, 2 * n - 2)
+                                               + scipy_stats.t.ppf(0.8, 2 * n - 2)) * sd * math.sqrt(2 / n) <= 0.10)
+    assert needed > 5
     assert re.search(r"- contrast a - b: its minimal detectable effect, 1\d\.\d points, exceeds the meaningful "
-                     r"effect, 10\n", capsys.readouterr().out)
+                     rf"effect, 10 \(at this spread {needed} seeds per cell would detect it\)\n", capsys.readouterr().out)
+    refused = json.loads((tmp_path / "board" / grid_plan.PLAN_FILE).read_text())["contrasts"][0]
+    assert refused["seeds_for_meaningful"] == needed
     path = _contrast_grid(tmp_path, 6)
     assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
     assert "- the grid declares no meaningful_effect" in capsys.readouterr().out
+
+
+def test_the_plan_says_when_pairing_does_not_help(tmp_path, monkeypatch):
+    from baselines import grid_plan
+    from leaderboards import stats
+
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({"a": 4, "b": 4, "c": 4}, []))
+    # c's seeds 0-2 against a's: differences +5, -10, +20 points (sd 15.0) vary more than the two cells
+    # apart (a 5.7 over 5 seeds, c 13.2 over 3: combined 14.4), so the seeds do not pair them
+    path = _contrast_grid(tmp_path, 1, meaningful=20, short=[0.45, 0.65, 0.4],
+                          descriptive=[{"a": "a", "b": "c", "question": "d", "paired": True}])
+    assert grid_mod.main([str(path), "--plan"]) == 0
+    described = json.loads((tmp_path / "board" / grid_plan.PLAN_FILE).read_text())["contrasts"][-1]
+    sd_a, sd_c = float(np.std([0.5, 0.55, 0.6, 0.45, 0.5], ddof=1)), float(np.std([0.45, 0.65, 0.4], ddof=1))
+    assert described["sd"] == [round(float(np.std([0.05, -0.10, 0.20], ddof=1)), 4)]
+    needed = stats.planned_seeds("independent", sd_a, 0.20, sd_c, alpha=0.05 / 2)
+    assert described["notes"] == [
+        f"pairing does not help: the paired differences' sd, 15.0 points, exceeds the two cells' own spreads "
+        f"combined, {100 * math.hypot(sd_a, sd_c):.1f} (sqrt(sd_a^2 + sd_b^2), over 5 and 3 seeds): the seeds do not "
+        f"pair these cells; as independent seeds {needed} seeds per cell would detect 20 points"]
+    assert "- contrast a - c: pairing does not help" in (tmp_path / "board" / "README.md").read_text()
+    # pairs that move together (c tracks a): no such note
+    path = _contrast_grid(tmp_path, 1, meaningful=20, short=[0.3, 0.36, 0.4],
+                          descriptive=[{"a": "a", "b": "c", "question": "d", "paired": True}])
+    assert grid_mod.main([str(path), "--plan"]) == 0
+    assert json.loads((tmp_path / "board" / grid_plan.PLAN_FILE).read_text())["contrasts"][-1]["notes"] == []
+
+
+def test_a_follow_up_grid_is_planned_from_an_earlier_grids_records(tmp_path, monkeypatch):
+    from baselines import grid_plan
+    from leaderboards import stats
+
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({"a": 4, "b": 4}, []))
+    (tmp_path / "earlier").mkdir()
+    prior = _contrast_grid(tmp_path / "earlier", 1, meaningful=20)  # a and b, 5 seeds each, with records
+    follow = tmp_path / "follow"
+    follow.mkdir()
+
+    def follow_up(b_overrides):  # the same cells at fresh seeds 10-13, no records of their own
+        cells = [{"name": "a", "overrides": {}}, {"name": "b", "overrides": b_overrides}]
+        spec = yaml.safe_load(prior.read_text())
+        spec.update(cells=cells, seeds=[10, 11, 12, 13], spread_from=str(prior), comparisons=[{"a": "a", "b": "b"}],
+                    records=str(follow / "board" / "records"), output_root=str(follow / "runs"))
+        path = follow / "grid.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        assert grid_mod.main([str(path), "--plan"]) in (0, grid_mod.REFUSED)
+        return json.loads((follow / "board" / grid_plan.PLAN_FILE).read_text())
+
+    plan = follow_up({"shared_adapter": True})
+    entry = plan["contrasts"][0]
+    sd_a, sd_b = (float(np.std(v, ddof=1)) for v in ([0.5, 0.55, 0.6, 0.45, 0.5], [0.2, 0.25, 0.3, 0.15, 0.2]))
+    assert plan["spread_from"] == {"grid": "tiny", "file": str(prior), "cells": ["a", "b"], "differ": {}}
+    assert entry["basis"] == "records of tiny, 5 seeds" and entry["sd"] == [round(sd_a, 4), round(sd_b, 4)]
+    assert entry["seeds"] == "4 / 4" and entry["mde"] == pytest.approx(
+        stats.minimal_detectable_effect("independent", sd_a, 4, sd_b, 4, alpha=0.05).effect, abs=1e-4)
+    # the time of each run to come: the mean of its cell's runs in the earlier grid (100 + seed s each)
+    assert plan["time"]["bases"] == {"records of tiny": 8} and plan["time"]["todo_h"] == pytest.approx(8 * 102 / 3600,
+                                                                                                         abs=0.01)
+    assert "from the records of grid tiny" in (follow / "board" / "README.md").read_text()
+    # b is no longer the same run (another LoRA rank): its spread is not borrowed, and the plan says why
+    plan = follow_up({"shared_adapter": True, "lora.r": 2})
+    assert plan["spread_from"]["cells"] == ["a"] and plan["spread_from"]["differ"] == {"b": ["config.lora.r"]}
+    assert plan["contrasts"][0]["basis"] == "records of tiny, 5 seeds / bound"
+    # a grid that names itself, or no file, is refused at load
+    spec = yaml.safe_load(prior.read_text())
+    for bad in (str(prior), str(tmp_path / "missing.yaml")):
+        prior.write_text(yaml.safe_dump({**spec, "spread_from": bad}))
+        with pytest.raises(grid_mod.ConfigError, match="spread_from must name another grid file"):
+            grid_mod.load_grid(prior)
 
 
 def test_a_descriptive_contrast_is_sized_outside_the_family_and_refuses_nothing(tmp_path, monkeypatch):
