@@ -1153,10 +1153,11 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
     if not records:
         lines += ["No records yet: run `python -m baselines.grid <grid file>`.", ""]
         if comparisons:
+            tested = len(in_family(comparisons))
             lines += ["## Comparisons", "", *comparison_table([], comparisons, state.results), "",
-                      f"Only the {len(in_family(comparisons))} comparisons declared in the grid file are tested"
-                      + (f" (and {len(comparisons) - len(in_family(comparisons))} declared descriptive, not tested)"
-                         if len(in_family(comparisons)) < len(comparisons) else "")
+                      f"Only the {tested} comparisons declared in the grid file are tested"
+                      + (f" (and {len(comparisons) - tested} declared descriptive, not tested)"
+                         if tested < len(comparisons) else "")
                       + "; they were declared before any run, and none has records yet.", ""]
         return "\n".join(lines + plan_lines(plan))
     counted, duplicates, summaries = state.counted, state.duplicates, state.summaries
