@@ -537,10 +537,7 @@ def plan(spec: GridSpec) -> list[GridRun]:
     runs: dict[tuple[str, int], GridRun] = {}
     identities: dict[str, GridRun] = {}
     for cell in spec.cells:
-        source_name = cell.start.source if cell.start is not None else cell.source
-        source = next((c for c in spec.cells if c.name == source_name), None)
-        seeds = cell.seeds if cell.seeds is not None else (
-            source.seeds if source is not None and source.seeds is not None else spec.seeds)
+        seeds = cell_seeds(spec, cell)
         start_file = None  # how the cell's start is handed over: decided on its first seed
         for seed in seeds:
             overrides = {**cell.overrides, "seed": seed, "output_dir": str(root / cell.name / f"seed{seed}")}
@@ -1140,7 +1137,22 @@ def write_spec_report(spec: GridSpec) -> Path:
     from baselines.grid_plan import load_plan
 
     return write_report(records_dir(spec).parent, spec_title(spec), [c.name for c in spec.cells], spec.description,
-                        spec.comparisons, plan=load_plan(spec))
+                        spec.comparisons, plan=load_plan(spec), declared=declared_seeds(spec))
+
+
+def cell_seeds(spec: GridSpec, cell: CellSpec) -> list[int]:
+    """The seeds the grid file declares for ``cell``: its own ``seeds``, else its source's or
+    start's own, else the grid's."""
+    source_name = cell.start.source if cell.start is not None else cell.source
+    source = next((c for c in spec.cells if c.name == source_name), None)
+    if cell.seeds is not None:
+        return cell.seeds
+    return source.seeds if source is not None and source.seeds is not None else spec.seeds
+
+
+def declared_seeds(spec: GridSpec) -> dict[str, int]:
+    """Cell -> how many seeds the grid file declares for it (:func:`cell_seeds`)."""
+    return {cell.name: len(cell_seeds(spec, cell)) for cell in spec.cells}
 
 
 REFUSED = 3

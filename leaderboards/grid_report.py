@@ -61,6 +61,11 @@ ALPHA = 0.05
 TAKEOFF_SE = 2.0
 """A seed took off when its final accuracy exceeds its own untrained evaluation by more than this
 many standard errors of the difference of the two evaluations."""
+MIN_SPREAD_SEEDS = 5
+"""The fewest seeds a spread over seeds must rest on before an unresolved comparison prints a
+seeds-needed estimate: a standard deviation from k seeds has k - 1 degrees of freedom, and its 95 %
+upper bound is 32 times the estimate at 2 seeds, 2.9 times at 5; below 5 the figure would rest on
+noise (the grids' headers re-plan after 5 seeds for the same reason)."""
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 AXES = {"episodes": ("episodes", "training episodes", 1.0),
@@ -233,6 +238,17 @@ class ComparisonResult:
     both_at_floor: bool = False
     """Both cells sit at the floor (:attr:`CellSummary.at_floor`): their difference is a handful of
     problems, so no seeds-needed figure is estimable from it."""
+    interim: tuple[int, int, int, int] | None = None
+    """An interim look: fewer seeds counted than the grid file declares in either cell, as
+    (counted in ``a``, in ``b``, declared for ``a``, for ``b``); None once both cells have all
+    their declared seeds (or when the report is not told what was declared)."""
+
+    @property
+    def spread_seeds(self) -> int | None:
+        """The fewest seeds any spread of this comparison rests on (a paired comparison: its pairs;
+        a seed-free side has no spread and does not count); None when no side varies."""
+        sides = [s for s in (self.a, self.b) if not s.seed_free]
+        return min(len(s.seeds) for s in sides) if sides else None
 
     @property
     def resolved(self) -> bool:
@@ -243,6 +259,19 @@ class ComparisonResult:
         return self.equivalence_holm_p is not None and self.equivalence_holm_p < ALPHA
 
     def verdict(self) -> str:
+        """The verdict as reports and front pages print it: an interim look says so first; an
+        equivalence (shown or not) carries its TOST p (Holm over the margins)."""
+        verdict = self._verdict()
+        if self.equivalence is not None and not self.resolved and not self.comparison.descriptive:
+            tost = f"TOST Holm p {_p(self.equivalence_holm_p)}"
+            verdict = (f"{verdict} ({tost})" if self.equivalent else
+                       f"{verdict}; not shown equivalent within +-{self.comparison.margin:g} ({tost})")
+        if self.interim is not None:
+            verdict = ("interim look at {} and {} of the {} and {} declared seeds, decides nothing: ".format(*self.interim)
+                       + verdict)
+        return verdict
+
+    def _verdict(self) -> str:
         a, b = self.a.cell, self.b.cell
         if self.comparison.descriptive:
             return "descriptive: not tested (outside the Holm family)"
@@ -256,6 +285,9 @@ class ComparisonResult:
             return "not resolved (no difference observed)"
         if self.both_at_floor:
             return "not resolved: not estimable (both at the floor)"
+        if self.spread_seeds is not None and self.spread_seeds < MIN_SPREAD_SEEDS:
+            return (f"not resolved (no seeds-needed estimate: the spread rests on {self.spread_seeds} seeds, "
+                    f"under {MIN_SPREAD_SEEDS})")
         if self.seeds_needed is None:
             return "not resolved (more than 1000 seeds per cell would be needed at this effect)"
         return f"not resolved ({self.seeds_needed} seeds per cell would be needed at this effect)"
@@ -331,12 +363,20 @@ def in_family(comparisons: list[Comparison]) -> list[Comparison]:
     return [c for c in comparisons if not c.descriptive]
 
 
-def compare_all(summaries: list[CellSummary], comparisons: list[Comparison]) -> list[ComparisonResult | None]:
+def compare_all(summaries: list[CellSummary], comparisons: list[Comparison],
+                declared: dict[str, int] | None = None) -> list[ComparisonResult | None]:
     """Every declared comparison with Holm's correction over the whole tested set (one not run
     yet still counts in the family's size; a descriptive one is not in it), the equivalence tests
     of those that declare a margin (Holm over those), and, for an unresolved difference, the seeds
-    per cell it would take."""
+    per cell it would take. ``declared``: cell -> the seeds its grid file declares, so that a look
+    at fewer is marked interim."""
     results = [compare(summaries, c) for c in comparisons]
+    by_name = {s.cell: s for s in summaries}
+    for c, result in zip(comparisons, results):
+        if result is not None and declared and c.a in declared and c.b in declared:
+            counted = (len(by_name[c.a].seeds), len(by_name[c.b].seeds))  # before a descriptive pairing's restriction
+            if counted[0] < declared[c.a] or counted[1] < declared[c.b]:
+                result.interim = (*counted, declared[c.a], declared[c.b])
     family = [k for k, c in enumerate(comparisons) if not c.descriptive]
     p_values = [results[k].test.p if results[k] is not None and results[k].test is not None else None for k in family]
     for k, adjusted in zip(family, stats.holm(p_values)):
@@ -432,9 +472,6 @@ def comparison_table(summaries: list[CellSummary], comparisons: list[Comparison]
             test_name, p, exact_p = f"none ({result.design})", "-", "-"
         boot_ci = f"{_ci((boot.low, boot.high))} ({boot.basis})" if boot is not None else "-"
         verdict = result.verdict()
-        if result.equivalence is not None and not result.resolved and not result.equivalent:
-            verdict += (f"; not shown equivalent within +-{comparison.margin:g} "
-                        f"(TOST Holm p {_p(result.equivalence_holm_p)})")
         if result.note and result.test is not None and result.note not in verdict:
             verdict += f"; {result.note}"
         lines.append(f"| {question} | {result.a.cell}: {_pct(result.a.mean)} ({len(result.a.seeds)}) "
@@ -1109,13 +1146,14 @@ class GridState:
 
 
 def grid_state(grid_dir: Path, order: list[str] | None = None,
-               comparisons: list[Comparison] | None = None) -> GridState:
-    """Read ``<grid_dir>/records`` and compute the :class:`GridState` of the report and summary."""
+               comparisons: list[Comparison] | None = None, declared: dict[str, int] | None = None) -> GridState:
+    """Read ``<grid_dir>/records`` and compute the :class:`GridState` of the report and summary
+    (``declared``: cell -> its declared seeds, :func:`compare_all`)."""
     records_dir = Path(grid_dir) / "records"
     records = grid_records(records_dir) if records_dir.is_dir() else []
     counted, duplicates = reported_records(records, order)
     summaries = summarise(counted, order)
-    results = compare_all(summaries, comparisons) if comparisons else []
+    results = compare_all(summaries, comparisons, declared) if comparisons else []
     return GridState(records, counted, duplicates, summaries, results)
 
 
@@ -1225,9 +1263,13 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
             "Verdicts rest on the Holm-adjusted t test. \"n seeds per cell would be needed\" is a planning "
             f"estimate: the seeds per cell at which the observed difference, with the observed spread over "
             f"seeds, would give a t statistic at the family's Bonferroni level {ALPHA:g} / {len(family)}; "
-            "at that n it resolves about half the time. \"not estimable (both at the floor)\": both cells' means are "
+            "at that n it resolves about half the time; it is printed only where every spread rests on at least "
+            f"{MIN_SPREAD_SEEDS} seeds. \"not estimable (both at the floor)\": both cells' means are "
             f"within {TAKEOFF_SE:g} binomial standard errors of zero for one evaluation of their problems (3.8 % on "
-            "100): their difference is a handful of problems, from which no seeds-needed figure means anything.", ""]
+            "100): their difference is a handful of problems, from which no seeds-needed figure means anything. "
+            "Beside every equivalence verdict, shown or not, stands its TOST p (Holm over the comparisons with a "
+            "margin). \"interim look\": fewer seeds are counted than the grid file declares; such a row decides "
+            "nothing.", ""]
     lines += plan_lines(plan)
     lines += [_machine_time_line(records, counted), ""]
     series = _series(counted)
@@ -1328,12 +1370,13 @@ def plan_lines(plan: dict[str, Any] | None) -> list[str]:
 
 
 def write_report(grid_dir: Path, title: str, order: list[str] | None = None, description: str = "",
-                 comparisons: list[Comparison] | None = None, plan: dict[str, Any] | None = None) -> Path:
+                 comparisons: list[Comparison] | None = None, plan: dict[str, Any] | None = None,
+                 declared: dict[str, int] | None = None) -> Path:
     """Regenerate ``<grid_dir>/README.md`` (and ``curves.png``, ``summary.json``); returns the
-    README path."""
+    README path. ``declared``: cell -> the seeds its grid file declares (interim looks are marked)."""
     grid_dir = Path(grid_dir)
     grid_dir.mkdir(parents=True, exist_ok=True)
-    state = grid_state(grid_dir, order, comparisons)
+    state = grid_state(grid_dir, order, comparisons, declared)
     for name, text in ((README, report(grid_dir, state, title, order, description, comparisons, plan=plan)),
                        (SUMMARY, json.dumps(summary(state, title, order, comparisons, plan), indent=1) + "\n")):
         path = grid_dir / name

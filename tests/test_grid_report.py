@@ -9,7 +9,7 @@ import pytest
 
 from leaderboards import stats
 from leaderboards.build import build
-from leaderboards.grid_report import (ALPHA, Comparison, compare, compare_all, comparison_table, contribution_table, in_family,
+from leaderboards.grid_report import (ALPHA, MIN_SPREAD_SEEDS, Comparison, compare, compare_all, comparison_table, contribution_table, in_family,
                                       baseline_table, counted_records, critic_table, reported_records, curve_series, grid_records, grid_state, plotted_series, report,
                                       sampled_table, stage_table, summarise, summary, write_report)
 from leaderboards.records import Record, write_record
@@ -187,16 +187,51 @@ def test_holm_runs_over_the_declared_set_and_the_verdicts_say_what_is_resolved(t
     assert results[3] is None
     assert results[0].verdict() == "resolved: solo_ppo > marft_a"
     assert raw[1] < ALPHA < results[1].holm_p  # "significant" alone, not after Holm
-    sd = {s.cell: s.sd for s in summaries}
-    n = stats.seeds_needed(results[1].difference, sd["marft_t"], sd["solo_ppo"], ALPHA / 4)
-    assert results[1].verdict() == f"not resolved ({n} seeds per cell would be needed at this effect)"
-    assert results[2].equivalence.p < ALPHA and results[2].verdict() == "resolved: equivalent within +-8 points"
+    # 4 seeds per cell: too few for a seeds-needed figure (MIN_SPREAD_SEEDS)
+    assert results[1].verdict() == "not resolved (no seeds-needed estimate: the spread rests on 4 seeds, under 5)"
+    tost = results[2].equivalence_holm_p
+    assert results[2].equivalence.p < ALPHA and tost == pytest.approx(stats.holm([results[2].equivalence.p])[0])
+    assert results[2].verdict() == f"resolved: equivalent within +-8 points (TOST Holm p {tost:.3f})"
     rows = comparison_table(summaries, comparisons)
     # 4 v 4 seeds: the exact permutation test's floor is 2 / C(8, 4) = 0.029
     assert rows[2] == ("| A vs solo | marft_a: 31.5 (4) | solo_ppo: 83.2 (4) | -51.8 | [-56.7, -46.8] "
                        "| [-55.0, -48.3] (seeds) | Welch t, df 5.7 | <0.001 | 0.029 (0.029) | <0.001 "
                        "| resolved: solo_ppo > marft_a |")
     assert rows[5] == "| not run | marft_t_shared | solo_ppo | not run yet | | | | | | | |"
+
+
+def test_seeds_needed_is_printed_only_on_spreads_of_enough_seeds(tmp_path):
+    five = {"solo_ppo": [0.80, 0.84, 0.86, 0.83, 0.79], "marft_t": [0.72, 0.80, 0.78, 0.74, 0.86]}
+    result, = compare_all(_summaries(tmp_path / "five", five), [Comparison(a="marft_t", b="solo_ppo")])
+    sd = {s.cell: s.sd for s in _summaries(tmp_path / "five", five)}
+    n = stats.seeds_needed(result.difference, sd["marft_t"], sd["solo_ppo"], ALPHA)
+    assert not result.resolved and result.spread_seeds == MIN_SPREAD_SEEDS == 5
+    assert result.verdict() == f"not resolved ({n} seeds per cell would be needed at this effect)"
+    four = {"solo_ppo": [0.80, 0.84, 0.86, 0.83], "marft_t": [0.72, 0.80, 0.78, 0.86]}
+    result, = compare_all(_summaries(tmp_path / "four", four), [Comparison(a="marft_t", b="solo_ppo")])
+    assert not result.resolved
+    assert result.verdict() == "not resolved (no seeds-needed estimate: the spread rests on 4 seeds, under 5)"
+
+
+def test_a_look_at_fewer_seeds_than_declared_is_interim_and_carries_its_tost_p(tmp_path):
+    cells = {"joint": [0.46, 0.54], "solo": [0.47, 0.28]}
+    comparisons = [Comparison(a="joint", b="solo", margin=15)]
+    summaries = _summaries(tmp_path, cells)
+    interim, = compare_all(summaries, comparisons, declared={"joint": 17, "solo": 17})
+    tost = interim.equivalence_holm_p
+    assert interim.interim == (2, 2, 17, 17) and tost > ALPHA
+    assert interim.verdict() == ("interim look at 2 and 2 of the 17 and 17 declared seeds, decides nothing: not resolved "
+                                 "(no seeds-needed estimate: the spread rests on 2 seeds, under 5); not shown "
+                                 f"equivalent within +-15 (TOST Holm p {tost:.3f})")
+    complete, = compare_all(summaries, comparisons, declared={"joint": 2, "solo": 2})
+    assert complete.interim is None and not complete.verdict().startswith("interim")
+    untold, = compare_all(summaries, comparisons)
+    assert untold.interim is None
+    # the summary (front pages) carries the same verdict as the report
+    write_report(tmp_path, "t", ["joint", "solo"], comparisons=comparisons, declared={"joint": 17, "solo": 17})
+    entry = json.loads((tmp_path / "summary.json").read_text())["comparisons"][0]
+    assert entry["verdict"] == interim.verdict()
+    assert interim.verdict() in (tmp_path / "README.md").read_text()
 
 
 def test_two_cells_at_the_floor_get_no_seeds_needed_figure(tmp_path):
@@ -657,14 +692,14 @@ GRID_FILES = sorted((REPO / "baselines" / "grids").glob("*.yaml"))
 def test_committed_grid_reports_match_their_records(grid_file, monkeypatch):
     """The tables and plot under leaderboards/grids/ are what the records and the grid file give
     (regenerate with ``python -m baselines.grid GRID --report-only``)."""
-    from baselines.grid import load_grid, records_dir, spec_title
+    from baselines.grid import declared_seeds, load_grid, records_dir, spec_title
     from baselines.grid_plan import load_plan
 
     monkeypatch.chdir(REPO)
     spec = load_grid(grid_file.relative_to(REPO))
     folder = records_dir(spec).parent
     order = [c.name for c in spec.cells]
-    state = grid_state(folder, order, spec.comparisons)
+    state = grid_state(folder, order, spec.comparisons, declared_seeds(spec))
     plan = load_plan(spec)  # the grid's last plan (--plan), shown in its report
     expected = report(folder, state, spec_title(spec), order, spec.description, spec.comparisons, write_plot=False,
                       plan=plan)
