@@ -339,3 +339,24 @@ def test_baseline_variance_pools_each_baselines_residual_over_the_later_half(tmp
     with pytest.raises(SystemExit, match="group_size >= 2"):
         (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "losses/value_loss": 0.1}))
         baseline_variance.main([str(run)])
+
+
+def test_replan_relay_decomposition_prints_the_planners_figures_for_the_records(capsys, monkeypatch):
+    """The figures behind relay_decomposition's stop on futility come from the records and the
+    planner's own functions (a changed record or formula changes the printed line)."""
+    import statistics
+
+    from leaderboards import stats
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import replan_relay_decomposition as replan
+
+    monkeypatch.setattr("sys.argv", ["replan", "--total", "1920"])
+    replan.main()
+    out = capsys.readouterr().out
+    rows = replan.records()
+    sd_j, sd_s = statistics.stdev(replan.finals(rows, "joint")), statistics.stdev(replan.finals(rows, "solo"))
+    affordable = int(out.split(" buy ")[1].split(" seeds")[0])
+    mde = stats.minimal_detectable_effect("independent", sd_j, affordable, sd_s, affordable).effect
+    assert f"at {affordable} seeds per cell: MDE {mde:.1f} points" in out
+    assert mde > replan.MEANINGFUL  # the stop on futility: the affordable seeds cannot resolve 15 points
