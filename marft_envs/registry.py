@@ -189,10 +189,58 @@ def describe_env(env_id: str) -> dict[str, Any]:
     return info
 
 
+def env_parameters(env_id: str) -> list[str] | None:
+    """The keyword arguments ``env_id``'s class accepts, following ``**kwargs`` up its base classes
+    (``WebShopEnv(**kwargs)`` -> ``TextTaskEnv``'s); None when they cannot be known (a factory or
+    a class chain that ends in an open ``**kwargs``). Imports the env's module, constructs nothing."""
+    import inspect
+
+    entry = env_class(env_id)
+    names: list[str] = []
+    for klass in (entry.__mro__ if isinstance(entry, type) else [entry]):
+        if isinstance(klass, type) and "__init__" not in vars(klass):
+            continue
+        try:
+            params = list(inspect.signature(klass.__init__ if isinstance(klass, type) else klass).parameters.values())
+        except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+            return None
+        names += [p.name for p in params if p.name != "self" and p.name not in names
+                  and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return names
+    return None
+
+
+class UnknownEnvKwargError(ValueError):
+    """``marft_envs.make`` got a keyword argument the env does not take (``levle`` for ``level``)."""
+
+
+def check_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
+    """Raise :class:`UnknownEnvKwargError` (one line: the unknown name, the close match, every
+    accepted name) when ``env_id`` does not take one of ``kwargs``; before anything is built."""
+    import difflib
+
+    if not kwargs:
+        return
+    try:
+        accepted = env_parameters(env_id)
+    except Exception:  # noqa: BLE001 - a module that fails to import: make() reports it (FailedToImport)
+        return
+    unknown = [k for k in kwargs if accepted is not None and k not in accepted]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], accepted, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnknownEnvKwargError(f"{env_id} takes no keyword argument {unknown[0]!r}{hint}; "
+                                   f"it accepts: {', '.join(accepted)}")
+
+
 def make(env_id: str, **kwargs: Any) -> pettingzoo.AECEnv:
-    """Create a registered env; unknown ids get an error listing the registered ones."""
+    """Create a registered env; unknown ids get an error listing the registered ones, unknown
+    keyword arguments one naming the close match and the accepted ones (:func:`check_kwargs`)."""
     if env_id not in _registered:
         load_plugins()  # a plugin installed after marft_envs was imported
+    if env_id in _registered:
+        check_kwargs(env_id, kwargs)
     try:
         return pettingzoo.make("aec", env_id, **kwargs)
     except FailedToImport:

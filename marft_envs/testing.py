@@ -18,7 +18,8 @@ a reason):
 3. ``parallel``: PettingZoo's ``parallel_api_test`` and ``parallel_seed_test`` on the env's parallel
    view: a marft text env through :class:`~marft_envs.core.parallel.DependencyParallelEnv` (agents
    act in D_t waves), any other env through PettingZoo's ``aec_to_parallel``. Skipped for an
-   AEC-only env (``metadata["is_parallelizable"]`` not true: PettingZoo defines no parallel view).
+   AEC-only env (``metadata["is_parallelizable"]`` not true: PettingZoo defines no parallel view;
+   for a marft text env, its class's metadata, as the D_t-wave view holds for every D_t).
 4. ``splits``: an env taking a ``split`` keyword keeps ``"train"`` and ``"test"`` disjoint: no task
    prompt (whitespace-normalised) of one is a prompt of the other. Tasks are read from the env's
    task source (``env.tasks``, the first ``max_split_tasks`` of each), else from the first agent's
@@ -145,14 +146,18 @@ def check_seed(make_env: MakeEnv, num_cycles: int = 10) -> None:
 
 def parallel_view(env: AECEnv) -> Any:
     """The env's parallel view: D_t waves for a marft text env, ``aec_to_parallel`` for any other
-    env whose metadata says it is parallelizable; :class:`CheckSkipped` for an AEC-only env."""
-    if not getattr(env, "metadata", {}).get("is_parallelizable", False):
+    env whose metadata says it is parallelizable; :class:`CheckSkipped` for an AEC-only env.
+
+    A marft text env counts as parallelizable when its *class* declares it: the D_t-wave view
+    works for every D_t, while the instance's ``metadata["is_parallelizable"]`` is true only where
+    PettingZoo's own ``aec_to_parallel`` also holds (every agent acts every round)."""
+    base = env if isinstance(env, TextTaskEnv) else getattr(env, "unwrapped", None)
+    declared = type(base).metadata if isinstance(base, TextTaskEnv) else getattr(env, "metadata", {})
+    if not declared.get("is_parallelizable", False):
         raise CheckSkipped("AEC-only env: metadata['is_parallelizable'] is not true, so PettingZoo defines "
                            "no parallel view of it")
-    if isinstance(env, TextTaskEnv):
-        return DependencyParallelEnv(env)
-    if isinstance(getattr(env, "unwrapped", None), TextTaskEnv):
-        return DependencyParallelEnv(env.unwrapped)
+    if isinstance(base, TextTaskEnv):
+        return DependencyParallelEnv(base)
     from pettingzoo.utils.conversions import aec_to_parallel
 
     return aec_to_parallel(env)

@@ -216,28 +216,32 @@ class Dependency:
         """Fail early (at env construction) on a malformed dependency."""
         self.plan(agents, 0, [])
 
+    def fixed_turn_order(self, agents: Sequence[str]) -> tuple[str, ...] | None:
+        """The turn order every round has, when it is the same for every round and every output
+        (static D_t); None when it may vary (the default: unknown), e.g. orchestration or a
+        callable D_t. Decides whether PettingZoo's ``aec_to_parallel`` can cycle the env's agents
+        (``TextTaskEnv.metadata["is_parallelizable"]``)."""
+        return None
+
     def __repr__(self) -> str:
         return f"Dependency.{self.name}"
 
     # -- built-ins -----------------------------------------------------------------------------
     @staticmethod
     def chain() -> Dependency:
-        return _Static("chain", lambda agents: [(a, b) for i, a in enumerate(agents) for b in agents[i + 1 :]])
+        return _Static("chain", _chain_edges)
 
     @staticmethod
     def full() -> Dependency:
-        return _Static(
-            "full", lambda agents: [(a, b) for i, a in enumerate(agents) for b in agents[i + 1 :]], "all"
-        )
+        return _Static("full", _chain_edges, "all")
 
     @staticmethod
     def independent() -> Dependency:
-        return _Static("independent", lambda agents: [])
+        return _Static("independent", _no_edges)
 
     @staticmethod
     def dag(edges: Iterable[Sequence[str]]) -> Dependency:
-        edge_list = [tuple(e) for e in edges]
-        return _Static("dag", lambda agents: edge_list)
+        return _Static("dag", functools.partial(_fixed_edges, [tuple(e) for e in edges]))
 
     @staticmethod
     def from_callable(fn: Callable[[int, Sequence[RoundRecord]], Any]) -> Dependency:
@@ -345,12 +349,31 @@ def _lookup(name: str) -> Any:
     )
 
 
+# The edge functions of the static built-ins live at module level (not lambdas) so that a
+# dependency, and the env holding it, pickles: vector envs and multiprocessing copy envs that way.
+def _chain_edges(agents: Sequence[str]) -> list[Edge]:
+    """D(i, j) = 1 for every i < j in profile order."""
+    return [(a, b) for i, a in enumerate(agents) for b in agents[i + 1 :]]
+
+
+def _no_edges(agents: Sequence[str]) -> list[Edge]:
+    return []
+
+
+def _fixed_edges(edges: list[Edge], agents: Sequence[str]) -> list[Edge]:
+    return edges
+
+
 class _Static(Dependency):
     def __init__(self, name: str, edges_for: Callable[[Sequence[str]], list], history: str = "graded"):
         self.name, self._edges_for, self._history = name, edges_for, history
 
     def plan(self, agents, round_index, history):
         return build_round_graph(agents, self._edges_for(list(agents)), history=self._history)
+
+    def fixed_turn_order(self, agents):
+        # The same edges every round, and after_action never changes the graph.
+        return self.plan(agents, 0, []).active
 
 
 class _Callable(Dependency):

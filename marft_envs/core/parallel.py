@@ -23,6 +23,18 @@ What :class:`DependencyParallelEnv` does instead
     (``Dependency.orchestrated``), the wave stops at the first agent that is no longer next and
     that agent acts in the next wave, on the updated graph.
 
+Randomness
+    ``np_random`` is a generator of the view's own for wrappers that draw random numbers
+    (SuperSuit's ``frame_skip_v0`` draws its skip counts from ``env.unwrapped.np_random``);
+    ``reset(seed=s)`` seeds it. It is separate from the env's task order, so drawing from it
+    changes no episode.
+
+PettingZoo's ``aec_to_parallel``
+    holds only where every agent acts every round in profile order: the env's
+    ``metadata["is_parallelizable"]`` says where (:attr:`TextTaskEnv.dependency`).
+    :func:`aec_to_parallel` here is PettingZoo's conversion where it holds and a one-line
+    ``ValueError`` naming this view elsewhere (PettingZoo's own refuses with a generic assertion).
+
 Usage::
 
     par = DependencyParallelEnv(marft_envs.make("marft/Arithmetic-v0", profile="dual"))
@@ -36,6 +48,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
 from marft_envs.core.text_env import TextTaskEnv
@@ -54,6 +68,19 @@ class DependencyParallelEnv(ParallelEnv):
         self.render_mode = getattr(env, "render_mode", None)
         self.agents: list[str] = []
         self.wave: tuple[str, ...] = ()
+        self._np_random: np.random.Generator | None = None
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        """The view's own generator (see the module docstring): seeded by ``reset(seed=...)``,
+        from OS entropy when first used before a seeded reset."""
+        if self._np_random is None:
+            self._np_random, _ = seeding.np_random()
+        return self._np_random
+
+    @np_random.setter
+    def np_random(self, value: np.random.Generator) -> None:
+        self._np_random = value
 
     # -- spaces and passthroughs -----------------------------------------------------------------
     def observation_space(self, agent: str):
@@ -95,12 +122,16 @@ class DependencyParallelEnv(ParallelEnv):
     # -- ParallelEnv API -------------------------------------------------------------------------
     def reset(self, seed: int | None = None, options: dict | None = None):
         self.aec_env.reset(seed=seed, options=options)
+        if seed is not None:
+            self._np_random, _ = seeding.np_random(seed)
         self.agents = list(self.aec_env.agents)
         self.wave = self._next_wave()
         return self._views()
 
     def step(self, actions: dict[str, Any]):
         env = self.aec_env
+        if not self.agents:
+            raise RuntimeError(env._no_episode_message(type(self).__name__))
         missing = [a for a in self.wave if a not in actions]
         if missing:
             raise KeyError(f"no action for {missing}: this step's wave is {list(self.wave)} "
@@ -125,4 +156,19 @@ def parallel_env(env: Any) -> DependencyParallelEnv:
     return DependencyParallelEnv(env)
 
 
-__all__ = ["DependencyParallelEnv", "parallel_env"]
+def aec_to_parallel(env: Any) -> ParallelEnv:
+    """PettingZoo's ``aec_to_parallel(env)`` where it holds (``metadata["is_parallelizable"]``:
+    every agent acts every round, in profile order); elsewhere a ``ValueError`` naming
+    :class:`DependencyParallelEnv`, the view that holds for every D_t."""
+    from pettingzoo.utils.conversions import aec_to_parallel as pettingzoo_aec_to_parallel
+
+    if not env.metadata.get("is_parallelizable", False):
+        base = getattr(env, "unwrapped", env)
+        why = (f"its D_t ({base.dependency!r}) does not have every agent act every round in profile order"
+               if isinstance(base, TextTaskEnv) else "its metadata['is_parallelizable'] is not true")
+        raise ValueError(f"PettingZoo's aec_to_parallel cannot convert this {type(base).__name__}: {why}; "
+                         "use marft_envs.DependencyParallelEnv(env), whose steps are D_t waves")
+    return pettingzoo_aec_to_parallel(env)
+
+
+__all__ = ["DependencyParallelEnv", "aec_to_parallel", "parallel_env"]

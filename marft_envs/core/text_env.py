@@ -17,8 +17,13 @@ Observations and actions
 Infos (per agent, refreshed after every step)
     ``role``, ``system_prompt``, ``graded``, ``task_id``, ``round``, ``turn_order``, ``parents``,
     ``acts_this_round``, ``dependency`` (D_t, see "Dependency format" below),
-    ``agent_reward`` (env-reported per-agent reward of the last graded round) and, once a round has
+    ``agent_reward`` (env-reported per-agent reward of the last graded round), ``messages`` (the
+    agent's turn as chat messages, :meth:`TextTaskEnv.chat_messages`) and, once a round has
     been graded, ``last_outcome`` (team reward, solved, feedback, grading details).
+
+Episode end
+    Once every agent is done (and has been stepped with ``None``, as PettingZoo's AEC loop does),
+    ``step`` raises ``RuntimeError`` saying the episode has ended: call ``reset()``.
 
 State
     ``state()`` returns ``{"text": transcript(), "dependency": D_t}``: the transcript shows every
@@ -90,6 +95,7 @@ class TextTaskEnv(AECEnv):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         self.tasks = tasks
         self.profile = load_profile(profile if profile is not None else self.default_profile)
+        # (the dependency's setter also sets this env's metadata["is_parallelizable"])
         self.dependency = Dependency.from_spec(dependency if dependency is not None else self.profile.dependency)
         self.horizon = horizon
         self.max_action_chars = max_action_chars
@@ -113,6 +119,24 @@ class TextTaskEnv(AECEnv):
         self.history: list[RoundRecord] = []
         self.agents: list[str] = []
         self._round_open = False  # a round has begun and is not graded yet (see transcript())
+
+    # -- the dependency and what it allows ---------------------------------------------------------
+    @property
+    def dependency(self) -> Dependency:
+        """D_t (see :mod:`marft_envs.core.dependency`). Setting it also sets this env's
+        ``metadata["is_parallelizable"]``: true only when the class declares it and every round
+        has every agent act once, in profile order (:meth:`Dependency.fixed_turn_order`), which
+        is what PettingZoo's ``aec_to_parallel`` needs. Other D_t (agents skipping rounds,
+        orchestration) have the D_t-wave view :class:`~marft_envs.core.parallel.DependencyParallelEnv`."""
+        return self._dependency
+
+    @dependency.setter
+    def dependency(self, value: Dependency) -> None:
+        self._dependency = value
+        agents = tuple(self.profile.agent_ids)
+        cycles = value.fixed_turn_order(agents) == agents
+        declared = bool(type(self).metadata.get("is_parallelizable", False))
+        self.metadata = {**type(self).metadata, "is_parallelizable": declared and cycles}
 
     # -- hooks for subclasses --------------------------------------------------------------------
     def grade_round(self, task: Task, outputs: dict[str, str], round_index: int) -> RoundOutcome:
@@ -243,6 +267,8 @@ class TextTaskEnv(AECEnv):
         return {"text": self.transcript(), "dependency": self.graph.as_dict()}
 
     def step(self, action: Any) -> None:
+        if not self.agents:
+            raise RuntimeError(self._no_episode_message())
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             self._was_dead_step(action)
@@ -260,6 +286,13 @@ class TextTaskEnv(AECEnv):
         self._refresh_infos()
         self._accumulate_rewards()
         self._deads_step_first()
+
+    def _no_episode_message(self, owner: str | None = None) -> str:
+        """The one line for a step with no episode running (``owner``: whose ``step`` was called)."""
+        owner = owner or type(self).__name__
+        if self.task is None:
+            return f"{owner}.step() before reset(): call reset() to start an episode"
+        return f"{owner}.step(): the episode has ended (every agent is done); call reset() to start a new one"
 
     def _sanitize_action(self, agent: str, action: Any) -> str:
         if isinstance(action, (bytes, bytearray)):
@@ -313,6 +346,7 @@ class TextTaskEnv(AECEnv):
                 "dependency": dependency,
                 "action_truncated": self._truncated_flags.get(a, False),
                 "agent_reward": float(outcome.agent_rewards.get(a, 0.0)) if outcome else 0.0,
+                "messages": self.chat_messages(a),
             }
             if outcome is not None:
                 info["last_outcome"] = {
@@ -323,6 +357,20 @@ class TextTaskEnv(AECEnv):
                 }
             info.update(self.extra_info(a))
             self.infos[a] = info
+
+    def chat_messages(self, agent: str) -> list[dict[str, str]]:
+        """``agent``'s turn as chat messages: ``{"role": "system", "content": <its system prompt>}``
+        (left out when the prompt is empty), then ``{"role": "user", "content": observe(agent)["text"]}``.
+
+        Exactly what marft's own agents send to the model (``chat_prompt_ids(system_prompt,
+        obs["text"])``): the observation already holds the task, earlier rounds and this round's
+        parents, so one user turn is the whole conversation as the agent sees it. Also in
+        ``infos[agent]["messages"]`` after every step.
+        """
+        system = self.profile.role_of(agent).system_prompt
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": self.observe(agent)["text"]})
+        return messages
 
     # -- rendering -------------------------------------------------------------------------------
     def transcript(self) -> str:

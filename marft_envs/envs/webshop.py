@@ -146,9 +146,9 @@ class WebShopEnv(TextTaskEnv):
         super().__init__(GoalTasks(self.catalog, split), horizon=max_steps, dependency=dependency, **kwargs)
         # Why wrap: D_t must depend on the round (planner once) and on the shopper's output
         # (verifier on purchase), which the core's static/callable dependencies cannot express.
+        # Bound methods, not lambdas: the env must pickle (vector envs, multiprocessing).
         self.dependency = WebShopDependency(
-            self.dependency, role_of=lambda a: self.profile.role_of(a).name,
-            is_graded=lambda a: self.profile.role_of(a).graded, wants_purchase=self._wants_purchase)
+            self.dependency, role_of=self._role_name, is_graded=self._is_graded, wants_purchase=self._wants_purchase)
         self.dependency.validate(self.possible_agents)
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -161,6 +161,12 @@ class WebShopEnv(TextTaskEnv):
             if k < len(mask) and mask[k]:
                 return actions[k]
         return text
+
+    def _role_name(self, agent: str) -> str:
+        return self.profile.role_of(agent).name
+
+    def _is_graded(self, agent: str) -> bool:
+        return self.profile.role_of(agent).graded
 
     def _wants_purchase(self, text: str) -> bool:
         """Would executing ``text`` now buy something? (triggers the verifier)"""

@@ -336,6 +336,17 @@ class MathGrader:
         self._cache: OrderedDict[tuple[str, str], bool] = OrderedDict()
         self._cache_lock = threading.Lock()
 
+    # A lock cannot be pickled or deep-copied: a copy (pickle, copy.deepcopy, a vector env's
+    # worker) gets the settings and the cached results, and a lock of its own.
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_cache_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._cache_lock = threading.Lock()
+
     def equivalent(self, answer: str, reference: str) -> tuple[bool, str]:
         """``(equal, reason)`` for two already-extracted answers."""
         if self.fast_path:

@@ -74,6 +74,18 @@ class SearchEngine:
         self._retriever.index(corpus_tokens, show_progress=False)
         self._positions = np.arange(len(self.products))
 
+    # PyStemmer's stemmer is a C object that cannot be pickled: a copy of the engine (pickle,
+    # copy.deepcopy, a vector env's worker) keeps the index and makes its stemmer again from the
+    # config, so it tokenises and scores exactly as the original.
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_stem"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._stem = _stem_function(self.config.stemmer)
+
     def tokenize(self, query: str) -> list[str]:
         """Query tokens as the index sees them (lower case, stop words removed, stemmed)."""
         query = query[: self.config.max_query_chars]

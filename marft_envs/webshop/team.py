@@ -77,6 +77,13 @@ class WebShopDependency(Dependency):
         self.plan(agents, 1, [])
         self._full = None
 
+    def fixed_turn_order(self, agents: Sequence[str]) -> tuple[str, ...] | None:
+        # A planner skips every round after the first and a verifier acts only on a purchase
+        # attempt: with either, the turn order varies from round to round.
+        if any(self._role_of(a) in (PLANNER_ROLE, VERIFIER_ROLE) for a in agents):
+            return None
+        return self.base.fixed_turn_order(agents)
+
     def after_action(self, graph: RoundGraph, agent: str, output: str) -> RoundGraph:
         graph = self.base.after_action(graph, agent, output)
         if not self._is_graded(agent) or not self._wants_purchase(output):

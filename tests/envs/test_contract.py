@@ -8,19 +8,14 @@ it is checked with its defaults.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import marft_envs
-from conftest import shared_data_dir
 from marft_envs.registry import BUILTIN_ENVS
 from marft_envs.testing import CHECKS, PASSED, EnvContractError, check_env
+from registered import DATA_ENVS, constructible_kwargs
 
 ENV_IDS = marft_envs.list_envs()
-
-DATA_ENVS = ("marft/MATH-v0", "marft/GSM8K-v0", "marft/MBPP-v0")
-"""Envs that read the shared data (``../shared/data`` or ``$MARFT_DATA``)."""
 STDIO_SPLIT = ("split names a Hugging Face split; a local problems file (what this suite passes) has one "
                "split, so 'train' and 'test' are the same file")
 
@@ -46,17 +41,8 @@ VARIANTS = [
 
 def setup(env_id: str, tmp_path_factory) -> tuple[dict, dict]:
     """(kwargs, skipped checks with reasons) that make ``env_id`` constructible here."""
-    if env_id in DATA_ENVS:
-        data = shared_data_dir()
-        if data is None:
-            pytest.skip(f"{env_id} needs ../shared/data (or MARFT_DATA); not found")
-        return {"data_dir": str(data)}, {}
-    if env_id == "marft/StdioCode-v0":
-        path = tmp_path_factory.mktemp("stdio") / "problems.jsonl"
-        path.write_text(json.dumps({"task_id": "echo", "prompt": "Print the input.",
-                                    "tests": [{"input": "3\n", "output": "3\n"}]}) + "\n")
-        return {"path": str(path)}, {"splits": STDIO_SPLIT}
-    return {}, {}
+    kwargs = constructible_kwargs(env_id, tmp_path_factory)
+    return kwargs, ({"splits": STDIO_SPLIT} if env_id == "marft/StdioCode-v0" else {})
 
 
 def _cases():

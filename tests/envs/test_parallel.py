@@ -89,3 +89,114 @@ def test_missing_wave_action_is_named() -> None:
         par.step({"actor_0": "x"})
     with pytest.raises(TypeError, match="TextTaskEnv"):
         DependencyParallelEnv(object())
+
+
+# -- where PettingZoo's own aec_to_parallel holds (metadata["is_parallelizable"]) ------------------
+CYCLING = [
+    ("marft/Arithmetic-v0", {"profile": "dual"}), ("marft/Arithmetic-v0", {"profile": "trio", "dependency": "independent"}),
+    ("marft/Arithmetic-v0", {"profile": "trio", "dependency": "full"}), ("marft/Relay-v0", {}),
+    ("marft/SolveCheck-v0", {}), ("marft/WebShop-v0", {"profile": "shopper"}),
+]
+"""Every agent acts every round, in profile order."""
+SKIPPING = [
+    ("marft/WebShop-v0", {"profile": "planner_shopper"}),  # the planner acts in round 0 only
+    ("marft/WebShop-v0", {"profile": "shopper_verifier"}),  # the verifier only on a purchase attempt
+    ("marft/Arithmetic-v0", {"profile": "orchestrated"}),  # the orchestrator picks who acts
+    ("marft/Arithmetic-v0", {"profile": "dual", "dependency": {"dag": [["actor_0", "reasoner_0"]]}}),  # not profile order
+]
+"""Agents skip rounds or act out of profile order: PettingZoo's conversion cannot cycle them."""
+WEB_ACTION = "search[red shirts]"  # a valid WebShop step that buys nothing (the episode goes on)
+
+
+def _action(env_id: str) -> str:
+    return WEB_ACTION if "WebShop" in env_id else "NEXT: actor\nI think 5."
+
+
+def _pettingzoo_conversion_plays(env_id: str, kwargs: dict) -> bool:
+    """Whether PettingZoo's aec_to_parallel, told the env is parallelizable, plays a whole episode."""
+    from pettingzoo.utils.conversions import aec_to_parallel_wrapper
+
+    env = marft_envs.make(env_id, **kwargs)
+    env.metadata = {**env.metadata, "is_parallelizable": True}  # what PettingZoo's refusal suggests
+    par = aec_to_parallel_wrapper(env)
+    par.reset(seed=0)
+    try:
+        while par.agents:
+            par.step({a: _action(env_id) for a in par.agents})
+    except AssertionError as err:
+        assert "expected agent" in str(err), err
+        return False
+    return True
+
+
+@pytest.mark.parametrize("env_id,kwargs", CYCLING + SKIPPING, ids=[f"{e}-{sorted(k.items())}" for e, k in CYCLING + SKIPPING])
+def test_is_parallelizable_is_true_exactly_where_pettingzoos_conversion_holds(env_id, kwargs) -> None:
+    declared = marft_envs.make(env_id, **kwargs).metadata["is_parallelizable"]
+    assert declared == _pettingzoo_conversion_plays(env_id, kwargs) == ((env_id, kwargs) in CYCLING)
+
+
+@pytest.mark.parametrize("env_id,kwargs", SKIPPING, ids=[f"{e}-{sorted(k.items())}" for e, k in SKIPPING])
+def test_where_it_does_not_hold_the_error_names_the_dependency_aware_view(env_id, kwargs) -> None:
+    from pettingzoo.utils.conversions import aec_to_parallel as pettingzoo_aec_to_parallel
+
+    env = marft_envs.make(env_id, **kwargs)
+    with pytest.raises(AssertionError, match="is_parallelizable"):  # refused at once, not mid-episode
+        pettingzoo_aec_to_parallel(env)
+    with pytest.raises(ValueError) as caught:
+        marft_envs.aec_to_parallel(env)
+    message = str(caught.value)
+    assert "\n" not in message and "DependencyParallelEnv" in message and "every agent act every round" in message
+    # ... and that view plays the episode.
+    par = marft_envs.DependencyParallelEnv(env)
+    par.reset(seed=0)
+    while par.agents:
+        par.step({a: _action(env_id) for a in par.wave})
+    assert env.history
+
+
+def test_where_it_holds_marft_aec_to_parallel_is_pettingzoos() -> None:
+    from pettingzoo.utils.conversions import aec_to_parallel_wrapper
+
+    par = marft_envs.aec_to_parallel(marft_envs.make("marft/Arithmetic-v0", profile="dual"))
+    assert isinstance(par, aec_to_parallel_wrapper)
+
+
+def test_the_flag_follows_a_dependency_set_later() -> None:
+    env = marft_envs.make("marft/Arithmetic-v0", profile="dual")
+    assert env.metadata["is_parallelizable"]
+    env.dependency = marft_envs.Dependency.orchestrated("reasoner")
+    assert not env.metadata["is_parallelizable"]
+    assert type(env).metadata["is_parallelizable"]  # the class's declaration is untouched
+
+
+# -- np_random: SuperSuit's frame_skip_v0 draws from env.unwrapped.np_random ------------------------
+def test_np_random_is_seeded_by_reset_and_separate_from_the_task_order() -> None:
+    par = DependencyParallelEnv(marft_envs.make("marft/Arithmetic-v0", profile="dual"))
+    par.reset(seed=5)
+    first = par.np_random.integers(1 << 30, size=4).tolist()
+    obs, _ = par.reset(seed=5)
+    assert par.np_random.integers(1 << 30, size=4).tolist() == first
+    par.np_random.integers(10, size=100)  # drawing from it ...
+    again, _ = par.reset(seed=5)
+    assert again == obs  # ... changes no episode
+    par.reset(seed=6)
+    assert par.np_random.integers(1 << 30, size=4).tolist() != first
+    assert DependencyParallelEnv(marft_envs.make("marft/Arithmetic-v0")).np_random is not None  # before any reset
+
+
+def test_supersuit_frame_skip_runs_on_the_parallel_view() -> None:
+    supersuit = pytest.importorskip("supersuit")
+
+    def play(num_frames):
+        par = DependencyParallelEnv(marft_envs.make("marft/Arithmetic-v0", profile="dual", horizon=3))
+        skipped = supersuit.frame_skip_v0(par, num_frames)
+        skipped.reset(seed=0)
+        steps = 0
+        while skipped.agents:
+            skipped.step({a: "I think \\boxed{5}" for a in skipped.agents})
+            steps += 1
+        return steps, par.aec_env.transcript()
+
+    steps, transcript = play(2)
+    assert steps == 3 and transcript.count("grade:") == 3  # one round (two waves) per skipping step
+    assert play((1, 3)) == play((1, 3))  # the random skip counts come from the seeded np_random

@@ -60,3 +60,35 @@ def test_importing_marft_envs_needs_no_torch():
             "print('torch' in sys.modules, 'marft_agents' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False False"
+
+
+def test_an_unknown_kwarg_gets_one_line_naming_it_the_close_match_and_the_accepted_ones(monkeypatch):
+    import functools
+
+    from marft_envs.envs.arithmetic import ArithmeticEnv
+
+    @functools.wraps(ArithmeticEnv.__init__)  # the same signature, but constructing fails
+    def never(*args, **kwargs):
+        raise AssertionError("the env was constructed before its kwargs were checked")
+
+    monkeypatch.setattr(ArithmeticEnv, "__init__", never)
+    with pytest.raises(marft_envs.UnknownEnvKwargError) as caught:
+        marft_envs.make("marft/Arithmetic-v0", levle=1)
+    message = str(caught.value)
+    assert "\n" not in message and isinstance(caught.value, ValueError)
+    assert "'levle'" in message and "did you mean 'level'?" in message
+    assert "it accepts: level, " in message and "profile" in message and "horizon" in message
+
+
+def test_kwargs_of_base_classes_pass_and_a_name_like_nothing_gets_no_guess():
+    env = marft_envs.make("marft/WebShop-v0", profile="shopper_verifier", max_valid_actions=8, render_mode="ansi")
+    assert env.possible_agents == ["shopper_0", "verifier_0"]  # TextTaskEnv's keywords, through **kwargs
+    with pytest.raises(marft_envs.UnknownEnvKwargError) as caught:
+        marft_envs.make("marft/WebShop-v0", zzzqqq=1)
+    assert "did you mean" not in str(caught.value) and "max_steps" in str(caught.value)
+
+
+def test_every_registered_env_names_its_kwargs():
+    for env_id in marft_envs.list_envs():
+        accepted = marft_envs.env_parameters(env_id)
+        assert accepted is not None and {"profile", "render_mode"} <= set(accepted), env_id

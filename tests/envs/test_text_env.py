@@ -262,3 +262,61 @@ def test_state_dependency_is_the_infos_dependency_format(profile, dependency):
     space = env.state_space["dependency"]
     assert all(space.contains(space.sample()) for _ in range(50))
     assert not space.contains(env.graph.adjacency())  # the bare matrix is not the format
+
+
+def test_a_step_after_the_episode_ended_says_so_in_one_line():
+    env = ToyEnv(profile="dual", horizon=1)
+    with pytest.raises(RuntimeError, match=r"^ToyEnv.step\(\) before reset\(\): call reset\(\)"):
+        env.step("7")
+    env.reset(seed=0)
+    for agent in env.agent_iter():
+        _, _, term, trunc, _ = env.last()
+        env.step(None if term or trunc else "0")
+    assert env.agents == []
+    for action in ("0", None):
+        with pytest.raises(RuntimeError) as caught:
+            env.step(action)
+        message = str(caught.value)
+        assert "\n" not in message and "the episode has ended" in message and "call reset()" in message
+    env.reset(seed=0)  # and reset() starts a new one
+    env.step("0")
+
+
+def test_the_parallel_view_says_the_same_after_the_episode():
+    from marft_envs import DependencyParallelEnv
+
+    par = DependencyParallelEnv(ToyEnv(profile="dual", horizon=1))
+    par.reset(seed=0)
+    while par.agents:
+        par.step({a: "0" for a in par.agents})
+    with pytest.raises(RuntimeError, match=r"^DependencyParallelEnv.step\(\): the episode has ended .* call reset\(\)"):
+        par.step({"reasoner_0": "0", "actor_0": "0"})
+
+
+def test_info_messages_are_the_chat_the_agent_sees():
+    """``infos[agent]["messages"]``: the system prompt, then the observation text, at every step."""
+    env = ToyEnv(profile="trio", horizon=2)
+    env.reset(seed=0)
+    checked = 0
+    for agent in env.agent_iter():
+        obs, _, term, trunc, info = env.last()
+        prompt = env.profile.role_of(agent).system_prompt
+        assert prompt and info["system_prompt"] == prompt
+        assert info["messages"] == [{"role": "system", "content": prompt}, {"role": "user", "content": obs["text"]}]
+        assert info["messages"] == env.chat_messages(agent)
+        for other in env.agents:  # every agent's, not only the one acting
+            assert env.infos[other]["messages"][-1]["content"] == env.observe(other)["text"]
+        env.step(None if term or trunc else f"utterance of {agent} in round {info['round']}")
+        checked += 1
+    assert checked >= 6
+    # The actor's turn shows its parents' utterances of the round, as its observation does.
+    env.reset(seed=0)
+    env.step("REASONER-SAYS-9")
+    assert "REASONER-SAYS-9" in env.infos["actor_0"]["messages"][-1]["content"]
+
+
+def test_an_empty_system_prompt_sends_no_system_turn():
+    profile = {"name": "bare", "roles": [{"name": "actor", "graded": True, "system_prompt": ""}]}
+    env = ToyEnv(profile=profile)
+    env.reset(seed=0)
+    assert env.infos["actor_0"]["messages"] == [{"role": "user", "content": env.observe("actor_0")["text"]}]
