@@ -24,7 +24,12 @@ Vocabulary. The collector plays each task ``k`` times (a *group*, ``Decision.gro
     round t with ``agent_rewards``). Episodes that ended before round t give no unit.
 
 A key with a single unit has nothing to compare with: its advantage is 0, as is every advantage
-of a key whose scores are all equal (never NaN).
+of a key whose scores are all equal (never NaN), for every normalisation. "Equal" is decided on
+the scores as given (Python floats: float64), before the float32 cast, and up to rounding: a
+spread of at most :data:`EQUAL_ULPS` units in the last place of the largest score's magnitude
+(:func:`equal_scores`). Deciding it in float32 would not do: the float32 mean of seven 0.7s is
+not 0.7, and ``mean_std`` divides that residue by a std of ~1e-7, giving advantages of random
+sign up to ~1 where the group carries no signal at all.
 """
 
 from __future__ import annotations
@@ -39,6 +44,18 @@ from marft_agents.settings.grpo import GROUPINGS, NORMALISATIONS
 
 Tensor = torch.Tensor
 
+EQUAL_ULPS = 8
+"""A group's scores are equal when their spread is at most this many units in the last place
+(of the scores' own precision: float64 for Python floats) of their largest magnitude: what
+summing a few rewards in different orders can leave, and far below any reward difference."""
+
+
+def equal_scores(scores: Tensor, eps: float) -> bool:
+    """Whether ``scores [n]`` are all equal up to rounding: ``max - min <= EQUAL_ULPS * eps *
+    max |x|`` (``eps``: the machine epsilon of the precision the scores were computed in)."""
+    spread = scores.max() - scores.min()
+    return bool(spread <= EQUAL_ULPS * eps * scores.abs().max())
+
 
 def group_relative(scores: Sequence[float] | Tensor, keys: Sequence[Hashable], normalisation: str,
                    eps: float = 1e-6) -> Tensor:
@@ -46,10 +63,14 @@ def group_relative(scores: Sequence[float] | Tensor, keys: Sequence[Hashable], n
 
     ``mean``: ``x - mean``. ``mean_std``: ``(x - mean) / (std + eps)`` with the unbiased std.
     ``leave_one_out``: ``x - mean of the others`` (= ``n / (n - 1) * (x - mean)``).
-    A key with one unit, or with all scores equal, gives 0 for every normalisation.
+    A key with one unit, or with all scores equal (up to rounding: :func:`equal_scores`, on the
+    scores as given, not their float32 cast), gives 0 for every normalisation.
     """
     if normalisation not in NORMALISATIONS:
         raise ValueError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}")
+    given = scores if isinstance(scores, Tensor) and scores.is_floating_point() else None
+    precision = torch.finfo(given.dtype if given is not None else torch.float64).eps
+    raw = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)  # [N] as given (float32 -> float64 is exact)
     x = torch.as_tensor(scores, dtype=torch.float32).reshape(-1)  # [N]
     if x.numel() != len(keys):
         raise ValueError(f"{x.numel()} scores but {len(keys)} keys")
@@ -59,7 +80,7 @@ def group_relative(scores: Sequence[float] | Tensor, keys: Sequence[Hashable], n
     out = torch.zeros_like(x)  # [N]
     for idx in members.values():
         n = len(idx)
-        if n < 2:
+        if n < 2 or equal_scores(raw[idx], precision):
             continue
         xs = x[idx]  # [n]
         centred = xs - xs.mean()  # [n]
