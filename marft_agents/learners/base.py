@@ -104,6 +104,7 @@ from marft_agents.learners.samples import (
 from marft_agents.learners.value_fit import ValueFit
 from marft_agents.episodes import Rollout
 from marft_agents.settings.advantage import AUTO_BASELINE, GROUP_BASELINES, resolve_baseline, resolve_group_size
+from marft_agents.settings.estimators import estimator
 
 __all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask", "sample_from_decision"]
 
@@ -158,8 +159,8 @@ class BaseLearner(LogprobTargets):
         if self.baseline not in self.baselines:
             raise ValueError(f"advantage.baseline {self.baseline!r}: algorithm {getattr(cfg, 'algorithm', '?')!r} "
                              f"implements {', '.join(self.baselines)}")
-        if self.baseline == "group":
-            self.value_mode = None  # the group mean is the baseline: no critic runs
+        if not estimator("baseline", self.baseline).uses_critic:
+            self.value_mode = None  # e.g. the group mean is the baseline: no critic runs
         self.value_fit: ValueFit | None = None
         if self.value_mode is not None:
             for name in sorted({policy.critic_for(a) for a in self.agent_ids}):

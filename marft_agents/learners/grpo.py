@@ -62,7 +62,7 @@ class GRPO(BaseLearner):
 
     def build_samples(self, rollout: Rollout) -> list[Sample]:
         o = self.options
-        advantages = gm.decision_advantages(rollout, o.grouping, o.normalisation, o.agent_rewards)  # [N]
+        advantages = gm.decision_advantages(rollout, o.grouping, o.normalisation, options=o)  # [N]
         # share of the sampled decisions whose group gave no signal (scripted seats' are not sampled)
         sampled = torch.tensor([bool(d.response_ids) and not d.scripted for d in rollout.decisions])  # [N]
         zero = advantages[sampled] == 0  # [n sampled]

@@ -1,21 +1,25 @@
 """The ``learner:`` section of ``algorithm: grpo``, and the names its choices accept.
 
 Plain data; the learner is :mod:`marft_agents.learners.grpo`, the advantage maths
-:mod:`marft_agents.group_math` (which checks its arguments against the tuples declared here).
+:mod:`marft_agents.group_math`; the names the choices accept are the registered estimators
+(:mod:`marft_agents.settings.estimators`).
 """
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass
 from typing import Literal
 
-Grouping = Literal["team", "agent", "agent_turn"]
+from marft_agents.settings.estimators import estimator_names
+
+GROUPINGS: tuple[str, ...] = estimator_names("grouping")
+"""The registered groupings (:data:`marft_agents.settings.estimators.ESTIMATORS`)."""
+Grouping = Literal[GROUPINGS]  # type: ignore[valid-type]
 """What is compared with what (``GRPOOptions.grouping``, :mod:`marft_agents.group_math`)."""
-GROUPINGS: tuple[str, ...] = typing.get_args(Grouping)
-Normalisation = Literal["mean", "mean_std", "leave_one_out"]
+NORMALISATIONS: tuple[str, ...] = estimator_names("normalisation")
+"""The registered normalisations."""
+Normalisation = Literal[NORMALISATIONS]  # type: ignore[valid-type]
 """How a unit's score is compared with its group's (``GRPOOptions.normalisation``)."""
-NORMALISATIONS: tuple[str, ...] = typing.get_args(Normalisation)
 Aggregation = Literal["token", "sequence"]
 """How per-token losses are averaged (``GRPOOptions.aggregation``)."""
 
