@@ -52,7 +52,7 @@ class ActionLevelMAPPO(GroupBaselines, BaseLearner):
     def build_samples(self, rollout: Rollout) -> list[Sample]:
         """Steps 1 and 4: the registered baseline estimator's advantages and critic targets
         (``advantage.baseline``: :mod:`marft_agents.learners.estimators`), one sample per decision."""
-        critic = self.value_mode is not None
+        critic = self.critic_values is not None
         targets = self.baseline_targets(rollout, (lambda d: d.value) if critic else None)
         zero = torch.zeros(())
         return [sample_from_decision(d, self.policy.critic_for(d.agent_id) if critic else "",

@@ -106,7 +106,7 @@ class TokenLevelMAPPO(GroupBaselines, BaseLearner):
 
     def _utterance_samples(self, rollout: Rollout) -> list[Sample]:
         """Step 4's samples (utterances without tokens have nothing to train: skipped)."""
-        critic = self.value_mode is not None
+        critic = self.critic_values is not None
         out = []
         for d, advantage, target in self.baseline_targets(
                 rollout, (lambda d: d.token_values[0] if d.token_values else 0.0) if critic else None):

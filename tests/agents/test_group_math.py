@@ -147,6 +147,18 @@ def test_zero_advantage_share_counts_equal_but_inexact_groups():
     assert float((advantages == 0).float().mean()) == pytest.approx(0.6)  # 6 of 10 decisions
 
 
+def test_grpo_reports_equal_but_inexact_groups_in_its_zero_advantage_share(tmp_path):
+    from agent_helpers import FakePolicy, small_config
+    from marft_agents.learners import GRPO
+
+    cfg = small_config(tmp_path, algorithm="grpo", learner={"group_size": 2})
+    learner = GRPO(FakePolicy(), cfg, ["r", "a"])
+    rollout = _rollout([(0, [2.9], [0.0]), (0, [2.9], [0.0]), (0, [2.9], [0.0]), (1, [0.0], [0.0]), (1, [1.0], [0.0])])
+    assert learner.diagnostics(rollout)["grpo/zero_advantage_share"] == pytest.approx(0.6)
+    samples = learner.build_samples(rollout)
+    assert [float(s.advantages) for s in samples[:6]] == [0.0] * 6
+
+
 def _engine_policy_loss(aggregation, logprobs, old, adv, mask, eps_high=None):
     """The engine's reduction (``BaseLearner._policy_micro``) of GRPO's units, entropy off."""
     from types import SimpleNamespace
