@@ -15,15 +15,14 @@ from typing import Any
 from marft_agents.episodes import Decision, Rollout
 from marft_agents.learners.critic_health import baseline_figures, episode_returns, equal_groups
 from marft_agents.learners.estimators import episode_tables
-from marft_agents.settings.advantage import BASELINES
 from marft_agents.settings.estimators import estimator, estimator_function
 
 
 class GroupBaselines:
-    """The baseline estimators of a MAPPO learner (needs ``ppo``, ``baseline`` and ``value_mode``
-    from :class:`marft_agents.learners.base.BaseLearner`)."""
+    """The baseline estimators of a MAPPO learner (needs ``ppo`` and ``baseline`` from
+    :class:`marft_agents.learners.base.BaseLearner`; the ``baselines`` a learner implements are
+    declared by its registry spec, ``learners/registry.py``)."""
 
-    baselines = BASELINES
     ppo: Any
     baseline: str
 

@@ -30,14 +30,14 @@ import torch
 from marft_agents import group_math as gm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack
 from marft_agents.episodes import Rollout
+from marft_agents.learners.registry import declared_by
 from marft_agents.settings.grpo import GRPOOptions
 
 
+@declared_by("grpo")  # value_mode None, options GRPOOptions: learners/registry.py
 class GRPO(BaseLearner):
     """Group-relative policy optimisation for agent teams (see the module docstring)."""
 
-    value_mode = None
-    options_class = GRPOOptions
     whitens_advantages = False  # normalised within groups, never re-whitened across the batch
 
     def __init__(self, policy, cfg, agent_ids):

@@ -40,13 +40,14 @@ import torch
 from marft_agents import ppo_math as pm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack, sample_from_decision
 from marft_agents.learners.baseline_choice import GroupBaselines
+from marft_agents.learners.registry import declared_by
 from marft_agents.episodes import Rollout
 
 
+@declared_by("mappo_action")  # value_mode "state", the baselines: learners/registry.py
 class ActionLevelMAPPO(GroupBaselines, BaseLearner):
     """MAPPO with one action per utterance (MARFT-A)."""
 
-    value_mode = "state"
     unit = "decision"
 
     def build_samples(self, rollout: Rollout) -> list[Sample]:

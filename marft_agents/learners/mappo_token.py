@@ -41,6 +41,7 @@ from marft_agents import ppo_math as pm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack, sample_from_decision
 from marft_agents.learners.baseline_choice import GroupBaselines
 from marft_agents.learners.credit import assign_credit
+from marft_agents.learners.registry import declared_by
 from marft_agents.episodes import Decision, Rollout
 from marft_agents.settings.estimators import estimator_function
 
@@ -70,10 +71,10 @@ def fold_empty_utterances(decisions: Sequence[Decision], rewards: Sequence[float
     return keep, out_r, out_g, out_d
 
 
+@declared_by("mappo_token")  # value_mode "token", the baselines: learners/registry.py
 class TokenLevelMAPPO(GroupBaselines, BaseLearner):
     """MAPPO with one action per token (MARFT-T)."""
 
-    value_mode = "token"
     unit = "token"
 
     def build_samples(self, rollout: Rollout) -> list[Sample]:
