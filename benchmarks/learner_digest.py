@@ -86,6 +86,7 @@ CASES: dict[str, dict] = {
     "grpo_agent_mean_seq": {"algorithm": "grpo", "learner": {"group_size": 2, "grouping": "agent",
                                                              "normalisation": "mean", "aggregation": "sequence",
                                                              "agent_rewards": True}},
+    "grpo_step": {"algorithm": "grpo", "learner": {"group_size": 2, "grouping": "step"}},
     "grpo_team_mean_std_flat": {"algorithm": "grpo", "learner": {"group_size": 3}, "env": "flat",
                                 "schedule": {"episodes_per_update": 6}},
     "grpo_agent_turn_mean_std_flat": {"algorithm": "grpo", "env": "flat", "schedule": {"episodes_per_update": 6},

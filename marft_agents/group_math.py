@@ -21,6 +21,16 @@ Vocabulary. The collector plays each task ``k`` times (a *group*, ``Decision.gro
     Without ``agent_rewards`` every agent's score is the team return, so when every agent acts in
     every episode this grouping gives exactly ``team``'s advantages; it differs only with
     per-agent rewards or agents that skip episodes. (Dr. MAS's point is per-agent reward scales, so use ``agent_rewards``.)
+``step`` (GiGPO, Feng et al., 2025, arXiv 2505.10978; verl-agent's ``core_gigpo.py``)
+    Two unit sets, summed per decision. Episode level: ``team``'s units (weight 1). Step level
+    (weight ``step_weight``, GiGPO's omega, default 1): unit = one decision, key = its *anchor
+    state* (group, agent, observation text): the decisions of one task group whose acting agent
+    saw the identical observation; score = the decision's discounted return-to-go,
+    ``sum_{t' >= t} step_gamma**(t' - t) * R_t'`` over the team rewards of its round t and later
+    (+ the agent's per-agent reward of round t with ``agent_rewards``), gamma applied per round.
+    Both levels use ``normalisation`` (verl-agent's one ``mode`` for both). A step group of one
+    decision (an observation no other episode reached) gets step advantage 0, as in verl-agent,
+    so such a decision keeps its episode-level advantage alone.
 ``agent_turn``
     unit = (episode, agent, round), key = (group, agent, round): a role's turn-t utterances are
     compared only with the same role's turn-t utterances of the same task. Score = the team
@@ -46,6 +56,7 @@ from typing import Any
 import torch
 
 from marft_agents.settings.estimators import estimator_function
+from marft_agents.settings.grpo import GRPOOptions
 
 Tensor = torch.Tensor
 
@@ -180,28 +191,38 @@ def agent_turn_units(rollout: Any, options: Any) -> list[Units]:
     return [units]
 
 
+def step_units(rollout: Any, options: Any) -> list[Units]:
+    """``step``: GiGPO's episode-level units (``team``, weight 1) and step-level units (one per
+    decision, keyed by its anchor state, weight ``options.step_weight``)."""
+    steps = Units(weight=float(options.step_weight))
+    for episode in rollout.episodes:
+        ids, decisions, round_reward, own = _episode_rewards(rollout, episode)
+        to_go, running = {}, 0.0  # round -> discounted team return from that round on
+        for t in sorted(round_reward, reverse=True):
+            running = round_reward[t] + options.step_gamma * running
+            to_go[t] = running
+        for i, d in zip(ids, decisions):
+            score = to_go[d.round] + (own[(d.agent_id, d.round)] if options.agent_rewards else 0.0)
+            steps.add((episode.group, d.agent_id, d.observation), score, [i])
+    return [*team_units(rollout, options), steps]
+
+
 def unit_scores(rollout: Any, grouping: str, agent_rewards: bool = False
                 ) -> tuple[list[Hashable], list[float], list[list[int]]]:
     """``(keys, scores, decision indices)`` of every unit of ``rollout`` under a one-set
     ``grouping`` (see the module docstring); the decision indices share the unit's advantage."""
-    (units,) = estimator_function("grouping", grouping)(rollout, _Options(agent_rewards))
+    (units,) = estimator_function("grouping", grouping)(rollout, GRPOOptions(agent_rewards=agent_rewards))
     return units.keys, units.scores, units.members
-
-
-@dataclass(frozen=True)
-class _Options:
-    """The grouping options :func:`unit_scores` and :func:`decision_advantages` pass when called
-    with plain arguments (the learner passes its :class:`~marft_agents.settings.grpo.GRPOOptions`)."""
-
-    agent_rewards: bool = False
 
 
 def decision_advantages(rollout: Any, grouping: str, normalisation: str, agent_rewards: bool = False,
                         eps: float = 1e-6, options: Any = None) -> Tensor:
     """Group-relative advantage of every decision of ``rollout`` -> ``[len(rollout.decisions)]``:
     the sum over the grouping's unit sets of ``weight * advantage`` of each decision's unit
-    (``options``: the grouping's options, default: just ``agent_rewards``)."""
-    sets = estimator_function("grouping", grouping)(rollout, options if options is not None else _Options(agent_rewards))
+    (``options``: the learner's :class:`~marft_agents.settings.grpo.GRPOOptions`; None: the
+    defaults with ``agent_rewards``)."""
+    options = options if options is not None else GRPOOptions(agent_rewards=agent_rewards)
+    sets = estimator_function("grouping", grouping)(rollout, options)
     out = torch.zeros(len(rollout.decisions))  # [N]
     for n, units in enumerate(sets):
         per_unit = group_relative(units.scores, units.keys, normalisation, eps)  # [U]

@@ -8,7 +8,8 @@ Registered as ``algorithm: grpo``; options in the ``learner:`` section
    samples (``run/collector.py``, grouped sampling).
 2. Advantages. Every decision gets one scalar advantage from ``marft_agents.group_math``: its
    unit's score (team return, per agent, or per agent and turn: ``grouping``) against the other
-   units with the same key, normalised as ``normalisation`` says. No critic is built, no value is
+   units with the same key, normalised as ``normalisation`` says (``step``: GiGPO's episode-level
+   advantage plus ``step_weight`` times a step-level one over anchor states). No critic is built, no value is
    computed, and advantages are not re-whitened across the batch.
 3. Loss. The PPO engine (``learners/base.py``) with per-token ratio units: the clipped ratio
    against the sampling-time (or rescored) log-probs, the decision's advantage broadcast over

@@ -61,6 +61,7 @@ ESTIMATORS: tuple[Estimator, ...] = (
     Estimator("team", "grouping", f"{_G}:team_units", needs_groups=True),
     Estimator("agent", "grouping", f"{_G}:agent_units", needs_groups=True),
     Estimator("agent_turn", "grouping", f"{_G}:agent_turn_units", needs_groups=True),
+    Estimator("step", "grouping", f"{_G}:step_units", needs_groups=True),
     Estimator("mean", "normalisation", f"{_G}:mean_only"),
     Estimator("mean_std", "normalisation", f"{_G}:mean_std"),
     Estimator("leave_one_out", "normalisation", f"{_G}:leave_one_out"),
