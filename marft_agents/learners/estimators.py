@@ -5,7 +5,10 @@ has one signature, ``fn(batch: EpisodeTables) -> DecisionTargets``, on plain per
 per-position tables (the maths and its reasoning: :mod:`marft_agents.learners.baselines`):
 
 1. ``critic`` (:func:`critic_gae`): GAE over each episode's decisions with the critic's values
-   (MAPPO); the target is the GAE return. Its token-level form is
+   (MAPPO), one value per agent turn; the target is the GAE return. Over rounds, gamma is the
+   credit assignment's (once per round under ``team``, per agent turn under
+   ``step_discounted``) and lambda applies per agent turn (``ppo_math.gae_action_level``).
+   Its token-level form is
    :func:`marft_agents.ppo_math.gae_token_level` (MARFT-T).
 2. ``group`` (:func:`group_loo`): the Monte Carlo return minus the leave-one-out mean of the
    returns at the same position in the other episodes of the task group; no critic (target 0).
