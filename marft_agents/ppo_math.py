@@ -133,6 +133,18 @@ def gae_action_level(
     agents interleaved, as the env scheduled them); V(s_{k+1}) is the next decision's value,
     whichever agent made it, so credit flows from later agents to earlier ones. Pad rows with
     ``dones = 1``. Returns ``(advantages [B, K], returns [B, K])``.
+
+    Over rounds (a team's turns; ``tests/agents/test_ppo_math_rounds.py`` checks a 3-round
+    example by hand). The critic values every decision's state, so there is one value per agent
+    turn, several per round. ``gamma [B, K]`` is the credit assignment's
+    (``learners/credit.py``): under ``team`` (the default) it is 1 between the decisions of one
+    round and ``ppo.gamma`` on the decision that closes a round, i.e. **gamma is applied once per
+    round**, and with ``lam = 1`` every decision of round t has the same return,
+    ``sum_{t' >= t} gamma**(t' - t) R_t'``; under ``step_discounted`` it is ``ppo.gamma`` on every
+    decision (once per agent turn). **Lambda is applied per decision** (per agent turn, whatever
+    the credit assignment): ``A_k = delta_k + gamma_k * lam * A_{k+1}``, so inside a round (gamma
+    1) the next agent's advantage reaches the earlier one weighted by ``lam``, and across a round
+    boundary by ``gamma * lam``.
     """
     return gae(rewards, values, dones, gamma, lam)
 

@@ -10,9 +10,9 @@ Hooks a subclass implements
 ---------------------------
 ``build_samples(rollout) -> list[Sample]``
     The advantage estimator: per decision, old log-probs, old values, advantages and returns
-    (``[]`` tensors at action level, ``[L]`` at token level). A critic-free learner (group-relative
-    baselines) fills ``old_values``/``returns`` with zeros and sets ``value_mode = None``: the
-    engine then runs no critic pass.
+    (``[]`` tensors at action level, ``[L]`` at token level). A critic-free learner declares
+    ``value_mode = None``, and a baseline without a critic leaves ``critic_values`` None; either
+    fills ``old_values``/``returns`` with zeros and the engine runs no critic pass.
 ``policy_units(samples, logprobs, mask) -> PolicyUnits``
     Given the micro-batch's per-token log-probs ``[B, T]`` under the current adapter (with grad)
     and their response mask, return the units at which the ratio is formed: per decision
@@ -104,6 +104,7 @@ from marft_agents.learners.samples import (
 from marft_agents.learners.value_fit import ValueFit
 from marft_agents.episodes import Rollout
 from marft_agents.settings.advantage import AUTO_BASELINE, GROUP_BASELINES, resolve_baseline, resolve_group_size
+from marft_agents.settings.estimators import estimator
 
 __all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask", "sample_from_decision"]
 
@@ -126,10 +127,15 @@ class BaseLearner(LogprobTargets):
     ``schedule.group_size`` at construction."""
     baselines: tuple[str, ...] = ("critic",)
     """The ``advantage.baseline`` choices this learner's estimator implements (the MAPPO learners:
-    all of ``settings.advantage.BASELINES``). Under ``group`` the learner runs without a critic:
-    its instance's ``value_mode`` is None (no values at collection, no critic pass)."""
+    all of ``settings.advantage.BASELINES``). Under a baseline without a critic (``group``) the
+    instance's ``critic_values`` is None (no values at collection, no critic pass); the declared
+    ``value_mode`` stays what the critic would value."""
     unit = "decision"
     """What the policy loss averages over: ``"decision"`` or ``"token"`` (see ``units``)."""
+    whitens_advantages: bool = True
+    """Whether the engine re-whitens the policy samples' advantages across the batch when
+    ``ppo.normalize_advantages`` is on (False: the estimator normalises them itself, e.g. GRPO
+    within its groups)."""
     data_parallel: DataParallel | SingleProcess = SINGLE_PROCESS
     """The split and the collectives of an update. One process: the stand-in
     :class:`marft_agents.run.distributed.SingleProcess` (this rank runs everything; nothing to sum).
@@ -141,6 +147,9 @@ class BaseLearner(LogprobTargets):
     def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]):
         self.policy, self.cfg = policy, cfg
         self.ppo, self.schedule = cfg.ppo, cfg.schedule
+        self.kl_coef = float(self.ppo.kl_coef)
+        """The weight of the KL(pi || reference) term (``ppo.kl_coef``; a learner with its own
+        setting assigns it in its constructor): > 0 attaches reference log-probs."""
         self.agent_ids = list(agent_ids)
         self.temperature = float(cfg.sampling.temperature)
         self.rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x1EA2]))
@@ -158,15 +167,18 @@ class BaseLearner(LogprobTargets):
         if self.baseline not in self.baselines:
             raise ValueError(f"advantage.baseline {self.baseline!r}: algorithm {getattr(cfg, 'algorithm', '?')!r} "
                              f"implements {', '.join(self.baselines)}")
-        if self.baseline == "group":
-            self.value_mode = None  # the group mean is the baseline: no critic runs
+        self.critic_values: str | None = (self.value_mode if estimator("baseline", self.baseline).uses_critic
+                                          else None)
+        """What this run's critic values: the declared ``value_mode``, or None when the baseline
+        (``advantage.baseline``, e.g. ``group``) runs without a critic (no values at collection,
+        no critic pass, no critic optimizer)."""
         self.value_fit: ValueFit | None = None
-        if self.value_mode is not None:
+        if self.critic_values is not None:
             for name in sorted({policy.critic_for(a) for a in self.agent_ids}):
                 self.optimizers[name] = self._make_optimizer(name, self.schedule.critic_lr,
                                                              head_lr=self.schedule.value_head_lr)
-            self.value_fit = ValueFit(policy, cfg, self.value_mode, self.rng, self.baseline)
-        critic_groups = self.value_mode is not None and self.critic_cfg is not None
+            self.value_fit = ValueFit(policy, cfg, self.critic_values, self.rng, self.baseline)
+        critic_groups = self.critic_values is not None and self.critic_cfg is not None
         self.group_size = resolve_group_size(
             getattr(self.schedule, "group_size", None), self.schedule.episodes_per_update,
             uses_groups=critic_groups or self.baseline in GROUP_BASELINES,
@@ -207,7 +219,7 @@ class BaseLearner(LogprobTargets):
 
     def value_units(self, sample: Sample) -> float:
         """This sample's share of the value loss's normaliser."""
-        return float(len(sample.response_ids)) if self.value_mode == "token" else 1.0
+        return float(len(sample.response_ids)) if self.critic_values == "token" else 1.0
 
     # -- schedule ------------------------------------------------------------------------------
     def trainable_agents(self, update: int) -> list[str]:
@@ -235,7 +247,7 @@ class BaseLearner(LogprobTargets):
     def _update(self, rollout: Rollout, update: int) -> dict[str, float]:
         trainable = self.trainable_agents(update)
         train_policy = update >= self.ppo.critic_warmup_updates
-        critic = self.value_mode is not None
+        critic = self.critic_values is not None
         self.policy.set_trainable(set(trainable) if train_policy else set(), critic=critic)
         samples = self.build_samples(rollout)
         metrics: dict[str, float] = {"losses/explained_variance": self.explained_variance(samples)}
@@ -244,9 +256,9 @@ class BaseLearner(LogprobTargets):
             metrics.update(fit.prepare(rollout, samples, update, metrics["losses/explained_variance"]))
         metrics.update(self.diagnostics(rollout))
         policy_samples = [s for s in samples if s.agent_id in trainable] if train_policy else []
-        if self.ppo.normalize_advantages and policy_samples:
+        if self.whitens_advantages and self.ppo.normalize_advantages and policy_samples:
             self._whiten_advantages(policy_samples)
-        if self.ppo.kl_coef > 0 and policy_samples:
+        if self.kl_coef > 0 and policy_samples:
             self._attach_reference_logprobs(policy_samples)
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
@@ -304,7 +316,7 @@ class BaseLearner(LogprobTargets):
         return metrics
 
     def explained_variance(self, samples: list[Sample]) -> float:
-        if not samples or self.value_mode is None:
+        if not samples or self.critic_values is None:
             return float("nan")
         values = torch.cat([s.old_values.reshape(-1) for s in samples])
         returns = torch.cat([s.returns.reshape(-1) for s in samples])
@@ -381,7 +393,7 @@ class BaseLearner(LogprobTargets):
         bound, as its activations are computed once (its keys and values are repeated per row)."""
         if by == "adapter":
             return len(micro) * (max(len(s.prompt_ids) for s in micro) + max(len(s.response_ids) for s in micro))
-        token = self.value_mode == "token"
+        token = self.critic_values == "token"
         seqs = [list(s.critic_input[0]) + (list(s.response_ids) if token else []) for s in micro]
         heads, _ = self.policy.value_rows(seqs)
         return len(heads) * max(len(seq) for seq in seqs)
@@ -417,10 +429,10 @@ class BaseLearner(LogprobTargets):
                 "losses/approx_kl": float((pm.approx_kl(units.logprobs, units.old_logprobs) * weight).sum())
                 / norm["units"],
             }
-        if ppo.kl_coef > 0:
+        if self.kl_coef > 0:
             ref = pad_stack([s.ref_logprobs for s in micro], logprobs.shape[1]).to(mask.device)  # [B, T]
             kl = pm.masked_sum(pm.kl_to_reference(logprobs, ref), mask)  # []
-            loss = loss + ppo.kl_coef * kl / norm["tokens"]
+            loss = loss + self.kl_coef * kl / norm["tokens"]
             out["losses/kl_ref"] = float(pm.masked_sum(pm.kl_k3_estimate(logprobs.detach(), ref), mask)) / norm["tokens"]
         return loss, out
 

@@ -39,7 +39,8 @@ in, recorded at collection.
 4. How this relates to step-level group methods. GiGPO (Feng et al., 2025; verl-agent's
    ``build_step_group``) adds to the episode-level group advantage a step-level one over
    *anchor states*: steps of the same task group whose observations are identical form a group
-   and are compared by their discounted returns. It needs states that repeat exactly; a
+   and are compared by their discounted returns (GRPO's ``learner.grouping: step``,
+   :mod:`marft_agents.group_math`). It needs states that repeat exactly; a
    teammate's free-text message almost never does, so its step groups here would be the first
    position's only. AT-GRPO (agent- and turn-wise GRPO) makes same-state groups by sampling K
    candidates of one agent at one turn from one shared state (tree sampling) and continues the

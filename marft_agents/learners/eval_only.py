@@ -10,16 +10,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from marft_agents.episodes import Rollout
+from marft_agents.learners.registry import EVAL_ONLY, declared_by
 
 
+@declared_by(EVAL_ONLY)
 class EvalOnly:
     """A learner whose update does nothing (same interface as :class:`BaseLearner`)."""
 
-    value_mode: str | None = None
-    options_class: type | None = None
-    trains: bool = False
-    """Nothing trains: the config's training-only checks (untruncated sampling, no LoRA dropout)
-    and the trainer's training warnings do not apply."""
+    # Declared by its registry spec (learners/registry.py): no critic, no options, trains False
+    # (nothing trains: the config's training-only checks and the training warnings do not apply).
     group_size: int = 1
     data_parallel: Any = None
     """Set under torch.distributed; unused: nothing to synchronise in an update that trains nothing."""

@@ -8,7 +8,8 @@ Registered as ``algorithm: grpo``; options in the ``learner:`` section
    samples (``run/collector.py``, grouped sampling).
 2. Advantages. Every decision gets one scalar advantage from ``marft_agents.group_math``: its
    unit's score (team return, per agent, or per agent and turn: ``grouping``) against the other
-   units with the same key, normalised as ``normalisation`` says. No critic is built, no value is
+   units with the same key, normalised as ``normalisation`` says (``step``: GiGPO's episode-level
+   advantage plus ``step_weight`` times a step-level one over anchor states). No critic is built, no value is
    computed, and advantages are not re-whitened across the batch.
 3. Loss. The PPO engine (``learners/base.py``) with per-token ratio units: the clipped ratio
    against the sampling-time (or rescored) log-probs, the decision's advantage broadcast over
@@ -25,21 +26,20 @@ both work (a shared adapter trains on every agent's decisions).
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from marft_agents import group_math as gm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack
 from marft_agents.episodes import Rollout
+from marft_agents.learners.registry import declared_by
 from marft_agents.settings.grpo import GRPOOptions
 
 
+@declared_by("grpo")  # value_mode None, options GRPOOptions: learners/registry.py
 class GRPO(BaseLearner):
     """Group-relative policy optimisation for agent teams (see the module docstring)."""
 
-    value_mode = None
-    options_class = GRPOOptions
+    whitens_advantages = False  # normalised within groups, never re-whitened across the batch
 
     def __init__(self, policy, cfg, agent_ids):
         opts: GRPOOptions = cfg.learner
@@ -56,17 +56,15 @@ class GRPO(BaseLearner):
         self.options = opts
         self.group_size = opts.group_size
         self.unit = "token" if opts.aggregation == "token" else "decision"
-        # The base loop reads these from self.ppo: the KL weight decides whether reference
-        # log-probs are attached, and advantages are normalised within groups, never re-whitened.
-        self.ppo = dataclasses.replace(cfg.ppo, kl_coef=opts.kl_coef, normalize_advantages=False)
+        self.kl_coef = float(opts.kl_coef)  # learner.kl_coef (ppo.kl_coef is refused above)
+
+    def advantages(self, rollout: Rollout) -> torch.Tensor:
+        """Step 2: every decision's group-relative advantage -> ``[len(rollout.decisions)]``."""
+        o = self.options
+        return gm.decision_advantages(rollout, o.grouping, o.normalisation, options=o)  # [N]
 
     def build_samples(self, rollout: Rollout) -> list[Sample]:
-        o = self.options
-        advantages = gm.decision_advantages(rollout, o.grouping, o.normalisation, o.agent_rewards)  # [N]
-        # share of the sampled decisions whose group gave no signal (scripted seats' are not sampled)
-        sampled = torch.tensor([bool(d.response_ids) and not d.scripted for d in rollout.decisions])  # [N]
-        zero = advantages[sampled] == 0  # [n sampled]
-        self._last_zero_share = float(zero.float().mean()) if zero.numel() else float("nan")
+        advantages = self.advantages(rollout)  # [N]
         zero = torch.zeros(())
         return [Sample(agent_id=d.agent_id, adapter=d.adapter, critic="", prompt_ids=d.prompt_ids,
                        response_ids=d.response_ids, prefix_len=d.prefix_len,
@@ -77,11 +75,15 @@ class GRPO(BaseLearner):
     def explained_variance(self, samples: list[Sample]) -> float:
         return float("nan")  # no critic
 
-    def update(self, rollout: Rollout, update: int) -> dict[str, float]:
-        metrics = super().update(rollout, update)
-        metrics["grpo/zero_advantage_share"] = self._last_zero_share
-        metrics["grpo/groups"] = float(len(rollout.groups()))
-        return metrics
+    def diagnostics(self, rollout: Rollout) -> dict[str, float]:
+        """``grpo/zero_advantage_share``: the share of the sampled decisions (scripted seats' are
+        not sampled) whose group gave no signal (advantage exactly 0: a singleton or an
+        all-equal group); ``grpo/groups``: the rollout's task groups."""
+        advantages = self.advantages(rollout)  # [N] (pure: the same as build_samples')
+        sampled = torch.tensor([bool(d.response_ids) and not d.scripted for d in rollout.decisions])  # [N]
+        zero = advantages[sampled] == 0  # [n sampled]
+        return {"grpo/zero_advantage_share": float(zero.float().mean()) if zero.numel() else float("nan"),
+                "grpo/groups": float(len(rollout.groups()))}
 
     def policy_units(self, samples: list[Sample], logprobs: torch.Tensor, mask: torch.Tensor) -> PolicyUnits:
         """One unit per response token carrying its decision's advantage. ``sequence``

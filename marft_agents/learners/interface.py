@@ -17,7 +17,8 @@ Life of a learner in a run (``marft_agents/run/trainer.py``):
 2. The policy is built with a critic only when ``value_mode`` is not None.
 3. ``cls(policy, cfg, agent_ids)`` constructs the learner (refused when the env has more agents
    than the class's optional ``max_agents``); :func:`check_learner_instance` checks it.
-4. The collector is built with ``values=learner.value_mode`` and
+4. The collector is built with ``values=`` :func:`run_values` (the learner's optional
+   ``critic_values``, else its ``value_mode``) and
    ``group_size=learner.group_size``; ``schedule.episodes_per_update`` must be a multiple of it.
 5. Under several processes (``torchrun``) the Trainer sets ``learner.data_parallel``, which only
    a class declaring that attribute accepts (optional member; see :data:`OPTIONAL_MEMBERS`). In
@@ -51,6 +52,10 @@ OPTIONAL_MEMBERS: dict[str, str] = {
               "it was (read by marft_agents.learners.registry.learner_trains)",
     "max_agents": "class attribute, int >= 1: the env may have at most this many agents "
                   "(single-agent PPO sets 1); absent = any number",
+    "critic_values": "instance attribute, one of VALUE_MODES: what this run's critic values, when the "
+                     "run decides not to use the critic the class declares (BaseLearner's: None under a "
+                     "baseline without a critic, such as advantage.baseline: group); absent = value_mode "
+                     "(read by run_values)",
     "data_parallel": "attribute, on the class None or marft_agents.run.distributed.SINGLE_PROCESS (the "
                      "one-process stand-in, with DataParallel's methods; BaseLearner's): declares that "
                      "update() supports several ranks; the Trainer then sets it to a "
@@ -101,6 +106,12 @@ class Learner(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
+
+
+def run_values(learner: Any) -> str | None:
+    """What the collector records from the critic for ``learner``'s run: its ``critic_values``
+    where it declares one (:data:`OPTIONAL_MEMBERS`), else its class's ``value_mode``."""
+    return learner.critic_values if hasattr(learner, "critic_values") else learner.value_mode
 
 
 def _where(name: str, cls: type) -> str:

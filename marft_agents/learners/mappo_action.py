@@ -40,49 +40,26 @@ import torch
 from marft_agents import ppo_math as pm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack, sample_from_decision
 from marft_agents.learners.baseline_choice import GroupBaselines
-from marft_agents.learners.credit import assign_credit
+from marft_agents.learners.registry import declared_by
 from marft_agents.episodes import Rollout
 
 
+@declared_by("mappo_action")  # value_mode "state", the baselines: learners/registry.py
 class ActionLevelMAPPO(GroupBaselines, BaseLearner):
     """MAPPO with one action per utterance (MARFT-A)."""
 
-    value_mode = "state"
     unit = "decision"
 
     def build_samples(self, rollout: Rollout) -> list[Sample]:
-        if self.baseline != "critic":
-            return self._group_samples(rollout)
-        episodes = [ep for ep in rollout.episode_decisions() if ep]
-        if not episodes:
-            return []
-        longest = max(len(ep) for ep in episodes)
-        rewards = torch.zeros(len(episodes), longest)  # [E, K]
-        values = torch.zeros(len(episodes), longest)  # [E, K]
-        dones = torch.ones(len(episodes), longest)  # [E, K] padding counts as done
-        gammas = torch.ones(len(episodes), longest)  # [E, K]
-        for e, decisions in enumerate(episodes):
-            if not decisions[-1].done:
-                raise ValueError(f"episode {e} did not finish; the collector returns whole episodes only")
-            r, g = assign_credit(decisions, self.ppo.credit, self.ppo.gamma)
-            rewards[e, : len(r)] = torch.tensor(r)
-            gammas[e, : len(g)] = torch.tensor(g)
-            values[e, : len(r)] = torch.tensor([d.value for d in decisions], dtype=torch.float32)
-            dones[e, : len(r)] = torch.tensor([float(d.done) for d in decisions])
-        advantages, returns = pm.gae_action_level(rewards, values, dones, gammas, self.ppo.lam)  # [E, K]
-        return [sample_from_decision(d, self.policy.critic_for(d.agent_id), values[e, k].clone(),
-                                     advantages[e, k].clone(), returns[e, k].clone())
-                for e, decisions in enumerate(episodes) for k, d in enumerate(decisions)]
-
-    def _group_samples(self, rollout: Rollout) -> list[Sample]:
-        """Step 4's samples: the group advantage, and under ``group_critic`` the recorded value
-        and the residual target of the critic (no critic under ``group``: zeros, unused)."""
-        critic = self.value_mode is not None
+        """Steps 1 and 4: the registered baseline estimator's advantages and critic targets
+        (``advantage.baseline``: :mod:`marft_agents.learners.estimators`), one sample per decision."""
+        critic = self.critic_values is not None
+        targets = self.baseline_targets(rollout, (lambda d: d.value) if critic else None)
         zero = torch.zeros(())
         return [sample_from_decision(d, self.policy.critic_for(d.agent_id) if critic else "",
                                      torch.tensor(float(d.value)) if critic else zero,
                                      torch.tensor(advantage), torch.tensor(target) if critic else zero)
-                for d, advantage, target in self.group_targets(rollout, (lambda d: d.value) if critic else None)]
+                for d, advantage, target in targets]
 
     def policy_units(self, samples: list[Sample], logprobs: torch.Tensor, mask: torch.Tensor) -> PolicyUnits:
         """One unit per decision: the utterance's (sum or mean) log-prob."""

@@ -33,6 +33,7 @@ Single-agent token-level PPO is this learner on a one-role profile.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -40,7 +41,9 @@ from marft_agents import ppo_math as pm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack, sample_from_decision
 from marft_agents.learners.baseline_choice import GroupBaselines
 from marft_agents.learners.credit import assign_credit
+from marft_agents.learners.registry import declared_by
 from marft_agents.episodes import Decision, Rollout
+from marft_agents.settings.estimators import estimator_function
 
 
 def fold_empty_utterances(decisions: Sequence[Decision], rewards: Sequence[float], gammas: Sequence[float]
@@ -68,15 +71,23 @@ def fold_empty_utterances(decisions: Sequence[Decision], rewards: Sequence[float
     return keep, out_r, out_g, out_d
 
 
+@declared_by("mappo_token")  # value_mode "token", the baselines: learners/registry.py
 class TokenLevelMAPPO(GroupBaselines, BaseLearner):
     """MAPPO with one action per token (MARFT-T)."""
 
-    value_mode = "token"
     unit = "token"
 
     def build_samples(self, rollout: Rollout) -> list[Sample]:
-        if self.baseline != "critic":
-            return self._group_samples(rollout)
+        """Steps 1 and 4: the registered baseline estimator's per-token form when it has one
+        (``critic``: token GAE), else its per-utterance advantage broadcast over the tokens."""
+        per_token = estimator_function("baseline", self.baseline, token=True)
+        if per_token is not None:
+            return self._token_samples(rollout, per_token)
+        return self._utterance_samples(rollout)
+
+    def _token_samples(self, rollout: Rollout, per_token: Any) -> list[Sample]:
+        """Step 1: ``per_token(inputs, gamma, lam, gamma_token, lam_token)`` over each episode's
+        non-empty utterances (``settings.estimators``' token-level convention)."""
         inputs, kept = [], []
         for decisions in rollout.episode_decisions():
             rewards, gammas = assign_credit(decisions, self.ppo.credit, self.ppo.gamma)
@@ -86,19 +97,19 @@ class TokenLevelMAPPO(GroupBaselines, BaseLearner):
             inputs.append(pm.TokenGAEInput(token_values=[decisions[k].token_values for k in keep],
                                            rewards=merged_rewards, dones=dones, gammas=merged_gammas))
             kept.append([decisions[k] for k in keep])
-        results = pm.gae_token_level(inputs, gamma=self.ppo.gamma, lam=self.ppo.lam,
-                                     gamma_token=self.ppo.gamma_token, lam_token=self.ppo.lam_token)
+        results = per_token(inputs, gamma=self.ppo.gamma, lam=self.ppo.lam,
+                            gamma_token=self.ppo.gamma_token, lam_token=self.ppo.lam_token)
         return [sample_from_decision(d, self.policy.critic_for(d.agent_id),
                                      torch.tensor(d.token_values, dtype=torch.float32),  # [L]
                                      advantages, returns)  # [L] each
                 for decisions, per_utterance in zip(kept, results)
                 for d, (advantages, returns) in zip(decisions, per_utterance)]
 
-    def _group_samples(self, rollout: Rollout) -> list[Sample]:
+    def _utterance_samples(self, rollout: Rollout) -> list[Sample]:
         """Step 4's samples (utterances without tokens have nothing to train: skipped)."""
-        critic = self.value_mode is not None
+        critic = self.critic_values is not None
         out = []
-        for d, advantage, target in self.group_targets(
+        for d, advantage, target in self.baseline_targets(
                 rollout, (lambda d: d.token_values[0] if d.token_values else 0.0) if critic else None):
             n = len(d.response_ids)
             if not n:

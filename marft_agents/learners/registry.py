@@ -19,9 +19,12 @@ Config validation reads a learner's capabilities (``value_mode``, ``options_clas
 ``max_agents``: :class:`Capabilities`) without building it, and for the shipped learners without
 importing them: their modules import torch, while a config is plain data. So each shipped
 learner is declared here as a :class:`LearnerSpec`, the class to import on first use plus the
-capabilities validation needs, its options class named by a torch-free module; the first
-:func:`get_learner` of it checks that the class agrees with its spec. A plugin is imported to
-read its capabilities, unless it registers (or its entry point names) a :class:`LearnerSpec`.
+capabilities validation needs, its options class named by a torch-free module. That spec is the
+one declaration: each shipped class takes its capability attributes from it with the class
+decorator :func:`declared_by` (``@declared_by("mappo_action")``), so the two cannot disagree;
+the first :func:`get_learner` of a name still checks class against spec (a plugin that registers
+a spec may declare its class by hand). A plugin is imported to read its capabilities, unless it
+registers (or its entry point names) a :class:`LearnerSpec`.
 
 This module and the options classes it names import no torch.
 """
@@ -102,6 +105,20 @@ BUILTIN_LEARNERS: dict[str, LearnerSpec] = {
 _registry: dict[str, Any] = dict(BUILTIN_LEARNERS)  # name -> class, LearnerSpec or "module:Class"
 _origin: dict[str, str] = {name: "marft" for name in BUILTIN_LEARNERS}
 _plugins_loaded = False
+
+
+def declared_by(name: str) -> Any:
+    """Class decorator: give the learner class the capability attributes (``value_mode``,
+    ``options_class``, ``trains``, ``max_agents``, ``baselines``) its :data:`BUILTIN_LEARNERS`
+    spec ``name`` declares."""
+    capabilities = BUILTIN_LEARNERS[name].capabilities()
+
+    def declare(cls: type) -> type:
+        for field_name in ("value_mode", "options_class", "trains", "max_agents", "baselines"):
+            setattr(cls, field_name, getattr(capabilities, field_name))
+        return cls
+
+    return declare
 
 
 class UnknownLearnerError(ValueError):

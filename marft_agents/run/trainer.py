@@ -68,6 +68,7 @@ from marft_agents.env_check import check_env_config
 from marft_agents.evaluation.problem_set import EvalResult, evaluate
 from marft_agents.learners import get_learner, make_learner
 from marft_agents.learners.registry import learner_trains
+from marft_agents.learners.interface import run_values
 from marft_agents.episodes import rollout_metrics
 from marft_agents.run.collector import RolloutCollector
 from marft_agents.run.seeding import seed_everything
@@ -246,7 +247,7 @@ class Trainer:
                 f"schedule.episodes_per_update ({cfg.schedule.episodes_per_update}) must be a multiple of "
                 f"the learner's group_size ({group_size}, algorithm {cfg.algorithm!r}): each update "
                 "collects whole groups of episodes of one task")
-        self.collector = RolloutCollector(self.envs, self.policy, cfg.sampling, values=self.learner.value_mode,
+        self.collector = RolloutCollector(self.envs, self.policy, cfg.sampling, values=run_values(self.learner),
                                           seed=cfg.seed, group_size=group_size, scripted=self.scripted)
         # train_seconds: rollout + update time so far (evaluation excluded), for time budgets.
         self.counters = {"update": 0, "episodes": 0, "decisions": 0, "tokens": 0, "train_seconds": 0.0}

@@ -7,23 +7,25 @@ learners (``learners/mappo_action.py``, ``learners/mappo_token.py``) that use th
 from __future__ import annotations
 
 import logging
-import typing
 from dataclasses import dataclass
 from typing import Literal
 
+from marft_agents.settings.estimators import estimator, estimator_names
+
 log = logging.getLogger(__name__)
 
-BaselineChoice = Literal["auto", "critic", "group", "group_critic"]
-"""What ``advantage.baseline`` accepts: ``auto`` (resolved by the config's validation), or what a
-MAPPO advantage subtracts from a decision's return."""
-BASELINE_CHOICES: tuple[str, ...] = typing.get_args(BaselineChoice)
-"""The choices, ``auto`` first."""
-AUTO_BASELINE = BASELINE_CHOICES[0]
+BASELINES: tuple[str, ...] = estimator_names("baseline")
+"""The baselines (what ``auto`` resolves to), in registration order: the ``baseline`` family of
+:data:`marft_agents.settings.estimators.ESTIMATORS`, where each is declared once."""
+AUTO_BASELINE = "auto"
 """``advantage.baseline: auto`` (the default): :data:`DEFAULT_BASELINE` where it can run, else
 ``critic`` (:func:`resolve_baseline`); a validated config holds the baseline it chose."""
-BASELINES: tuple[str, ...] = BASELINE_CHOICES[1:]
-"""The baselines (what ``auto`` resolves to), in declaration order."""
-GROUP_BASELINES: tuple[str, ...] = ("group", "group_critic")
+BASELINE_CHOICES: tuple[str, ...] = (AUTO_BASELINE, *BASELINES)
+"""The choices, ``auto`` first."""
+BaselineChoice = Literal[BASELINE_CHOICES]  # type: ignore[valid-type]
+"""What ``advantage.baseline`` accepts: ``auto`` (resolved by the config's validation), or what a
+MAPPO advantage subtracts from a decision's return."""
+GROUP_BASELINES: tuple[str, ...] = tuple(b for b in BASELINES if estimator("baseline", b).needs_groups)
 """Baselines built from the other episodes of a task group: they need ``schedule.group_size`` >= 2."""
 DEFAULT_BASELINE = "group"
 """What ``auto`` picks for a learner that implements it when grouped sampling is on
@@ -59,7 +61,8 @@ class AdvantageConfig:
 
     def __post_init__(self) -> None:
         if self.baseline not in BASELINE_CHOICES:
-            raise ValueError(f"advantage.baseline must be one of {', '.join(BASELINE_CHOICES)}, got {self.baseline!r}")
+            raise ValueError(f"advantage.baseline must be one of {', '.join(BASELINE_CHOICES)} (the registered "
+                             f"baseline estimators and auto), got {self.baseline!r}")
 
     @property
     def uses_critic(self) -> bool:
@@ -67,7 +70,7 @@ class AdvantageConfig:
         resolved (a validated config's)."""
         if self.baseline == AUTO_BASELINE:
             raise ValueError("advantage.baseline 'auto' is resolved by the config's validation; validate it first")
-        return self.baseline != "group"
+        return estimator("baseline", self.baseline).uses_critic
 
 
 def resolve_baseline(choice: str, implemented: tuple[str, ...], group_size: int) -> str:

@@ -154,7 +154,8 @@ def _learner(cls, baseline, **sections):
 
 def test_group_baseline_samples_carry_the_hand_computed_loo_advantages():
     learner = _learner(ActionLevelMAPPO, "group")
-    assert learner.value_mode is None and learner.value_fit is None and learner.group_size == 4
+    assert learner.critic_values is None and learner.value_fit is None and learner.group_size == 4
+    assert ActionLevelMAPPO.value_mode == learner.value_mode == "state"  # the declared capability stays
     assert not any(name == "critic" for name in learner.optimizers)  # no critic optimizer either
     rollout = _grouped_rollout([[1, 1, 0, 0], [0, 0, 0, 1]])
     samples = learner.build_samples(rollout)
@@ -169,7 +170,7 @@ def test_group_baseline_samples_carry_the_hand_computed_loo_advantages():
 
 def test_group_critic_trains_the_critic_on_the_residual_and_is_group_under_a_constant_critic():
     learner = _learner(ActionLevelMAPPO, "group_critic")
-    assert learner.value_mode == "state" and learner.value_fit is not None
+    assert learner.critic_values == "state" and learner.value_fit is not None
     returns = [[1, 1, 0, 0], [0, 0, 0, 1]]
     constant = [[[0.3, 0.3]] * 4] * 2
     samples = learner.build_samples(_grouped_rollout(returns, constant))

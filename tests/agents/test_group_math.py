@@ -111,8 +111,52 @@ def test_agent_grouping_without_agent_rewards_is_team_grouping_when_every_agent_
 def test_singletons_and_equal_scores_give_zero_never_nan(normalisation):
     out = gm.group_relative([3.0, 5.0, 5.0, 5.0, 0.0], ["a", "b", "b", "b", "c"], normalisation)
     assert torch.equal(out, torch.zeros(5))
-    with pytest.raises(ValueError, match="normalisation must be one of"):
+    with pytest.raises(ValueError, match="unknown normalisation estimator .z_score.; registered: mean, mean_std, leave_one_out"):
         gm.group_relative([1.0], ["a"], "z_score")
+
+
+EQUAL_BUT_INEXACT = [(0.7, 7), (2.9, 3), (1000.1, 8)]
+"""Groups of equal scores whose float32 mean is not the score (issue 78's equal-group defect)."""
+
+
+@pytest.mark.parametrize("normalisation", NORMALISATIONS)
+@pytest.mark.parametrize("score, n", EQUAL_BUT_INEXACT)
+def test_equal_scores_inexact_in_float32_give_exactly_zero(normalisation, score, n):
+    keys = ["g"] * n + ["h", "h"]
+    out = gm.group_relative([score] * n + [0.0, 1.0], keys, normalisation)  # [n + 2]
+    assert torch.equal(out[:n], torch.zeros(n))  # was up to ~+-0.9 under mean_std
+    assert out[n] < 0 < out[n + 1]  # a group with signal keeps it
+    as_float32 = gm.group_relative(torch.full((n,), score), ["g"] * n, normalisation)  # float32 scores given
+    assert torch.equal(as_float32, torch.zeros(n))
+
+
+@pytest.mark.parametrize("normalisation", NORMALISATIONS)
+def test_scores_equal_to_rounding_give_zero_and_close_scores_do_not(normalisation):
+    # the same partial credits summed in other orders: 0.7000000000000001 vs 0.7, one float64 ulp apart
+    summed = [0.1 + 0.2 + 0.4, 0.4 + 0.3, 0.3 + 0.4, 0.7, 0.2 + 0.5, 0.6 + 0.1, 0.35 + 0.35]
+    assert len(set(summed)) == 2
+    assert torch.equal(gm.group_relative(summed, ["g"] * 7, normalisation), torch.zeros(7))
+    close = gm.group_relative([0.7, 0.7, 0.7 + 1e-6], ["g"] * 3, normalisation)  # a real (tiny) difference
+    assert close[2] > 0 > close[0]
+
+
+def test_zero_advantage_share_counts_equal_but_inexact_groups():
+    # group 0: three episodes of team return 2.9 each (no signal); group 1: returns 0 and 1
+    rollout = _rollout([(0, [2.9], [0.0]), (0, [2.9], [0.0]), (0, [2.9], [0.0]), (1, [0.0], [0.0]), (1, [1.0], [0.0])])
+    advantages = gm.decision_advantages(rollout, "team", "mean_std")  # [10]
+    assert float((advantages == 0).float().mean()) == pytest.approx(0.6)  # 6 of 10 decisions
+
+
+def test_grpo_reports_equal_but_inexact_groups_in_its_zero_advantage_share(tmp_path):
+    from agent_helpers import FakePolicy, small_config
+    from marft_agents.learners import GRPO
+
+    cfg = small_config(tmp_path, algorithm="grpo", learner={"group_size": 2})
+    learner = GRPO(FakePolicy(), cfg, ["r", "a"])
+    rollout = _rollout([(0, [2.9], [0.0]), (0, [2.9], [0.0]), (0, [2.9], [0.0]), (1, [0.0], [0.0]), (1, [1.0], [0.0])])
+    assert learner.diagnostics(rollout)["grpo/zero_advantage_share"] == pytest.approx(0.6)
+    samples = learner.build_samples(rollout)
+    assert [float(s.advantages) for s in samples[:6]] == [0.0] * 6
 
 
 def _engine_policy_loss(aggregation, logprobs, old, adv, mask, eps_high=None):

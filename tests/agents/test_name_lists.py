@@ -24,7 +24,9 @@ import yaml
 from marft_agents.config import ConfigError, TrainConfig, field_docs, load_config
 from marft_agents.episodes import VALUE_MODES
 from marft_agents.learners.registry import BUILTIN_LEARNERS, list_learners
+from marft_agents.settings.advantage import AUTO_BASELINE
 from marft_agents.settings.critic import GLOBAL_STATE_MODES
+from marft_agents.settings.estimators import FAMILIES, estimator_names
 from marft_agents.settings.grpo import GRPOOptions
 from marft_agents.settings.model import DTYPES
 from marft_agents.settings.sampling import ENGINES
@@ -130,6 +132,11 @@ def test_every_name_list_is_declared_once():
             found[names].append(where)
         if len(names & set(BUILTIN_LEARNERS)) >= 3:
             learner_lists.append(where)
+    for family in FAMILIES:  # the estimator registry declares its families' names, one line each
+        names = estimator_names(family)
+        for declared in (frozenset(names), frozenset((AUTO_BASELINE, *names))):
+            if declared in found:
+                found[declared].append(f"marft_agents/settings/estimators.py:ESTIMATORS[{family}]")
     copies = {sets[names]: places for names, places in found.items() if len(places) != 1}
     assert not copies, f"name lists declared more (or less) than once: {copies}"
     assert not learner_lists, f"learner names listed outside learners/registry.py: {learner_lists}"

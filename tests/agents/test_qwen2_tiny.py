@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from agent_helpers import DEVICE, SOLO, small_config, tiny_on_device
+from marft_agents.learners.interface import run_values
 from marft_agents.engine.registry import engine_class
 from marft_agents.learners import get_learner
 from marft_agents.learners.registry import BUILTIN_LEARNERS, learner_trains
@@ -144,7 +145,7 @@ def test_tiny_qwen2_trains_through_every_learner_and_engine(tmp_path, qwen2_fold
     cfg = _config(tmp_path, qwen2_folder, algorithm, engine)
     trainer = Trainer(cfg, tiny_on_device(seed=0, arch=ARCH, **SIZES))
     policy, learner = trainer.policy, trainer.learner
-    if learner.value_mode is None:
+    if run_values(learner) is None:
         assert not policy.critic_adapters
     exact = not engine_class(engine).scores_in_learner
     collect = trainer.collector.collect
@@ -173,7 +174,7 @@ def test_tiny_qwen2_trains_through_every_learner_and_engine(tmp_path, qwen2_fold
         assert moved == set() and trained == set()
         return
     # the optimised terms; diagnostics may be NaN by definition (explained variance without a critic)
-    keys = POLICY_LOSSES + (VALUE_LOSSES if learner.value_mode is not None else ())
+    keys = POLICY_LOSSES + (VALUE_LOSSES if run_values(learner) is not None else ())
     for metrics in history:
         losses = {k: metrics[k] for k in keys}
         assert all(math.isfinite(v) for v in losses.values()), losses

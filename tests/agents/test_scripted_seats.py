@@ -158,6 +158,5 @@ def test_grpo_zero_advantage_share_counts_only_sampled_decisions(tmp_path, tiny,
     scripted = torch.tensor([d.scripted for d in rollout.decisions])  # [N]
     assert scripted.any() and not scripted.all()
     # Scripted decisions get advantage 0, sampled ones 1: no sampled decision lacks a signal.
-    monkeypatch.setattr(grpo_module.gm, "decision_advantages", lambda *a: (~scripted).float())
-    GRPO.build_samples(trainer.learner, rollout)
-    assert trainer.learner._last_zero_share == 0.0
+    monkeypatch.setattr(grpo_module.gm, "decision_advantages", lambda *a, **k: (~scripted).float())
+    assert GRPO.diagnostics(trainer.learner, rollout)["grpo/zero_advantage_share"] == 0.0

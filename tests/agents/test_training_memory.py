@@ -77,7 +77,7 @@ def test_checkpointed_update_has_the_same_gradients(tmp_path, tiny, algorithm):
     learner, policy = trainer.learner, trainer.policy
     assert len({s.adapter for s in samples}) == 2  # two agents: several adapters in one minibatch
     assert any(s.prefix_len for s in samples)  # shared-prefix passes: the KV cache is recomputed too
-    passes = [False] + ([True] if learner.value_mode is not None else [])
+    passes = [False] + ([True] if learner.critic_values is not None else [])
     plain = {critic: _grads(learner, samples, critic) for critic in passes}
     assert policy.checkpointed_layers == 0
     assert policy.enable_gradient_checkpointing() == len(policy.lm.get_decoder().layers)
@@ -209,7 +209,7 @@ def _bare_learner(cap, micro_batch_size=None, value_mode="state"):
     learner = BaseLearner.__new__(BaseLearner)  # the split needs the schedule and the policy only
     learner.schedule = ScheduleConfig(micro_batch_size=micro_batch_size, max_tokens_per_micro_batch=cap)
     learner.policy = _ChainPolicy()
-    learner.value_mode = value_mode
+    learner.critic_values = value_mode
     return learner
 
 
@@ -252,7 +252,7 @@ def test_critic_token_cap_counts_the_rows_the_chained_pass_runs():
 def test_gradients_are_the_same_whatever_the_token_cap(tmp_path, tiny, algorithm):
     trainer, samples = _trainer_with_samples(tmp_path, tiny, algorithm)
     learner = trainer.learner
-    passes = [False] + ([True] if learner.value_mode is not None else [])
+    passes = [False] + ([True] if learner.critic_values is not None else [])
     whole = {critic: _grads(learner, samples, critic) for critic in passes}
     smallest = min(learner._pass_tokens([s]) for s in samples)
     for cap in (1, smallest * 2, 10_000):  # every row alone, a few per pass, one pass per adapter
