@@ -732,7 +732,7 @@ def prepare_start(spec: GridSpec, run: GridRun) -> dict[str, Any]:
     if target.name != "adapters.pt":  # a plain start: the trainer reads the source's latest checkpoint
         return meta
     import marft_agents.model.loading as models
-    from marft_agents.run.seeding import seed_everything
+    from marft_agents.runtime.seeding import seed_everything
     from marft_agents.run.trainer import build_policy
 
     cfg = dataclasses.replace(run_config(spec, run), init_adapters=None)

@@ -13,7 +13,7 @@ import torch
 import marft_envs
 from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
 from marft_agents.model.critic import GlobalStateLog
-from marft_agents.run.collector import RolloutCollector
+from marft_agents.collector import RolloutCollector
 from marft_agents.model.scoring import prefix_chains
 
 TRIO = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think."},

@@ -370,7 +370,7 @@ def test_a_tick_of_several_adapters_is_one_call_when_the_engine_mixes_adapters(t
     import marft_envs
     from agent_helpers import LETTERS_ID
     from marft_agents.episodes import Rollout
-    from marft_agents.run.collector import RolloutCollector
+    from marft_agents.collector import RolloutCollector
 
     policy = _policy(tmp_path)
     envs = [marft_envs.make(LETTERS_ID) for _ in range(2)]

@@ -144,7 +144,7 @@ class RolloutCollector:
         ``share = (rank, world_size)``: draw the plan of all ``num_episodes`` (so the task order
         and this collector's state do not depend on the world size) but play only the rank's
         contiguous share of whole groups; groups keep their global index
-        (``marft_agents/run/distributed.py``)."""
+        (``marft_agents/runtime/distributed.py``)."""
         if plans is None:
             k = self.group_size
             if num_episodes < 1 or num_episodes % k:
