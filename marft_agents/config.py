@@ -491,8 +491,10 @@ class TrainConfig:
         Returns the learner's capabilities (read without importing a shipped learner)."""
         try:
             cls = learner_capabilities(self.algorithm)
-        except (UnknownLearnerError, ImportError, TypeError) as err:
+        except UnknownLearnerError as err:
             raise ConfigError(f"algorithm: {err}") from None
+        except (ImportError, TypeError) as err:  # the plug-in's own failure: its cause stays on the error
+            raise ConfigError(f"algorithm: {err}") from err
         options_class = cls.options_class
         if options_class is None:
             if self.learner not in (None, {}):

@@ -39,6 +39,28 @@ def _collect(policy, episodes=4, values="state"):
                             values=values, seed=0).collect(episodes)
 
 
+def _letters_class():
+    return type(marft_envs.make(LETTERS_ID, profile=TRIO, horizon=2).unwrapped)
+
+
+def test_a_global_state_critic_on_an_env_without_state_says_so_in_one_line(tiny, monkeypatch):
+    from pettingzoo import AECEnv
+
+    monkeypatch.setattr(_letters_class(), "state", AECEnv.state)  # PettingZoo's placeholder: no state
+    with pytest.raises(TypeError, match=r"^critic.mode 'centralised' values the global state, but env \w+ has no "
+                                        r"state\(\); implement state\(\)"):
+        _collect(_policy(tiny))
+
+
+def test_an_error_inside_the_envs_state_reaches_the_caller_as_it_is(tiny, monkeypatch):
+    def state(self):
+        return self.no_such_field  # a bug inside state(): not "the env has no state()"
+
+    monkeypatch.setattr(_letters_class(), "state", state)
+    with pytest.raises(AttributeError, match="no_such_field"):
+        _collect(_policy(tiny))
+
+
 def test_an_episodes_critic_inputs_extend_one_another(tiny):
     policy = _policy(tiny)
     rollout = _collect(policy)
