@@ -78,8 +78,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from baselines.grid import (GridRun, GridSpec, cell_budget, load_grid, lost_sources, plan, prepare_start, records_dir,
-                            run_config, run_identity, spec_cell, status, trained_budget)
+from baselines.grid_spec import (GridRun, GridSpec, cell_budget, load_grid, lost_sources, plan, prepare_start,
+                                 records_dir, run_config, run_identity, spec_cell, status, trained_budget)
 from leaderboards import stats
 from leaderboards.grid_report import ALPHA, Comparison, in_family
 from leaderboards.records import code_digest, git_commit
@@ -338,7 +338,7 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def seed_free_identity(spec: GridSpec, run: GridRun) -> dict[str, Any]:
-    """A run's identity (:func:`baselines.grid.run_identity`) without what :data:`_SEED_FREE` names
+    """A run's identity (:func:`baselines.grid_spec.run_identity`) without what :data:`_SEED_FREE` names
     and without the seeds of the runs a start reads: flat, key -> value."""
     identity = json.loads(run_identity(run, run_config(spec, run)))
     start = identity["cell"].get("start")
@@ -612,7 +612,7 @@ def machine_time(spec: GridSpec, runs: list[GridRun], gate_list: list[dict[str, 
 # -- the plan -------------------------------------------------------------------------------------
 def make_plan(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None = None,
               gate_episodes: int | None = None, from_records: bool = False, log=print) -> dict[str, Any]:
-    """The plan of ``spec`` (module docstring); ``runs`` all of its runs (:func:`baselines.grid.plan`).
+    """The plan of ``spec`` (module docstring); ``runs`` all of its runs (:func:`baselines.grid_spec.plan`).
     ``gate_cells``: the training cells to gate (None: all)."""
     episodes = gate_episodes or spec.gate.episodes
     training = [c.name for c in spec.cells if c.evaluate is None]

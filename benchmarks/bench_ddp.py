@@ -80,7 +80,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from marft_agents.config import load_config
-    from marft_agents.run.distributed import process_group
+    from marft_agents.runtime.distributed import process_group
     from marft_agents.run.trainer import train
 
     with process_group() as world:

@@ -98,7 +98,7 @@ from benchmarks._common import add_common_args, load_avg, load_model, now, set_t
 from marft_agents.engine.layout import effective_prefix_len, left_pad  # noqa: E402
 from marft_agents.episodes import VALUE_MODES  # noqa: E402
 from marft_agents.model.policy import MultiAgentPolicy  # noqa: E402
-from marft_agents.run.collector import RolloutCollector  # noqa: E402
+from marft_agents.collector import RolloutCollector  # noqa: E402
 from marft_agents.settings.critic import CriticConfig  # noqa: E402
 from marft_agents.settings.lora import LoraSpec  # noqa: E402
 from marft_agents.settings.sampling import ENGINES, SamplingConfig  # noqa: E402

@@ -73,7 +73,7 @@ from marft_agents.engine.layout import after_prefix, left_pad, pack, prefix_cach
 from marft_agents.learners import get_learner, make_learner  # noqa: E402
 from marft_agents.model.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.episodes import Rollout  # noqa: E402
-from marft_agents.run.collector import RolloutCollector  # noqa: E402
+from marft_agents.collector import RolloutCollector  # noqa: E402
 from marft_agents.model.scoring import last_token_index, token_index  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"

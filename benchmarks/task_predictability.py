@@ -271,7 +271,7 @@ def greedy_play(policy: Any, cfg: Any, env_kwargs: dict[str, Any], indices: Sequ
     """Each problem played once with greedy decoding, its critic inputs recorded: the decisions of
     each episode (``Decision``), in ``indices`` order."""
     import marft_envs
-    from marft_agents.run.collector import RolloutCollector
+    from marft_agents.collector import RolloutCollector
 
     envs = [marft_envs.make(cfg.env.id, **env_kwargs) for _ in range(max(1, min(num_envs, len(indices))))]
     greedy = dataclasses.replace(cfg.sampling, do_sample=False)

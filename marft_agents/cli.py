@@ -156,7 +156,7 @@ def _refuse_used_output_dir(cfg: Any, args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     cfg, _ = _load(args, {"output_dir": args.output_dir} if args.output_dir else None)
     # the config is valid: only now the modules that import torch, transformers and peft
-    from marft_agents.run.distributed import process_group
+    from marft_agents.runtime.distributed import process_group
     from marft_agents.run.session import STOP_STATUS, run_session
     from marft_agents.run.trainer import prepare_trainer
 
@@ -249,7 +249,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
     import marft_envs
 
     if args.verbose:
-        from marft_agents.evaluation.score import print_env_details
+        from marft_agents.score import print_env_details
 
         return print_env_details()
     for env_id in marft_envs.list_envs():
@@ -316,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--show", action="store_true", help="also print each key's documentation")
     conf.add_argument("--config", help="show the values of this YAML config instead of the defaults")
     conf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    from marft_agents.evaluation.score import add_score_parser
+    from marft_agents.score import add_score_parser
 
     add_score_parser(sub)
     return parser

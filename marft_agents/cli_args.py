@@ -1,5 +1,5 @@
 """Command-line pieces shared by the modules that define ``marft`` subcommands (``cli.py`` and
-``evaluation/score.py``): the user-error type and the parsing of ``--set section.key=value`` overrides.
+``score.py``): the user-error type and the parsing of ``--set section.key=value`` overrides.
 
 Torch-free, like ``cli.py``'s import time: ``marft envs`` and a scripted ``marft score`` run
 without the ``agents`` extra.

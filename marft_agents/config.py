@@ -42,6 +42,7 @@ from marft_agents.config_schema import ConfigError, build_dataclass, field_docs,
 from marft_agents.learners.registry import Capabilities, UnknownLearnerError, learner_capabilities
 from marft_agents.settings.advantage import (AUTO_BASELINE, DEFAULT_BASELINE, GROUP_BASELINES, AdvantageConfig,
                                               resolve_baseline, resolve_group_size)
+from marft_agents.settings.credit import CREDIT_STRATEGIES, CreditStrategy
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.model import (
@@ -58,11 +59,6 @@ from marft_agents.settings.vllm import VLLMConfig
 __all__ = ["CREDIT_STRATEGIES", "ConfigError", "CreditStrategy", "EnvConfig", "EvalConfig", "PPOConfig",
            "ScheduleConfig", "TrainConfig", "build_dataclass", "config_from_dict", "config_to_dict", "describe_config",
            "field_docs", "load_config"]
-
-CreditStrategy = Literal["team", "step_discounted", "per_step"]
-"""How the env's rewards become per-decision training rewards (``ppo.credit``;
-``marft_agents/learners/credit.py`` implements them)."""
-CREDIT_STRATEGIES: tuple[str, ...] = typing.get_args(CreditStrategy)
 
 _DEVICE_PATTERN = re.compile(r"(?!gpu\b)[a-z_]+(:[0-9]+)?")
 """The shape of a torch device string: a type, optionally ``:index`` ("gpu" is no torch device)."""
@@ -495,8 +491,10 @@ class TrainConfig:
         Returns the learner's capabilities (read without importing a shipped learner)."""
         try:
             cls = learner_capabilities(self.algorithm)
-        except (UnknownLearnerError, ImportError, TypeError) as err:
+        except UnknownLearnerError as err:
             raise ConfigError(f"algorithm: {err}") from None
+        except (ImportError, TypeError) as err:  # the plug-in's own failure: its cause stays on the error
+            raise ConfigError(f"algorithm: {err}") from err
         options_class = cls.options_class
         if options_class is None:
             if self.learner not in (None, {}):

@@ -1,7 +1,7 @@
 """What a rollout records: one :class:`Decision` per agent turn, one :class:`EpisodeRecord` per
 episode, the :class:`Rollout` that holds them, and :func:`rollout_metrics` over them.
 
-``marft_agents/run/collector.py`` (the collector) fills them; its docstring says what each field means
+``marft_agents/collector.py`` (the collector) fills them; its docstring says what each field means
 for rewards, rounds and task groups. Learners read them (``learners/``) without touching the env.
 """
 

@@ -220,7 +220,7 @@ def _check_class(cls: Any, label: str) -> None:
 
 def _one_process(data_parallel: Any) -> bool:
     """Whether a ``data_parallel`` value is one a learner may hold before the Trainer sets it."""
-    from marft_agents.run.distributed import SingleProcess
+    from marft_agents.runtime.distributed import SingleProcess
 
     return data_parallel is None or isinstance(data_parallel, SingleProcess)
 

@@ -102,7 +102,7 @@ def test_profile_and_time_varying_dependency_come_from_entry_points(installed):
 
 
 def test_splits_are_disjoint_and_training_tasks_warn(installed):
-    from marft_agents.evaluation.score import evaluate_scripted, load_scripted
+    from marft_agents.score import evaluate_scripted, load_scripted
     from marft_agents.evaluation.problem_set import TrainingTasksWarning
 
     train, test = (marft_envs.make(ENV_ID, split=s).tasks for s in ("train", "test"))

@@ -1,20 +1,26 @@
-"""No import circles inside marft's packages, and no import pointing back up the layers, counting
-imports inside functions too: a lazy import that closes a circle hides a layering mistake (two
-modules that each need the other belong together, or their shared piece belongs in a third
-module), and one that points up makes a layer depend on what is built on it.
+"""No import circles anywhere in the repository, no import pointing back up the layers, and no
+arrow back up between marft_agents' own parts, counting imports inside functions too: a lazy
+import that closes a circle hides a layering mistake (two modules that each need the other belong
+together, or their shared piece belongs in a third module), and one that points up makes a layer
+depend on what is built on it.
 
 The layers, bottom up: ``marft_envs`` <- ``marft_agents`` <- ``baselines`` / ``leaderboards`` /
-``benchmarks`` (the lab). A package may import the layers below it, never one above."""
+``benchmarks`` (the lab). A package may import the layers below it, never one above. Inside
+``marft_agents`` the parts (subpackages and top-level modules) have their own order,
+:data:`AGENT_LAYERS`. The import graph is ``benchmarks/architecture_counts.py``'s, which prints
+the same counts."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("marft_agents", "marft_envs")
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from architecture_counts import PACKAGES, circles, module_files, module_graph, unit, unit_arrows  # noqa: E402
+
 LAB = ("baselines", "leaderboards", "benchmarks")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "marft_envs": ("marft_agents", *LAB),
@@ -22,76 +28,34 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 """Package -> the packages above it, which it must not import."""
 
-
-def module_graph(package: str) -> dict[str, set[str]]:
-    """module -> the package's modules it imports (any import statement, at any depth)."""
-    files = {}
-    for path in (REPO / package).rglob("*.py"):
-        parts = path.relative_to(REPO).with_suffix("").parts
-        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    edges: dict[str, set[str]] = {name: set() for name in files}
-    for name, path in files.items():
-        is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:  # relative: from the module's package, up level - 1 more
-                    anchor = name.split(".") if is_package else name.split(".")[:-1]
-                    anchor = anchor[: len(anchor) - node.level + 1]
-                    base = ".".join(anchor + ([node.module] if node.module else []))
-                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
-            else:
-                continue
-            for target in targets:
-                while target and target not in files:
-                    target = target.rpartition(".")[0]
-                # a module importing its own package's __init__ (or a parent) is not an edge here
-                if target and target != name and not name.startswith(target + "."):
-                    edges[name].add(target)
-    return edges
+AGENT_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("files", "hints", "cli_args", "config_schema", "episodes", "ppo_math", "settings"),
+    ("group_math", "runtime"),
+    ("engine",),
+    ("model", "learners"),
+    ("config", "collector"),
+    ("env_check", "evaluation"),
+    ("run",),
+    ("score", "testing"),
+    ("cli", "__init__"),
+)
+"""marft_agents' parts, bottom up (a subpackage by its name, a top-level module by its own, the
+package's ``__init__`` as ``__init__``): plain data and pure helpers; seeding and the process
+group (``runtime``); the sampling engines; the policy and the learners; the run config and the
+episode collector; env checks and evaluation; the run loop; ``marft score`` and the test kit;
+the CLI and the package's lazy names. A part imports parts of lower layers only, never one of
+its own layer or above: so no two parts import each other, even through a function."""
 
 
-def circles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for root in sorted(edges):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(edges[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(edges[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
+def layer_violations(arrows: dict[tuple[str, str], list[str]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    """The imports of ``arrows`` (:func:`architecture_counts.unit_arrows`) that do not point to a
+    lower layer, and the parts no layer declares."""
+    level = {part: i for i, layer in enumerate(layers) for part in layer}
+    parts = {part for pair in arrows for part in pair}
+    found = [f"{part} is in no layer" for part in sorted(parts - set(level))]
+    for (a, b), lines in sorted(arrows.items()):
+        if a in level and b in level and level[b] >= level[a]:
+            found += [f"{a} -> {b}: {line}" for line in lines]
     return found
 
 
@@ -100,11 +64,50 @@ def test_the_cycle_finder_finds_a_planted_circle():
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_no_import_circles(package):
-    edges = module_graph(package)
-    assert len(edges) > 5  # the walk found the package
+def test_no_import_circles_anywhere_in_the_repository():
+    edges = module_graph()
+    for package in PACKAGES:  # the walk found every package
+        assert sum(name.partition(".")[0] == package for name in edges) > 5, package
     assert circles(edges) == []
+
+
+def test_the_circle_check_finds_a_planted_circle_across_a_function_level_import(tmp_path):
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "__init__.py").write_text("")
+    (tmp_path / "lab" / "a.py").write_text("from lab.b import x\n")
+    (tmp_path / "lab" / "b.py").write_text("x = 1\n\ndef f():\n    from . import a\n    return a\n")
+    (tmp_path / "lab" / "c.py").write_text("import lab.a\n")
+    assert circles(module_graph(("lab",), tmp_path)) == [["lab.a", "lab.b"]]
+    (tmp_path / "lab" / "b.py").write_text("x = 1\n")
+    assert circles(module_graph(("lab",), tmp_path)) == []
+
+
+def test_the_layer_order_finds_a_planted_back_arrow(tmp_path):
+    for folder in ("pkg/low", "pkg/high"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__init__.py").write_text("_LAZY = {'X': 'pkg.high.mod'}\n")
+    (tmp_path / "pkg" / "low" / "base.py").write_text("import json\nfrom pkg.util import helper\n")
+    (tmp_path / "pkg" / "util.py").write_text("def helper():\n    return 1\n")
+    (tmp_path / "pkg" / "high" / "mod.py").write_text("from ..low import base\n")
+    layers = (("util",), ("low",), ("high",), ("__init__",))
+    assert layer_violations(unit_arrows("pkg", tmp_path), layers) == []
+    (tmp_path / "pkg" / "low" / "late.py").write_text("def f():\n    from pkg.high.mod import base\n    return base\n")
+    assert layer_violations(unit_arrows("pkg", tmp_path), layers) == [
+        "low -> high: pkg.low.late:2 imports pkg.high.mod (in a function)"]
+    assert layer_violations(unit_arrows("pkg", tmp_path), (("util",), ("low", "high"), ("__init__",))) == [
+        "high -> low: pkg.high.mod:1 imports pkg.low", "high -> low: pkg.high.mod:1 imports pkg.low.base",
+        "low -> high: pkg.low.late:2 imports pkg.high.mod (in a function)"]
+    (tmp_path / "pkg" / "low" / "late.py").unlink()
+    assert layer_violations(unit_arrows("pkg", tmp_path), (("low",), ("high",), ("__init__",))) == [
+        "util is in no layer"]
+
+
+def test_marft_agents_parts_import_only_lower_layers():
+    parts = {unit(name) for name in module_files(("marft_agents",))}
+    assert len(parts) > 10  # the walk found the package
+    assert sorted(parts - {part for layer in AGENT_LAYERS for part in layer}) == []  # every part has a layer
+    assert layer_violations(unit_arrows("marft_agents"), AGENT_LAYERS) == []
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -54,7 +54,6 @@ import torch
 from marft_agents.engine import GenRequest, Generation, sample
 from marft_agents.engine.attention import training_passes
 from marft_agents.engine.layout import effective_prefix_len
-from marft_agents.settings.model import ModelConfig
 from marft_agents.settings.sampling import SamplingConfig
 from marft_agents.settings.vllm import VLLMConfig
 
@@ -65,22 +64,25 @@ __all__ = ["EngineSettings", "LoopEngine", "SamplingEngine"]
 class EngineSettings:
     """What a sampling engine may read beyond each call's sampling config (``policy.engine_settings``,
     set by ``trainer.build_policy`` from the run's config with :meth:`of`): the run's sampling
-    config, the ``vllm:`` options, where the base model comes from and the run folder. A policy
-    built without them gets the defaults (the loops need none of it)."""
+    config, the ``vllm:`` options, the folder the base weights were read from and the run folder. A
+    policy built without them gets the defaults (the loops need none of it)."""
 
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """The run's sampling config: :attr:`MultiAgentPolicy.engine` builds the engine it names."""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     """The ``vllm:`` section (read by the vLLM engine only)."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """The ``model:`` section: the vLLM engine loads the same base weights from it."""
+    model_folder: str | None = None
+    """The folder (or Hub id) the policy's base weights were read from (``model.name_or_path``
+    after ``load_model_and_tokenizer``): the vLLM engine loads the same weights from it. None: the
+    model was built in memory (the vLLM engine then needs ``vllm.model_path``)."""
     output_dir: str = "."
     """The run folder (the vLLM engine exports adapter versions under it by default)."""
 
     @classmethod
-    def of(cls, cfg: Any) -> EngineSettings:
-        """The engine settings of a run config (a ``TrainConfig``): four of its sections, no more."""
-        return cls(sampling=cfg.sampling, vllm=cfg.vllm, model=cfg.model, output_dir=str(cfg.output_dir))
+    def of(cls, cfg: Any, model_folder: str | None = None) -> EngineSettings:
+        """The engine settings of a run config (a ``TrainConfig``): three of its sections, no more,
+        and where its model's weights were read from."""
+        return cls(sampling=cfg.sampling, vllm=cfg.vllm, model_folder=model_folder, output_dir=str(cfg.output_dir))
 
 
 class SamplingEngine(ABC):

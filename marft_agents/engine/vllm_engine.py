@@ -68,7 +68,7 @@ import torch
 from marft_agents.engine import GenRequest, Generation
 from marft_agents.engine.layout import effective_prefix_len
 from marft_agents.engine.base import SamplingEngine
-from marft_agents.run.seeding import fork_rng
+from marft_agents.runtime.seeding import fork_rng
 from marft_agents.settings.sampling import SamplingConfig
 from marft_agents.settings.vllm import CPU_KV_CACHE_GIB
 
@@ -237,9 +237,10 @@ class VLLMEngine(SamplingEngine):
         if visible is not None and os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" and device.index:
             raise RuntimeError(f"VLLM_ENABLE_V1_MULTIPROCESSING=0 runs vLLM's worker in this process on cuda:0, "
                                f"but the policy is on {device}; unset it")
+        folder = _base_folder(self.options, cfg)
         with _environment("CUDA_VISIBLE_DEVICES", visible), _global_rngs_kept(device):
             self.llm = vllm.LLM(
-                model=self.options.model_path or _base_folder(cfg.model),
+                model=folder,
                 enable_lora=True,
                 max_loras=len(policy.policy_adapters),
                 max_lora_rank=max_rank,
@@ -387,8 +388,11 @@ def sampled_logprobs(completion: Any, token_ids: Sequence[int]) -> list[float]:
     return [float(entry[token].logprob) for entry, token in zip(positions, token_ids)]
 
 
-def _base_folder(model_cfg: Any) -> str:
-    """Where vLLM reads the base weights: the folder (or Hub id) the trainer loads."""
-    from marft_agents.model.loading import _source_folder
-
-    return _source_folder(model_cfg)
+def _base_folder(options: Any, settings: Any) -> str:
+    """Where vLLM reads the base weights: ``vllm.model_path``, else the folder (or Hub id) the
+    policy's base weights were read from (``EngineSettings.model_folder``)."""
+    folder = options.model_path or settings.model_folder
+    if not folder:
+        raise RuntimeError("sampling.engine: vllm loads the base weights from a folder, but the policy's model "
+                           "was built in memory; save it (save_pretrained) and set vllm.model_path to that folder")
+    return str(folder)

@@ -223,20 +223,20 @@ def evaluate(
         sampling: a ``SamplingConfig``; None = its defaults. ``greedy`` overrides ``do_sample``.
         num_envs: env instances played in lock-step (batching generation).
         progress: show a progress bar over the problems with this label (None: no bar).
-        world: a ``WorldInfo`` of several ranks (``marft_agents/run/distributed.py``; every rank must
+        world: a ``WorldInfo`` of several ranks (``marft_agents/runtime/distributed.py``; every rank must
             call): each plays its contiguous share of the problems and the results are gathered
             in problem order, so every rank returns the figures of the whole set. With greedy
             decoding they equal one process's; sampled decoding draws per-rank samples.
         samples_per_problem: plays of each problem (k); k > 1 needs sampling (``greedy`` False)
             and adds avg@k and pass@k to the result (see the module docstring).
         scripted: seats played by scripted policies (agent id -> ``fn(agent, observation, info)``;
-            the run's ``scripted_seats``, see ``marft_agents.run.collector``).
+            the run's ``scripted_seats``, see ``marft_agents.collector``).
     """
     import torch
 
-    from marft_agents.run.seeding import fork_rng
+    from marft_agents.runtime.seeding import fork_rng
     from marft_agents.settings.sampling import SamplingConfig
-    from marft_agents.run.collector import RolloutCollector
+    from marft_agents.collector import RolloutCollector
 
     k = samples_per_problem
     if not isinstance(k, int) or k < 1:

@@ -4,7 +4,7 @@ A scripted policy is ``function(agent_id, observation, info) -> utterance`` (the
 observation dict and info of that agent's turn), named ``module:function`` (``scripted:`` in
 front is optional). ``marft score --policy scripted:...`` plays every seat with one; a training
 config's ``scripted_seats`` plays some seats with them (a partner that never errs, against which
-one role trains alone; :mod:`marft_agents.run.collector`). The Relay and SolveCheck oracles exist in
+one role trains alone; :mod:`marft_agents.collector`). The Relay and SolveCheck oracles exist in
 this form in :mod:`marft_envs.tasks.scripted_teams`.
 """
 

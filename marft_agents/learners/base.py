@@ -89,7 +89,7 @@ import numpy as np
 import torch
 
 from marft_agents import ppo_math as pm
-from marft_agents.run.distributed import SINGLE_PROCESS, DataParallel, SingleProcess
+from marft_agents.runtime.distributed import SINGLE_PROCESS, DataParallel, SingleProcess
 from marft_agents.engine.attention import training_passes
 from marft_agents.learners.logprob_targets import LogprobTargets
 from marft_agents.learners.samples import (
@@ -138,8 +138,8 @@ class BaseLearner(LogprobTargets):
     within its groups)."""
     data_parallel: DataParallel | SingleProcess = SINGLE_PROCESS
     """The split and the collectives of an update. One process: the stand-in
-    :class:`marft_agents.run.distributed.SingleProcess` (this rank runs everything; nothing to sum).
-    The Trainer sets a :class:`marft_agents.run.distributed.DataParallel` when several ranks train
+    :class:`marft_agents.runtime.distributed.SingleProcess` (this rank runs everything; nothing to sum).
+    The Trainer sets a :class:`marft_agents.runtime.distributed.DataParallel` when several ranks train
     together: every rank then holds the global rollout, runs the forward/backward passes of its
     share of each minibatch with the global minibatch's normalisers, and the gradients are
     summed across ranks before clipping."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from marft_agents.config import CREDIT_STRATEGIES
+from marft_agents.settings.credit import CREDIT_STRATEGIES
 from marft_agents.episodes import Decision
 
 

@@ -5,7 +5,7 @@ Registered as ``algorithm: grpo``; options in the ``learner:`` section
 
 1. Sampling. The learner asks for ``learner.group_size`` episodes of every task (its
    ``group_size`` attribute, in place of ``schedule.group_size``): same task, independent
-   samples (``run/collector.py``, grouped sampling).
+   samples (``marft_agents/collector.py``, grouped sampling).
 2. Advantages. Every decision gets one scalar advantage from ``marft_agents.group_math``: its
    unit's score (team return, per agent, or per agent and turn: ``grouping``) against the other
    units with the same key, normalised as ``normalisation`` says (``step``: GiGPO's episode-level

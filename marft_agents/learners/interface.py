@@ -56,10 +56,10 @@ OPTIONAL_MEMBERS: dict[str, str] = {
                      "run decides not to use the critic the class declares (BaseLearner's: None under a "
                      "baseline without a critic, such as advantage.baseline: group); absent = value_mode "
                      "(read by run_values)",
-    "data_parallel": "attribute, on the class None or marft_agents.run.distributed.SINGLE_PROCESS (the "
+    "data_parallel": "attribute, on the class None or marft_agents.runtime.distributed.SINGLE_PROCESS (the "
                      "one-process stand-in, with DataParallel's methods; BaseLearner's): declares that "
                      "update() supports several ranks; the Trainer then sets it to a "
-                     "marft_agents.run.distributed.DataParallel under torchrun and leaves it as declared in one "
+                     "marft_agents.runtime.distributed.DataParallel under torchrun and leaves it as declared in one "
                      "process. A learner without it is refused under several ranks",
 }
 """Members a learner may declare and the Trainer honours, but need not have (so they are not

@@ -37,7 +37,7 @@ import torch
 import yaml
 
 from marft_agents.files import make_ordinary
-from marft_agents.run.seeding import cuda_rng_state, restore_cuda_rng_state
+from marft_agents.runtime.seeding import cuda_rng_state, restore_cuda_rng_state
 
 log = logging.getLogger(__name__)
 

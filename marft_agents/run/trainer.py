@@ -7,7 +7,7 @@ summary.json, plot, SIGINT/SIGTERM handling: :mod:`marft_agents.run.session`) an
 :class:`TrainResult`; ``iter_train(cfg)`` is the bare loop as a generator that yields each
 update's metrics. One update:
 
-1. the :class:`~marft_agents.run.collector.RolloutCollector` plays ``episodes_per_update`` episodes on
+1. the :class:`~marft_agents.collector.RolloutCollector` plays ``episodes_per_update`` episodes on
    ``env.num_envs`` env instances (generation batched across envs per adapter);
 2. the learner (``cfg.algorithm``) runs its PPO epochs on them, inside the sampling engine's
    ``suspend()`` (vLLM sleeps), after which the engine is synced to the new adapters
@@ -62,7 +62,7 @@ from marft_agents.run.checkpoint import (
     save_best_adapters,
     save_checkpoint,
 )
-from marft_agents.run import distributed
+from marft_agents.runtime import distributed
 from marft_agents.config import ConfigError, TrainConfig, config_to_dict
 from marft_agents.env_check import check_env_config
 from marft_agents.evaluation.problem_set import EvalResult, evaluate
@@ -70,8 +70,8 @@ from marft_agents.learners import get_learner, make_learner
 from marft_agents.learners.registry import learner_trains
 from marft_agents.learners.interface import run_values
 from marft_agents.episodes import rollout_metrics
-from marft_agents.run.collector import RolloutCollector
-from marft_agents.run.seeding import seed_everything
+from marft_agents.collector import RolloutCollector
+from marft_agents.runtime.seeding import seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,8 @@ def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequen
     policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
                               critic=cfg.critic if needs_critic else None,
                               gradient_checkpointing=cfg.schedule.gradient_checkpointing)
-    policy.engine_settings = EngineSettings.of(cfg)  # what an engine reads besides each call's sampling
+    # what an engine reads besides each call's sampling; from_pretrained recorded the weights' folder
+    policy.engine_settings = EngineSettings.of(cfg, model_folder=model.name_or_path or None)
     return policy
 
 

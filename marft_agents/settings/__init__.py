@@ -11,6 +11,8 @@ the names its fields accept, declared once:
 * :mod:`marft_agents.settings.vllm`: ``vllm:`` (``VLLMConfig``, the vLLM sampling engine's options);
 * :mod:`marft_agents.settings.grpo`: the ``learner:`` section of ``algorithm: grpo``
   (``GRPOOptions``, groupings, normalisations, aggregations).
+* :mod:`marft_agents.settings.credit`: the names ``ppo.credit`` accepts (``CREDIT_STRATEGIES``; the
+  ``ppo:`` section itself is assembled in :mod:`marft_agents.config`).
 
 :mod:`marft_agents.config` assembles them with the run-level sections (``env``, ``ppo``,
 ``schedule``, ``eval``) into ``TrainConfig`` and loads it from YAML; importing either loads no

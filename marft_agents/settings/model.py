@@ -51,7 +51,7 @@ class ModelConfig:
     """Any torch device string ("cpu", "cuda", "cuda:1", "mps"), or "auto": "cuda" when CUDA is
     present, else "cpu". "auto" is replaced by the concrete name before the model loads
     (``TrainConfig.resolve_hardware``), so runs record what they used. It becomes "cuda", not "cuda:0": under ``torchrun`` each rank has
-    made its own GPU the current one (``marft_agents.run.distributed``), and "cuda" means that one.
+    made its own GPU the current one (``marft_agents.runtime.distributed``), and "cuda" means that one.
     The weights are loaded straight onto this device (``device_map``), not into CPU memory first."""
     attn_implementation: str | None = None
     """transformers' attention implementation, passed to ``from_pretrained``: None = transformers'

@@ -73,7 +73,7 @@ def rollout_positions(rollout) -> int:
 @contextlib.contextmanager
 def counting_positions():
     """Within the block, every rollout collected appends its ``rollout_positions`` to the list."""
-    from marft_agents.run.collector import RolloutCollector
+    from marft_agents.collector import RolloutCollector
 
     seen: list[int] = []
     collect = RolloutCollector.collect
@@ -145,7 +145,7 @@ def run_all(out: Path, rank: int = 0) -> dict:
 
 
 if __name__ == "__main__":
-    from marft_agents.run.distributed import process_group
+    from marft_agents.runtime.distributed import process_group
 
     torch.set_num_threads(1)
     with process_group() as world:

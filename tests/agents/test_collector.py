@@ -8,7 +8,7 @@ import torch
 import marft_envs
 from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
 from marft_agents.episodes import rollout_metrics
-from marft_agents.run.collector import RolloutCollector
+from marft_agents.collector import RolloutCollector
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import torch
 import marft_envs
 from agent_helpers import LETTERS_ID, tiny  # noqa: F401 (fixture)
 from marft_agents.model.critic import GlobalStateLog
-from marft_agents.run.collector import RolloutCollector
+from marft_agents.collector import RolloutCollector
 from marft_agents.model.scoring import prefix_chains
 
 TRIO = {"name": "ttrio", "roles": [{"name": "reasoner", "system_prompt": "Think."},
@@ -37,6 +37,28 @@ def _collect(policy, episodes=4, values="state"):
     torch.manual_seed(0)
     return RolloutCollector(envs, policy, SamplingConfig(max_new_tokens=6, temperature=1.0),
                             values=values, seed=0).collect(episodes)
+
+
+def _letters_class():
+    return type(marft_envs.make(LETTERS_ID, profile=TRIO, horizon=2).unwrapped)
+
+
+def test_a_global_state_critic_on_an_env_without_state_says_so_in_one_line(tiny, monkeypatch):
+    from pettingzoo import AECEnv
+
+    monkeypatch.setattr(_letters_class(), "state", AECEnv.state)  # PettingZoo's placeholder: no state
+    with pytest.raises(TypeError, match=r"^critic.mode 'centralised' values the global state, but env \w+ has no "
+                                        r"state\(\); implement state\(\)"):
+        _collect(_policy(tiny))
+
+
+def test_an_error_inside_the_envs_state_reaches_the_caller_as_it_is(tiny, monkeypatch):
+    def state(self):
+        return self.no_such_field  # a bug inside state(): not "the env has no state()"
+
+    monkeypatch.setattr(_letters_class(), "state", state)
+    with pytest.raises(AttributeError, match="no_such_field"):
+        _collect(_policy(tiny))
 
 
 def test_an_episodes_critic_inputs_extend_one_another(tiny):

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import ddp_worker
 import marft_agents
 from agent_helpers import small_config
-from marft_agents.run.distributed import WorldInfo, balanced_partition, merge_rollouts
+from marft_agents.runtime.distributed import WorldInfo, balanced_partition, merge_rollouts
 from marft_agents.episodes import Decision, EpisodeRecord, Rollout
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -138,7 +138,7 @@ def test_grpo_trains_end_to_end_on_two_ranks(runs):
 def test_a_rank_plays_whole_groups_of_the_global_task_order():
     from agent_helpers import LettersEnv
     from marft_agents.model.policy import MultiAgentPolicy
-    from marft_agents.run.collector import RolloutCollector
+    from marft_agents.collector import RolloutCollector
     from marft_agents.settings.sampling import SamplingConfig
 
     model, tokenizer = ddp_worker.tiny()
@@ -190,7 +190,7 @@ def test_resuming_with_another_world_size_works_and_warns(runs, tmp_path, caplog
     cfg = ddp_worker.config(tmp_path, ddp_worker.RESUMED)
     source = out / "cut" / ddp_worker.RESUMED / "run" / "checkpoints" / "update_000001"
     shutil.copytree(source, Path(cfg.output_dir) / "checkpoints" / source.name)
-    with caplog.at_level(logging.WARNING, logger="marft_agents.run.distributed"):
+    with caplog.at_level(logging.WARNING, logger="marft_agents.runtime.distributed"):
         result = train(cfg, resume=True, model_and_tokenizer=ddp_worker.tiny(), eval_before=False,
                        tensorboard=False, plot=False, handle_signals=False)
     assert result.counters["update"] == 2
@@ -218,7 +218,7 @@ def test_merged_rollouts_renumber_episodes_and_decisions():
 
 
 def test_an_update_that_does_not_split_into_whole_groups_per_rank_is_refused(tmp_path, monkeypatch):
-    from marft_agents.run import distributed
+    from marft_agents.runtime import distributed
     from marft_agents.config import ConfigError
     from marft_agents.run.trainer import Trainer
 
@@ -232,7 +232,7 @@ def test_an_update_that_does_not_split_into_whole_groups_per_rank_is_refused(tmp
 def test_the_process_group_timeout_defaults_to_30_minutes_and_reads_the_environment():
     from datetime import timedelta
 
-    from marft_agents.run.distributed import DEFAULT_TIMEOUT_S, TIMEOUT_VARIABLE, process_group_timeout
+    from marft_agents.runtime.distributed import DEFAULT_TIMEOUT_S, TIMEOUT_VARIABLE, process_group_timeout
 
     assert process_group_timeout({}) == timedelta(seconds=DEFAULT_TIMEOUT_S) == timedelta(minutes=30)
     assert process_group_timeout({TIMEOUT_VARIABLE: " "}) == timedelta(minutes=30)
@@ -267,7 +267,7 @@ def _fake_torchrun(monkeypatch, local_rank: int, calls: list) -> None:
 def test_joining_the_job_binds_this_ranks_gpu_and_passes_the_timeout(monkeypatch):
     from datetime import timedelta
 
-    from marft_agents.run.distributed import TIMEOUT_VARIABLE, process_group
+    from marft_agents.runtime.distributed import TIMEOUT_VARIABLE, process_group
 
     calls: list = []
     _fake_torchrun(monkeypatch, 3, calls)
@@ -285,7 +285,7 @@ def test_joining_the_job_binds_this_ranks_gpu_and_passes_the_timeout(monkeypatch
 def test_each_rank_forks_saves_and_restores_the_rng_of_its_own_gpu_only(monkeypatch):
     import contextlib
 
-    from marft_agents.run import seeding
+    from marft_agents.runtime import seeding
     calls: list = []
     _fake_torchrun(monkeypatch, 5, calls)
     torch.cuda.set_device(5)  # what process_group does on LOCAL_RANK 5

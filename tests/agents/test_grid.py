@@ -16,6 +16,7 @@ import yaml
 import marft_agents.model.loading as models
 from agent_helpers import load_tiny_model, small_config, tiny, tiny_on_device  # noqa: F401 (fixture)
 from baselines import grid as grid_mod
+from baselines import grid_spec
 from baselines.ablations import rotation, swap_agent_adapters
 from marft_agents.config import config_to_dict
 
@@ -572,7 +573,7 @@ def test_an_inconclusive_gate_pilots_the_deciding_size_up_to_max_episodes_then_j
     path.write_text(yaml.safe_dump(spec))
     assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED and calls[3:] == [128]
     with pytest.raises(ValueError, match="gate.max_episodes must be >= gate.episodes"):
-        grid_mod.GateSpec(episodes=128, max_episodes=64)
+        grid_spec.GateSpec(episodes=128, max_episodes=64)
 
 
 def test_the_deciding_pilot_size_and_a_rate_at_the_threshold():
@@ -796,8 +797,8 @@ def test_a_cells_own_budget_is_its_runs_records_and_status(tmp_path, tiny_models
     from marft_agents.run.checkpoint import latest_checkpoint
     assert grid_mod.budget_changes(long_run, latest_checkpoint(long_run.overrides["output_dir"])) == [
         "schedule.max_episodes: 4 -> 6"]
-    assert not grid_mod.record_is_current(spec, records["long_seed0"], long_run.cell)
-    assert grid_mod.record_is_current(spec, records["team_seed0"], spec.cells[0])
+    assert not grid_spec.record_is_current(spec, records["long_seed0"], long_run.cell)
+    assert grid_spec.record_is_current(spec, records["team_seed0"], spec.cells[0])
 
 
 @pytest.mark.parametrize("cells, extra, message", [
@@ -864,7 +865,7 @@ def test_a_start_reads_its_sources_final_adapters_once_they_are_done(tmp_path, t
         "other_seed1"]
     # the identity names the start: the same cell from another source is another run
     cfg = grid_mod.run_config(spec, runs["combo_seed0"])
-    assert '"start": {"adapters": {"actor_0": ["other", 0]}, "source": ["first", 0]}' in grid_mod.run_identity(
+    assert '"start": {"adapters": {"actor_0": ["other", 0]}, "source": ["first", 0]}' in grid_spec.run_identity(
         runs["combo_seed0"], cfg)
     # each start run goes to its source's shard; the ablation of a start run follows it
     for i in range(2):

@@ -84,6 +84,20 @@ def test_unknown_algorithm_lists_known_names_and_where_plugins_come_from(tmp_pat
         small_config(tmp_path, algorithm="grpoo")
 
 
+def test_a_plugin_that_fails_to_import_is_one_config_line_that_keeps_its_cause(tmp_path, monkeypatch):
+    from marft_agents.learners import registry
+
+    monkeypatch.setitem(registry._registry, "broken_plugin", "marft_no_such_dependency.learner:Learner")
+    with pytest.raises(ConfigError) as caught:
+        small_config(tmp_path, algorithm="broken_plugin")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("algorithm: learner 'broken_plugin'")
+    assert "could not be imported" in message and "marft_no_such_dependency" in message
+    assert isinstance(caught.value.__cause__, ImportError)  # the registry's, which chains the plug-in's own
+    assert isinstance(caught.value.__cause__.__cause__, ModuleNotFoundError)
+    assert caught.value.__cause__.__cause__.name == "marft_no_such_dependency"
+
+
 def test_learner_options_are_strict_typed_and_saved(tmp_path):
     cfg = small_config(tmp_path, algorithm="test_counting", learner={"group_size": 4})
     assert cfg.learner == CountingOptions(group_size=4)

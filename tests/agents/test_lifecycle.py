@@ -143,16 +143,16 @@ def test_the_policy_gets_only_the_engine_settings_of_the_run(tmp_path):
     policy = build_policy(cfg, model, tokenizer, ["reasoner_0", "actor_0"])
     settings = policy.engine_settings
     assert isinstance(settings, EngineSettings)
-    assert {f.name for f in dataclasses.fields(settings)} == {"sampling", "vllm", "model", "output_dir"}
-    assert (settings.sampling, settings.vllm, settings.model, settings.output_dir) == (
-        cfg.sampling, cfg.vllm, cfg.model, cfg.output_dir)
+    assert {f.name for f in dataclasses.fields(settings)} == {"sampling", "vllm", "model_folder", "output_dir"}
+    assert (settings.sampling, settings.vllm, settings.output_dir) == (cfg.sampling, cfg.vllm, cfg.output_dir)
+    assert settings.model_folder is None  # a model built in memory was read from no folder
 
 
 def test_the_collector_asks_the_policy_s_engine_for_its_capabilities(tmp_path):
     """The collector reads ``mixes_adapters`` from the engine the policy serves (``engine_for``),
     not from a class looked up by the engine's name."""
     import marft_envs
-    from marft_agents.run.collector import RolloutCollector
+    from marft_agents.collector import RolloutCollector
     from marft_agents.run.trainer import build_policy
 
     cfg = small_config(tmp_path)

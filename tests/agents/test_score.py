@@ -10,7 +10,7 @@ import yaml
 
 import marft_agents.model.loading as models
 from agent_helpers import LETTERS_ID, load_tiny_model, small_config
-from marft_agents.evaluation.score import evaluate_scripted, load_scripted, run_score
+from marft_agents.score import evaluate_scripted, load_scripted, run_score
 from marft_agents.cli import main
 from marft_agents.config import config_to_dict
 from marft_agents.evaluation.problem_set import TrainingTasksWarning
@@ -119,7 +119,7 @@ def test_config_score_evaluates_once_without_training(tmp_path, monkeypatch):
         return load_tiny_model(cfg)
 
     monkeypatch.setattr(models, "load_model_and_tokenizer", loader)
-    import marft_agents.run.collector as collector
+    import marft_agents.collector as collector
 
     collected = []
     original = collector.RolloutCollector.collect

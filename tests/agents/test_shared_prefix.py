@@ -14,7 +14,7 @@ import marft_envs
 from marft_agents.engine.attention import training_passes
 from marft_agents.engine.layout import pack
 from marft_agents.model.policy import GenRequest, MultiAgentPolicy
-from marft_agents.run.collector import RolloutCollector
+from marft_agents.collector import RolloutCollector
 from marft_agents.settings.sampling import SamplingConfig
 
 

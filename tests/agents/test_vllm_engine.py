@@ -179,6 +179,23 @@ def test_a_missing_vllm_says_how_to_install_it(tmp_path, monkeypatch):
         policy.generate(_requests(policy), GREEDY)
 
 
+def test_the_engine_loads_the_base_weights_from_where_the_policy_read_them(tmp_path, standin, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setattr(standin.LLM, "instances", [])
+    cfg, (_model, tok) = _config(tmp_path, **{"vllm.model_path": None})
+    read = AutoModelForCausalLM.from_pretrained(tmp_path / "base").to(DEVICE)  # as load_model_and_tokenizer does
+    engine = build_policy(cfg, read, tok, AGENTS).engine_for("vllm")
+    assert engine.llm.model_path == str(tmp_path / "base") and standin.LLM.instances == [engine.llm]
+
+
+def test_a_model_built_in_memory_needs_vllm_model_path(tmp_path, standin):
+    cfg, (model, tok) = _config(tmp_path, **{"vllm.model_path": None})
+    policy = build_policy(cfg, model, tok, AGENTS)  # a model from no folder: nothing for vLLM to load
+    with pytest.raises(RuntimeError, match=r"built in memory; save it .* set vllm.model_path"):
+        policy.engine_for("vllm")
+
+
 def test_the_engine_is_built_once_with_settings_for_its_platform(tmp_path, real):
     policy = _policy(tmp_path)
     random.seed(3), np.random.seed(3), torch.manual_seed(3)
@@ -370,7 +387,7 @@ def test_a_tick_of_several_adapters_is_one_call_when_the_engine_mixes_adapters(t
     import marft_envs
     from agent_helpers import LETTERS_ID
     from marft_agents.episodes import Rollout
-    from marft_agents.run.collector import RolloutCollector
+    from marft_agents.collector import RolloutCollector
 
     policy = _policy(tmp_path)
     envs = [marft_envs.make(LETTERS_ID) for _ in range(2)]

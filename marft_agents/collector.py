@@ -49,10 +49,20 @@ from typing import Any
 
 import numpy as np
 import torch
+from pettingzoo import AECEnv
 
 from marft_agents.episodes import VALUE_MODES, Decision, EpisodeRecord, Rollout
 
 PERMUTATION_LIMIT = 2**20  # larger task sources are sampled with replacement
+
+
+def implements_state(env: Any) -> bool:
+    """Whether ``env`` has a global ``state()`` of its own: a method of its class other than
+    PettingZoo's ``AECEnv.state`` placeholder (which only raises NotImplementedError). Asked of
+    the class before the call, so that an error raised inside a real ``state()`` is the env's own
+    and reaches the caller as it is."""
+    method = getattr(type(env), "state", None)
+    return callable(method) and method is not AECEnv.state
 
 @dataclass
 class _Slot:
@@ -144,7 +154,7 @@ class RolloutCollector:
         ``share = (rank, world_size)``: draw the plan of all ``num_episodes`` (so the task order
         and this collector's state do not depend on the world size) but play only the rank's
         contiguous share of whole groups; groups keep their global index
-        (``marft_agents/run/distributed.py``)."""
+        (``marft_agents/runtime/distributed.py``)."""
         if plans is None:
             k = self.group_size
             if num_episodes < 1 or num_episodes % k:
@@ -274,13 +284,11 @@ class RolloutCollector:
         out = []
         for slot, agent, _obs, info in turns:
             env = getattr(slot.env, "unwrapped", slot.env)
-            try:
-                state = env.state()
-            except (AttributeError, NotImplementedError):
+            if not implements_state(env):
                 raise TypeError(
                     f"critic.mode {config.mode!r} values the global state, but env {type(env).__name__} has no "
-                    "state(); implement state() -> {'text': ...} (TextTaskEnv does) or use critic.mode: local"
-                ) from None
+                    "state(); implement state() -> {'text': ...} (TextTaskEnv does) or use critic.mode: local")
+            state = env.state()
             if slot.critic_log is None:
                 slot.critic_log = GlobalStateLog(system_ids, self.policy.encode_text, config.max_state_chars)
             ids = slot.critic_log.extend(str(state["text"]), info.get("dependency"), agent,

@@ -27,7 +27,7 @@ collective (``torch.distributed`` need not be initialised).
 
 One process per GPU: :func:`process_group` makes ``cuda:<LOCAL_RANK>`` the current device of each
 rank before joining, and nothing here touches another rank's GPU (the collectives run on the
-current device; ``marft_agents/run/seeding.py``'s ``fork_rng`` and ``cuda_rng_state`` fork and save
+current device; ``marft_agents/runtime/seeding.py``'s ``fork_rng`` and ``cuda_rng_state`` fork and save
 the RNG of that device alone). Each rank builds its own sampling engine on its own device.
 
 A collective that waits longer than the process group's timeout (:func:`process_group_timeout`:
@@ -51,7 +51,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from marft_agents.run.seeding import seed_everything
+from marft_agents.runtime.seeding import seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ def attach(trainer: Any) -> DataParallel | SingleProcess:
     rank 0's adapters, hands the learner its :class:`DataParallel` and seeds this rank's
     sampling RNG (after the model and adapters were built from the run's seed).
     """
-    from marft_agents.config import ConfigError
+    from marft_agents.config_schema import ConfigError
 
     world = trainer.world
     if world.world_size < 2:
