@@ -64,7 +64,7 @@ from marft_agents.run.checkpoint import (
 )
 from marft_agents.run import distributed
 from marft_agents.config import ConfigError, TrainConfig, config_to_dict
-from marft_agents.env_check import check_env_config
+from marft_agents.env_check import check_before_loading
 from marft_agents.evaluation.problem_set import EvalResult, evaluate
 from marft_agents.learners import get_learner, make_learner
 from marft_agents.learners.registry import learner_trains
@@ -526,12 +526,12 @@ def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] 
     ``<output_dir>/metrics.{jsonl,csv}`` (and TensorBoard), SIGINT/SIGTERM stop after the current
     update with a checkpoint (``handle_signals``, main thread only), and the run ends with
     ``summary.json`` and ``learning_curve.png`` (``plot``); see :mod:`marft_agents.run.session`.
-    ``callbacks`` get ``(update_index, metrics)`` after every update. Env kwargs are checked
-    (:func:`~marft_agents.config.check_env_config`) before the model is loaded.
+    ``callbacks`` get ``(update_index, metrics)`` after every update. The config gets the checks
+    ``marft train`` runs (:func:`~marft_agents.env_check.check_before_loading`) before the model is loaded.
     """
     from marft_agents.run.session import run_session
 
-    check_env_config(cfg)
+    check_before_loading(cfg, model=model_and_tokenizer is None)
     with prepare_trainer(cfg, resume, model_and_tokenizer) as trainer:  # closes the engine after the final evaluation
         outcome = run_session(trainer, resume=resume, eval_before=eval_before, tensorboard=tensorboard, plot=plot,
                                handle_signals=handle_signals, callbacks=callbacks)
