@@ -20,7 +20,7 @@ update's metrics. One update:
 Metric keys include ``losses/policy_loss``, ``losses/value_loss``, ``losses/entropy``,
 ``losses/approx_kl``, ``losses/clipfrac``, ``losses/explained_variance``,
 ``rollout/reward_mean``, ``agent/<id>/reward``, ``agent/<id>/length``, ``counters/*``,
-``time/*`` and, when evaluated, ``eval/accuracy`` / ``eval/stderr``.
+``time/*`` and, when evaluated, ``eval/accuracy`` / ``eval/stderr`` / ``eval/seconds`` (its wall time).
 
 Resuming: ``resume=True`` loads the latest checkpoint in ``cfg.output_dir`` (adapters, value
 head, optimizer states, counters, RNG states, the task order) and continues with the next update;
@@ -429,7 +429,8 @@ class Trainer:
                 result = self.evaluate()
                 self.final_eval = result if last else None
                 metrics.update({"eval/accuracy": result.accuracy, "eval/stderr": result.stderr,
-                                "eval/n": float(result.n), "eval/mean_reward": result.mean_reward})
+                                "eval/n": float(result.n), "eval/mean_reward": result.mean_reward,
+                                "eval/seconds": result.seconds})
                 self.keep_if_best(result)
             stopping = distributed.agree_on_stop(self) is not None  # read once: a signal may arrive any time
             if last or stopping or (s.checkpoint_interval and done % s.checkpoint_interval == 0):

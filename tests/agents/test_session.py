@@ -40,6 +40,10 @@ def test_train_from_python_follows_the_cli_session(tmp_path):
     critic = summary["critic_last_half"]  # MAPPO's critic over the later half: update 2
     assert (critic["first_update"], critic["last_update"], critic["updates"]) == (2, 2, 1)
     assert (out / "learning_curve.png").is_file()
+    evaluated = [row for row in read_metrics(out / "metrics.jsonl") if row.get("eval/accuracy") is not None]
+    # every evaluation (the baseline at step 0, the one at the end) logs its wall time
+    assert [row["step"] for row in evaluated] == [0, 2]
+    assert all(row["eval/seconds"] > 0 for row in evaluated), evaluated
 
 
 class _Crash(Exception):
