@@ -75,11 +75,15 @@ def checkpoint_problem(path: Path) -> str | None:
 def resolve_checkpoint(output_dir: str, choice: str | None, flag: str = "--checkpoint") -> Path | None:
     """``choice`` as the adapters to load: None for ``none`` (the untrained policy), the latest
     checkpoint or ``best/`` of ``output_dir``, or a path (a run folder: its latest checkpoint);
-    anything else is one :class:`UsageError` line, raised before the model loads."""
-    from marft_agents.run.checkpoint import BEST_DIR, latest_checkpoint
-
+    anything else is one :class:`UsageError` line, raised before the model loads (and before torch,
+    for a path that does not exist)."""
     if choice in (None, "none"):
         return None
+    problem = checkpoint_problem(Path(choice)) if choice not in ("latest", "best") else None
+    if problem:  # before torch: a path that does not exist needs no checkpoint module
+        raise UsageError(f"{flag} {choice!r} {problem} (or latest / best / none)")
+    from marft_agents.run.checkpoint import BEST_DIR, latest_checkpoint  # torch (a second or more)
+
     if choice == "latest":
         found = latest_checkpoint(output_dir)
         if found is None:
@@ -93,11 +97,8 @@ def resolve_checkpoint(output_dir: str, choice: str | None, flag: str = "--check
                              f"evaluation ran); pass {flag} latest or a folder")
         return found
     path = Path(choice)
-    problem = checkpoint_problem(path)
-    if problem:
-        raise UsageError(f"{flag} {choice!r} {problem} (or latest / best / none)")
     if not (path / "adapters.pt").is_file() and not path.is_file():
-        path = latest_checkpoint(path)  # a run folder: its latest checkpoint
+        path = latest_checkpoint(path) or path  # a run folder: its latest checkpoint
     return path
 
 

@@ -143,3 +143,31 @@ def test_config_notes_a_model_that_is_not_on_this_machine(tmp_path, capsys, monk
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     assert main(["config", "--config", _config(tmp_path, model={"name_or_path": "some-lab/no-such-model"})]) == 0
     assert "note: not loadable on this machine" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["eval", "--checkpoint", "{tmp}/no-such-run"],
+    ["score", "--checkpoint", "{tmp}/no-such-run"],
+    ["train", "--set", "model.name_or_path=some-lab/no-such-model"],
+    ["eval", "--checkpoint", "none", "--set", "model.name_or_path=some-lab/no-such-model"],
+])
+def test_a_bad_checkpoint_or_model_is_reported_before_torch_is_imported(tmp_path, argv):
+    """What makes these fast: the answer comes before torch (seconds to import on a busy machine),
+    the dtype probe and the model loader; checked in a fresh interpreter, not by the clock."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    config = _config(tmp_path)
+    words = [w.format(tmp=tmp_path) for w in argv]
+    words[1:1] = ["--policy", config] if words[0] == "score" else ["--config", config]
+    script = ("import sys; from marft_agents.cli import main; code = main(sys.argv[1:]); "
+              "print('exit', code, 'torch imported:', 'torch' in sys.modules)")
+    path = os.pathsep.join([str(repo)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hf-cache")}
+    done = subprocess.run([sys.executable, "-c", script, *words], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "exit 2 torch imported: False", (done.stdout, done.stderr)
+    assert len([line for line in done.stderr.splitlines() if "error:" in line]) == 1, done.stderr
