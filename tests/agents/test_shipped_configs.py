@@ -75,3 +75,52 @@ def test_every_shipped_config_passes_the_checks_train_runs(path, example_plugins
     cfg = load_config(path)
     agent_ids = check_before_loading(cfg, model=False)
     assert agent_ids, path
+
+
+def _yaml_block_after(heading: str) -> dict:
+    """The first ```yaml block of marft_envs/ADDING_AN_ENV.md after ``heading``, parsed."""
+    text = (REPO / "marft_envs" / "ADDING_AN_ENV.md").read_text(encoding="utf-8")
+    after = text[text.index(heading):]
+    return yaml.safe_load(after.split("```yaml\n", 1)[1].split("```", 1)[0])
+
+
+class _Stop(Exception):
+    pass
+
+
+def _recompute_warnings(cfg, monkeypatch, caplog) -> list[str]:
+    """The log lines of building a Trainer for ``cfg`` up to the point where it loads anything
+    (stopped right after its dtype check, at ``seed_everything``)."""
+    import logging
+
+    import marft_agents.run.trainer as trainer
+
+    def stop(seed):
+        raise _Stop
+
+    monkeypatch.setattr(trainer, "seed_everything", stop)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=trainer.__name__), pytest.raises(_Stop):
+        trainer.Trainer(cfg)
+    return [r.getMessage() for r in caplog.records if "recompute_old_logprobs" in r.getMessage()]
+
+
+def test_the_guides_training_config_passes_and_does_not_warn_in_bfloat16(example_plugins, monkeypatch, caplog):
+    """ADDING_AN_ENV.md step 7: ``dtype: auto`` (bfloat16 where faster), without the warning."""
+    data = _yaml_block_after("## 7. Write its training config")
+    assert data["model"]["dtype"] == "auto" and data["env"]["id"] == "example/VowelCount-v0"
+    cfg = load_config(data)
+    assert check_before_loading(cfg, model=False) == ["planner_0", "solver_0"]
+    bf16 = load_config(data, {"model.dtype": "bfloat16"})  # what auto picks where bf16 is faster
+    assert _recompute_warnings(bf16, monkeypatch, caplog) == []
+    # the control: the same config without the setting warns, so the check above can fail
+    off = load_config(data, {"model.dtype": "bfloat16", "ppo.recompute_old_logprobs": False})
+    assert len(_recompute_warnings(off, monkeypatch, caplog)) == 1
+
+
+def test_the_guides_profile_yaml_is_a_valid_profile():
+    from marft_envs.core.roles import profile_from_dict
+
+    profile = profile_from_dict(_yaml_block_after("## 3. Profiles: who the agents are"))
+    assert profile.agent_ids == ("planner_0", "solver_0") and profile.dependency == "plan_then_solo"
+    assert [r.graded for r in profile.roles] == [False, True] and profile.roles[1].description
