@@ -15,7 +15,10 @@ A mistake of the user (a bad config value, a missing file, a bad flag) prints on
 what was expected and how to fix it (the nearest valid key, option, profile or env id when one is
 close), with exit status 2; a traceback means a bug, and ``marft --debug ...`` shows the
 traceback of user errors too. The config is read and validated before anything heavy is
-imported (it is plain data), so such a line comes at once. Output cut short by its reader
+imported (it is plain data), so such a line comes at once; so are the checks that need the env
+but no model (:func:`marft_agents.env_check.check_before_loading`: env and ``eval.env_kwargs``,
+scripted seats, ``init_adapters``, and whether the model is on this machine), which ``marft
+train``, ``marft eval`` and ``marft config --config`` share, and ``--checkpoint``. Output cut short by its reader
 (``marft config --show | head``) ends quietly, with the shell's status for SIGPIPE.
 
 Without the ``agents`` extra (torch, transformers, peft) ``marft envs`` and ``marft score`` with a
@@ -298,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("--verbose", action="store_true", help="also show agents, default profile and package")
     conf = add_subcommand(sub, "config", cmd_config, help="list every config key with its type and default")
     conf.add_argument("--show", action="store_true", help="also print each key's documentation")
-    conf.add_argument("--config", help="show the values of this YAML config instead of the defaults")
+    conf.add_argument("--config", help="show the values of this YAML config instead of the defaults, after the "
+                      "checks marft train and eval run before loading a model (exit 2 with one line if one fails)")
     conf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     from marft_agents.evaluation.score import add_score_parser
 
