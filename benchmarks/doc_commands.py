@@ -40,7 +40,7 @@ their argparse keeps the last value), ``OMP_NUM_THREADS=N`` becomes 1, and ``mak
 (another machine's GPUs, the whole test suite) and what is skipped unless ``--include-long`` is
 given. What cannot run here (``VALIDATE_RULES``: another machine's GPUs, the Qwen2.5 configs,
 vLLM's CPU build, and every command of a non-shell block, which the docs show for another
-machine) is validated instead: a ``marft train`` / ``eval`` / ``score`` becomes ``marft config
+machine) is validated instead, and so is a skipped command that has a validation: a ``marft train`` / ``eval`` / ``score`` becomes ``marft config
 --config FILE`` with the same ``--set`` overrides (the checks train and eval run before loading a
 model: the config, the env and ``eval.env_kwargs``, scripted seats, ``init_adapters``), a
 ``make`` command ``make -n`` (the target exists and expands). The printed ``as run:`` line shows
@@ -70,7 +70,8 @@ SHELL_FENCES = {"bash", "sh", "shell", "console", "zsh", "shell-session"}
 # (regex on the command, reason, long): long ones run with --include-long, the others never.
 SKIP_RULES: list[tuple[str, str, bool]] = [
     (r"--nnodes\s+[2-9]|--rdzv-endpoint\s+node", "needs several machines (multi-node torchrun)", False),
-    (r"^make test(-all)?\b", "the whole test suite: not run on a shared 2-core machine (run pytest per file)", True),
+    (r"^make test(-all)?(\s|$)", "the whole test suite: not run on a shared 2-core machine (run pytest per file)", True),
+    (r"^make test-vllm\b", "builds .venv-vllm (vLLM's CPU build, ~3 GB) and runs the vLLM engine's tests", True),
     (r"^make bench\b", "every benchmark at full size (tens of minutes)", True),
     (r"^make test-avx2\b", "the whole test suite again, on the AVX2 kernels (tens of minutes)", True),
     (r"MARFT_TEST_DEVICE=cuda", "needs an NVIDIA GPU", False),
@@ -119,7 +120,9 @@ class Command:
     run_as: str = ""
     skip: str = ""
     validate: str = ""
-    """Why the command is validated instead of run (``VALIDATE_RULES``), or empty."""
+    """Why the command is validated instead of run (``VALIDATE_RULES``, a skip rule), or empty."""
+    validate_as: str = ""
+    """The validation run instead (:func:`validation`)."""
     fence: str = ""
     """The fenced block's language (empty outside one)."""
     long: bool = False
@@ -230,11 +233,10 @@ def plan(command: Command, short_dir: Path) -> None:
             command.skip, command.long = reason, long
     reasons = [reason for pattern, reason in VALIDATE_RULES if re.search(pattern, text)]
     reasons += [NOT_SHELL] if command.fence and command.fence not in SHELL_FENCES else []
+    reasons += [command.skip] if command.skip else []
     check = validation(text) if reasons else None
-    if check is not None and not command.skip:
-        command.validate, command.run_as = "; ".join(reasons), check
-        command.notes.append(f"validated, not run: {command.validate}")
-        return
+    if check is not None:  # what is not run here is checked: a skipped command too, unless --include-long runs it
+        command.validate, command.validate_as = "; ".join(reasons), check
     run = re.sub(r"\bOMP_NUM_THREADS=\d+", "OMP_NUM_THREADS=1", text)
     sets = [f"--set {key}={'null' if value is None else value}" for key, value in SHORT_CONFIG.items()]
     if re.search(r"\bmarft(_agents\.cli)?\s+train\b", run) or re.search(r"-m baselines\.run\b", run):
@@ -355,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as short_dir:
             for c in commands:
                 plan(c, Path(short_dir))
-                tag = f"   [SKIP: {c.skip}]" if c.skip else f"   [VALIDATE: {c.run_as}]" if c.validate else ""
+                tag = f"   [VALIDATE: {c.validate_as}]" if c.validate else f"   [SKIP: {c.skip}]" if c.skip else ""
                 print(f"{c.file}:{c.line}: {c.text}{tag}")
         print(f"{len(commands)} commands in {len(files)} files")
         return 0
@@ -369,7 +371,11 @@ def main(argv: list[str] | None = None) -> int:
         for index, c in enumerate(commands):
             plan(c, scratch)
             where = f"{c.file}:{c.line}"
-            if c.skip and not (c.long and args.include_long):
+            run_it = not c.skip or (c.long and args.include_long)
+            if c.validate and not (c.skip and run_it):  # not run here: its validation instead
+                c.run_as = c.validate_as
+                c.notes = [f"validated, not run: {c.validate}"]  # the shortening notes are of the command not run
+            elif not run_it:
                 print(f"SKIP({c.skip})     0.0s  {where}: {c.text}", flush=True)
                 counts["SKIP"] += 1
                 continue

@@ -35,9 +35,9 @@ def test_marft_and_make_commands_of_a_text_block_are_collected_and_validated(tmp
         "marft train --config baselines/configs/marft_a_math_qwen2.5.yaml --set a.b=1", "make demo"]
     for command in commands:
         doc_commands.plan(command, tmp_path)
-    assert commands[0].run_as == ("python -m marft_agents.cli config --config "
-                                  "baselines/configs/marft_a_math_qwen2.5.yaml --set a.b=1")
-    assert commands[1].run_as.startswith("make -n demo")
+    assert commands[0].validate_as == ("python -m marft_agents.cli config --config "
+                                       "baselines/configs/marft_a_math_qwen2.5.yaml --set a.b=1")
+    assert commands[1].validate_as.startswith("make -n demo")
     assert all(c.validate for c in commands)
 
 
@@ -47,7 +47,7 @@ def test_the_gpu_page_commands_are_checked():
     assert len(gpu) >= 8  # the train / resume / eval / torchrun lines of the GPU recipe
     for command in gpu:
         doc_commands.plan(command, REPO)
-        assert "marft_agents.cli config --config baselines/configs/marft_a_" in command.run_as
+        assert "marft_agents.cli config --config baselines/configs/marft_a_" in command.validate_as
 
 
 @pytest.mark.parametrize("language", ["text", "", "bash"])
@@ -63,6 +63,15 @@ def test_a_broken_command_fails_the_check_in_a_block_of_any_language(tmp_path, c
     lines = [line for line in out.splitlines() if line.startswith(("PASS", "FAIL"))]
     assert lines[0].startswith("PASS") and lines[1].startswith("FAIL"), out
     assert "eval.env_kwargs" in out and "unknown arithmetic level 99" in out
+
+
+def test_a_skipped_command_is_validated_where_it_can_be():
+    skipped = doc_commands.Command("README.md", 1, "make test")
+    doc_commands.plan(skipped, REPO)
+    assert skipped.skip and skipped.validate_as == "make -n test"
+    never = doc_commands.Command("x.md", 1, "pip install -e .")  # nothing stands in for it: a SKIP
+    doc_commands.plan(never, REPO)
+    assert never.skip and not never.validate
 
 
 def test_a_text_block_without_a_broken_command_passes(tmp_path, capsys):
