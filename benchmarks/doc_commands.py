@@ -4,7 +4,9 @@ The acceptance rule of the docs is that every command in ``README.md``,
 ``marft_agents/ADDING_A_LEARNER.md``, ``marft_envs/ADDING_AN_ENV.md`` and ``docs/*.md`` runs as
 written. A command is a line of a fenced ```` ```bash ```` / ``sh`` / ``shell`` / ``console``
 block (comment lines skipped, ``\\`` continuations joined; in ``console`` blocks only ``$ `` lines),
-or a ``$ `` line of any other fenced block (a transcript). With ``--inline``, inline ```` `code` ````
+a ``$ `` line of any other fenced block (a transcript), or a line of a fenced block of any other
+language (``text``, none, ...) that holds a ``marft`` or ``make`` command (``FENCE_COMMAND``: the
+GPU recipes sit in ``text`` blocks). With ``--inline``, inline ```` `code` ````
 in prose that starts like a command (``python ...``, ``marft ...``, ``.venv/bin/...``, ``make ...``,
 ...) is collected too; one with a placeholder (``<name>``, ``[--opt]``, ``...``, ``DIR``) or that
 only names a subcommand (``marft train``) is listed as SKIP.
@@ -36,7 +38,13 @@ of 4 episodes, 8 new tokens, 4 evaluation problems, one thread), the throughput 
 their argparse keeps the last value), ``OMP_NUM_THREADS=N`` becomes 1, and ``make demo`` gets
 ``DEMO_CONFIG=`` a shortened copy of the demo config. ``SKIP_RULES`` lists what is never run here
 (another machine's GPUs, the whole test suite) and what is skipped unless ``--include-long`` is
-given. The printed ``as run:`` line shows every change. Exit status 1 when a command fails (or times out), else 0.
+given. What cannot run here (``VALIDATE_RULES``: another machine's GPUs, the Qwen2.5 configs,
+vLLM's CPU build, and every command of a non-shell block, which the docs show for another
+machine) is validated instead, and so is a skipped command that has a validation: a ``marft train`` / ``eval`` / ``score`` becomes ``marft config
+--config FILE`` with the same ``--set`` overrides (the checks train and eval run before loading a
+model: the config, the env and ``eval.env_kwargs``, scripted seats, ``init_adapters``), a
+``make`` command ``make -n`` (the target exists and expands). The printed ``as run:`` line shows
+every change. Exit status 1 when a command fails (or times out), else 0.
 """
 
 from __future__ import annotations
@@ -62,7 +70,8 @@ SHELL_FENCES = {"bash", "sh", "shell", "console", "zsh", "shell-session"}
 # (regex on the command, reason, long): long ones run with --include-long, the others never.
 SKIP_RULES: list[tuple[str, str, bool]] = [
     (r"--nnodes\s+[2-9]|--rdzv-endpoint\s+node", "needs several machines (multi-node torchrun)", False),
-    (r"^make test(-all)?\b", "the whole test suite: not run on a shared 2-core machine (run pytest per file)", True),
+    (r"^make test(-all)?(\s|$)", "the whole test suite: not run on a shared 2-core machine (run pytest per file)", True),
+    (r"^make test-vllm\b", "builds .venv-vllm (vLLM's CPU build, ~3 GB) and runs the vLLM engine's tests", True),
     (r"^make bench\b", "every benchmark at full size (tens of minutes)", True),
     (r"^make test-avx2\b", "the whole test suite again, on the AVX2 kernels (tens of minutes)", True),
     (r"MARFT_TEST_DEVICE=cuda", "needs an NVIDIA GPU", False),
@@ -74,6 +83,21 @@ SKIP_RULES: list[tuple[str, str, bool]] = [
     (r"-m baselines\.grid (?!.*--(dry-run|report-only))", "a whole comparison grid (hours of machine time); "
      "--dry-run prints its plan", True),
 ]
+
+# (regex on the command, reason): run as a validation (``validation``) instead of as written.
+VALIDATE_RULES: list[tuple[str, str]] = [
+    (r"(?i)qwen2\.5", "needs a GPU and the Qwen2.5 weights"),
+    (r"--nproc_per_node\s+(?:[3-9]|\d{2,})\b", "needs several GPUs"),
+    (r"(^|\s)\.venv-vllm/", "needs vLLM's CPU build (.venv-vllm, make test-vllm)"),
+]
+NOT_SHELL = "shown for another machine (a non-shell block)"
+FENCE_COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+)*(?:(?:\S*/)?(?:marft|torchrun)\s|(?:\S*/)?python3?\s+-m\s+"
+                           r"marft_agents\.cli\s|make(?:\s|$))")
+"""A line of a non-shell fenced block that is a marft or make command (``torchrun ... -m
+marft_agents.cli``, ``.venv/bin/marft``, ``make demo``), not output or code."""
+ERROR_LINE = re.compile(r"^\S*marft \w+: ")
+"""``marft train: error: ...``: output shown in a block, not a command."""
+MODEL_COMMAND = re.compile(r"(?:\bmarft|marft_agents\.cli)\s+(train|eval|score|bench)\b")
 
 # Overrides of a training / evaluation run: one short update and a tiny evaluation.
 SHORT_CONFIG = {
@@ -95,6 +119,12 @@ class Command:
     text: str
     run_as: str = ""
     skip: str = ""
+    validate: str = ""
+    """Why the command is validated instead of run (``VALIDATE_RULES``, a skip rule), or empty."""
+    validate_as: str = ""
+    """The validation run instead (:func:`validation`)."""
+    fence: str = ""
+    """The fenced block's language (empty outside one)."""
     long: bool = False
     inline: bool = False
     notes: list[str] = field(default_factory=list)
@@ -162,7 +192,9 @@ def extract(files: list[Path], inline: bool = False) -> list[Command]:
             start = k
             prompt = stripped.startswith("$ ")
             shell = info in SHELL_FENCES and info != "console" and info != "shell-session"
-            if not (prompt or shell) or not stripped or stripped.startswith("#"):
+            other = (info not in SHELL_FENCES and FENCE_COMMAND.match(stripped) is not None
+                     and not ERROR_LINE.match(stripped))
+            if not (prompt or shell or other) or not stripped or stripped.startswith("#"):
                 k += 1
                 continue
             text = stripped[2:] if prompt else stripped
@@ -172,8 +204,25 @@ def extract(files: list[Path], inline: bool = False) -> list[Command]:
             k += 1
             text = _strip_comment(text)
             if text:
-                commands.append(Command(rel, start + 1, text))
+                commands.append(Command(rel, start + 1, text, fence=info))
     return commands
+
+
+def validation(text: str) -> str | None:
+    """The check that stands in for ``text`` where it cannot run: ``marft config --config FILE``
+    with its ``--set`` overrides for a train / eval / score, ``make -n`` for a make command; None
+    for a command that is cheap anywhere (``marft envs``, ``marft config``)."""
+    words = text.split()
+    if MODEL_COMMAND.search(text):
+        config = re.search(r"--(?:config|policy)[ =](\S+\.ya?ml)\b", text)
+        if config is None:
+            return "false  # no --config FILE to validate"
+        sets = " ".join(f"--set {value}" for value in re.findall(r"--set[ =](\S+)", text))
+        return f"python -m marft_agents.cli config --config {config.group(1)} {sets}".rstrip()
+    make = next((k for k, word in enumerate(words) if word == "make"), None)
+    if make is not None:
+        return " ".join([*words[:make], "make", "-n", *words[make + 1:]])
+    return None
 
 
 def plan(command: Command, short_dir: Path) -> None:
@@ -182,6 +231,12 @@ def plan(command: Command, short_dir: Path) -> None:
     for pattern, reason, long in SKIP_RULES:
         if re.search(pattern, text):
             command.skip, command.long = reason, long
+    reasons = [reason for pattern, reason in VALIDATE_RULES if re.search(pattern, text)]
+    reasons += [NOT_SHELL] if command.fence and command.fence not in SHELL_FENCES else []
+    reasons += [command.skip] if command.skip else []
+    check = validation(text) if reasons else None
+    if check is not None:  # what is not run here is checked: a skipped command too, unless --include-long runs it
+        command.validate, command.validate_as = "; ".join(reasons), check
     run = re.sub(r"\bOMP_NUM_THREADS=\d+", "OMP_NUM_THREADS=1", text)
     sets = [f"--set {key}={'null' if value is None else value}" for key, value in SHORT_CONFIG.items()]
     if re.search(r"\bmarft(_agents\.cli)?\s+train\b", run) or re.search(r"-m baselines\.run\b", run):
@@ -208,11 +263,10 @@ def plan(command: Command, short_dir: Path) -> None:
     command.run_as = run
 
 
-def _overlay_venv(scratch: Path) -> Path:
-    """A venv whose site-packages chains to the checkout's .venv, with the same console scripts."""
+def _overlay_venv(scratch: Path, base: Path) -> Path:
+    """A venv whose site-packages chains to ``base`` (the checkout's .venv), with the same console scripts."""
     venv = scratch / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    base = REPO / ".venv"
     site = next(base.glob("lib/python*/site-packages"))
     own_site = next(venv.glob("lib/python*/site-packages"))
     (own_site / "_marft_doc_commands.pth").write_text(f"import site; site.addsitedir({str(site)!r})\n")
@@ -285,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inline", nargs="?", const="also", choices=["also", "only"],
                         help="also (or only) the inline `command` spans of the prose")
     parser.add_argument("--show-output", action="store_true", help="show the output tail of passing commands too")
+    parser.add_argument("--venv", type=Path, default=REPO / ".venv",
+                        help="the virtual env the commands' .venv stands for (default: the checkout's .venv)")
     parser.add_argument("files", nargs="*", type=Path, help=f"markdown files (default: {' '.join(DOCS)})")
     args = parser.parse_args(argv)
 
@@ -298,8 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         commands = [c for c in commands if re.search(args.only, c.text) or re.search(args.only, f"{c.file}:{c.line}")]
     if not args.run:
-        for c in commands:
-            print(f"{c.file}:{c.line}: {c.text}" + (f"   [SKIP: {c.skip}]" if c.skip else ""))
+        with tempfile.TemporaryDirectory() as short_dir:
+            for c in commands:
+                plan(c, Path(short_dir))
+                tag = f"   [VALIDATE: {c.validate_as}]" if c.validate else f"   [SKIP: {c.skip}]" if c.skip else ""
+                print(f"{c.file}:{c.line}: {c.text}{tag}")
         print(f"{len(commands)} commands in {len(files)} files")
         return 0
 
@@ -307,12 +366,16 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
     try:
-        venv = _overlay_venv(scratch)
+        venv = _overlay_venv(scratch, args.venv.resolve())
         last_copy: dict[str, Path] = {}  # config file -> the copy of the last command that used it
         for index, c in enumerate(commands):
             plan(c, scratch)
             where = f"{c.file}:{c.line}"
-            if c.skip and not (c.long and args.include_long):
+            run_it = not c.skip or (c.long and args.include_long)
+            if c.validate and not (c.skip and run_it):  # not run here: its validation instead
+                c.run_as = c.validate_as
+                c.notes = [f"validated, not run: {c.validate}"]  # the shortening notes are of the command not run
+            elif not run_it:
                 print(f"SKIP({c.skip})     0.0s  {where}: {c.text}", flush=True)
                 counts["SKIP"] += 1
                 continue

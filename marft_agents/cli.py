@@ -15,7 +15,10 @@ A mistake of the user (a bad config value, a missing file, a bad flag) prints on
 what was expected and how to fix it (the nearest valid key, option, profile or env id when one is
 close), with exit status 2; a traceback means a bug, and ``marft --debug ...`` shows the
 traceback of user errors too. The config is read and validated before anything heavy is
-imported (it is plain data), so such a line comes at once. Output cut short by its reader
+imported (it is plain data), so such a line comes at once; so are the checks that need the env
+but no model (:func:`marft_agents.env_check.check_before_loading`: env and ``eval.env_kwargs``,
+scripted seats, ``init_adapters``, and whether the model is on this machine), which ``marft
+train``, ``marft eval`` and ``marft config --config`` share, and ``--checkpoint``. Output cut short by its reader
 (``marft config --show | head``) ends quietly, with the shell's status for SIGPIPE.
 
 Without the ``agents`` extra (torch, transformers, peft) ``marft envs`` and ``marft score`` with a
@@ -111,20 +114,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None):
-    """The validated config of ``args`` and its env's agent ids (before any model is loaded)."""
+def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None, *, model: bool = True):
+    """The validated config of ``args`` and its env's agent ids, after every check that needs no
+    model (:func:`~marft_agents.env_check.check_before_loading`, the same for train, eval and
+    config; ``model``: also whether the model can load here)."""
     from marft_agents.config import load_config
-    from marft_agents.env_check import check_env_config
-
-    from marft_agents.evaluation.scripted import ScriptedPolicyError, load_seats
+    from marft_agents.env_check import check_before_loading
 
     cfg = load_config(args.config, {**parse_overrides(args.set), **(extra or {})})
-    agent_ids = check_env_config(cfg)
-    try:  # a bad seat or function path: one line, before the model loads
-        load_seats(dict(cfg.scripted_seats), agent_ids)
-    except ScriptedPolicyError as err:
-        raise ConfigError(str(err)) from None
-    return cfg, agent_ids
+    return cfg, check_before_loading(cfg, model=model)
 
 
 def _resume_hint(args: argparse.Namespace) -> str:
@@ -176,34 +174,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_checkpoint(cfg: Any, choice: str) -> Path | None:
-    """The adapters folder ``--checkpoint`` names (None: the untrained policy), checked to exist."""
-    from marft_agents.run.checkpoint import BEST_DIR, latest_checkpoint
-
-    if choice == "none":
-        return None
-    if choice == "latest":
-        found = latest_checkpoint(cfg.output_dir)
-        if found is None:
-            raise UsageError(f"no checkpoint in {cfg.output_dir} (output_dir of the config) to evaluate; train "
-                             "first, pass --checkpoint PATH, or --checkpoint none for the untrained policy")
-        return found
-    if choice == "best":
-        found = Path(cfg.output_dir) / BEST_DIR
-        if not (found / "adapters.pt").is_file():
-            raise UsageError(f"no {found}/adapters.pt: the run kept no best adapters (eval.keep_best off, or no "
-                             "evaluation ran); pass --checkpoint latest or a folder")
-        return found
-    path = Path(choice)
-    usable = (path / "adapters.pt").is_file() or path.is_file() or latest_checkpoint(path) is not None
-    if not usable:
-        raise UsageError(f"--checkpoint {choice!r} is neither a checkpoint folder (with adapters.pt), an "
-                         "adapters file, a run folder with checkpoints, nor latest / best / none")
-    return path
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
+    from marft_agents.env_check import resolve_checkpoint
+
     cfg, agent_ids = _load(args)
+    checkpoint = resolve_checkpoint(cfg.output_dir, args.checkpoint)  # before torch and the (slow) model load
     # the config is valid: only now the modules that import torch, transformers and peft
     from marft_agents.run.checkpoint import load_adapters
     from marft_agents.evaluation.problem_set import evaluate
@@ -213,7 +188,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     cfg.resolve_hardware()
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
-    checkpoint = _eval_checkpoint(cfg, args.checkpoint)  # before the (slow) model load
     model, tokenizer = load_model_and_tokenizer(cfg.model)
     with build_policy(cfg, model, tokenizer, agent_ids) as policy:  # the block's end closes the sampling engine
         if checkpoint is not None:
@@ -258,14 +232,27 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from marft_agents.config import describe_config, load_config
+    """List the keys; with ``--config``, the file's values after the checks ``marft train`` and
+    ``marft eval`` run before loading a model (the env, ``eval.env_kwargs``, scripted seats,
+    ``init_adapters``). Whether the model is on this machine is a note, not an error: a config
+    names a model for the machine it is meant for (a GPU's Qwen2.5)."""
+    from marft_agents.config import describe_config
 
-    cfg = load_config(args.config, parse_overrides(args.set)) if args.config else None
+    cfg = _load(args, model=False)[0] if args.config else None
     column = "value" if cfg is not None else "default"
     for key, type_name, value, doc in describe_config(cfg):
         print(f"{key}: {type_name} ({column}: {json.dumps(value, default=str)})")
         if args.show and doc:
             print(textwrap.indent(textwrap.fill(" ".join(doc.split()), width=96), "    "))
+    if cfg is not None:
+        from marft_agents.model.source import ModelNotFoundError, check_model_source
+
+        try:
+            check_model_source(cfg.model)
+        except (ModelNotFoundError, FileNotFoundError) as err:
+            print(f"marft config: note: not loadable on this machine: {err}", file=sys.stderr)
+        print(f"{args.config}: valid (the checks marft train and marft eval run before loading a model)",
+              file=sys.stderr)
     return 0
 
 
@@ -314,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("--verbose", action="store_true", help="also show agents, default profile and package")
     conf = add_subcommand(sub, "config", cmd_config, help="list every config key with its type and default")
     conf.add_argument("--show", action="store_true", help="also print each key's documentation")
-    conf.add_argument("--config", help="show the values of this YAML config instead of the defaults")
+    conf.add_argument("--config", help="show the values of this YAML config instead of the defaults, after the "
+                      "checks marft train and eval run before loading a model (exit 2 with one line if one fails)")
     conf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     from marft_agents.score import add_score_parser
 

@@ -1,10 +1,17 @@
-"""Checks of a config against its environment, run before any model is loaded.
+"""Checks of a config run before any model is loaded: against its environment and its files.
 
 Some settings only the env can judge: an unknown kwarg (``levle``), ``level: 99``,
-``horizon: 0``, a missing profile, a single-agent algorithm on a multi-agent profile.
-:func:`check_env_config` builds the configured env once (cheap next to loading a model) and turns
-what it rejects into a one-line :class:`~marft_agents.config.ConfigError`; ``marft train`` /
-``marft eval`` and ``trainer.train`` call it right after loading the config.
+``horizon: 0``, a missing profile, an ``eval.env_kwargs`` the env rejects on top of
+``env.kwargs``, a single-agent algorithm on a multi-agent profile. :func:`check_env_config`
+builds the configured env once (cheap next to loading a model) and turns what it rejects into a
+one-line :class:`~marft_agents.config.ConfigError`.
+
+:func:`check_before_loading` is every such check in one place (the env, the scripted seats, the
+``init_adapters`` path, and where the model is to load, whether it is there): ``marft train``,
+``marft eval``, ``marft config --config`` and ``trainer.train`` all call it, so a config that
+``marft config`` passes does not stop at the start of a training run. :func:`resolve_checkpoint`
+turns ``--checkpoint`` (``latest``, ``best``, ``none`` or a path) into a folder, or one line, before
+the model loads (``marft eval`` and ``marft score``).
 """
 
 from __future__ import annotations
@@ -13,7 +20,86 @@ import difflib
 import inspect
 from typing import Any
 
+from pathlib import Path
+
+from marft_agents.cli_args import UsageError
 from marft_agents.config import ConfigError, TrainConfig
+
+
+def check_before_loading(cfg: TrainConfig, *, model: bool = True) -> list[str]:
+    """Every check of ``cfg`` that needs no model; returns the env's agent ids.
+
+    The env and ``eval.env_kwargs`` (:func:`check_env_config`), the scripted seats (each an agent
+    of the env and an importable function, and not every seat of a learner that trains), the
+    ``init_adapters`` path, and with ``model`` whether ``model.name_or_path`` can load on this
+    machine (:func:`marft_agents.model.source.check_model_source`: no network wait, no torch).
+    ``marft config`` passes ``model=False``: a config names a model for the machine it runs on.
+    """
+    from marft_agents.evaluation.scripted import ScriptedPolicyError, load_seats
+    from marft_agents.learners.registry import learner_capabilities
+
+    agent_ids = check_env_config(cfg)
+    try:  # a bad seat or function path: one line, before the model loads
+        load_seats(dict(cfg.scripted_seats), agent_ids)
+    except ScriptedPolicyError as err:
+        raise ConfigError(str(err)) from None
+    if learner_capabilities(cfg.algorithm).trains and set(agent_ids) <= set(cfg.scripted_seats):
+        raise ConfigError(f"scripted_seats plays every agent ({', '.join(agent_ids)}): nothing is left to "
+                          "train; leave at least one seat to the model")
+    if cfg.init_adapters is not None:
+        problem = checkpoint_problem(Path(cfg.init_adapters))
+        if problem:
+            raise ConfigError(f"init_adapters {cfg.init_adapters!r} {problem}")
+    if model:
+        from marft_agents.model.source import check_model_source
+
+        check_model_source(cfg.model)
+    return agent_ids
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why ``path`` holds no adapters to load (None when it does): it must be a checkpoint folder
+    (with ``adapters.pt``), an adapters file, or a run folder with checkpoints."""
+    if (path / "adapters.pt").is_file() or path.is_file():
+        return None
+    if path.is_dir():
+        from marft_agents.run.checkpoint import latest_checkpoint  # torch: only for a folder to search
+
+        if latest_checkpoint(path) is not None:
+            return None
+    what = "is a folder without adapters.pt or checkpoints" if path.is_dir() else "does not exist"
+    return (f"{what}; expected a checkpoint folder (with adapters.pt), an adapters file or a run folder "
+            "with checkpoints")
+
+
+def resolve_checkpoint(output_dir: str, choice: str | None, flag: str = "--checkpoint") -> Path | None:
+    """``choice`` as the adapters to load: None for ``none`` (the untrained policy), the latest
+    checkpoint or ``best/`` of ``output_dir``, or a path (a run folder: its latest checkpoint);
+    anything else is one :class:`UsageError` line, raised before the model loads (and before torch,
+    for a path that does not exist)."""
+    if choice in (None, "none"):
+        return None
+    problem = checkpoint_problem(Path(choice)) if choice not in ("latest", "best") else None
+    if problem:  # before torch: a path that does not exist needs no checkpoint module
+        raise UsageError(f"{flag} {choice!r} {problem} (or latest / best / none)")
+    from marft_agents.run.checkpoint import BEST_DIR, latest_checkpoint  # torch (a second or more)
+
+    if choice == "latest":
+        found = latest_checkpoint(output_dir)
+        if found is None:
+            raise UsageError(f"no checkpoint in {output_dir} (output_dir of the config) to evaluate; train "
+                             f"first, pass {flag} PATH, or {flag} none for the untrained policy")
+        return found
+    if choice == "best":
+        found = Path(output_dir) / BEST_DIR
+        if not (found / "adapters.pt").is_file():
+            raise UsageError(f"no {found}/adapters.pt: the run kept no best adapters (eval.keep_best off, or no "
+                             f"evaluation ran); pass {flag} latest or a folder")
+        return found
+    path = Path(choice)
+    if not (path / "adapters.pt").is_file() and not path.is_file():
+        path = latest_checkpoint(path) or path  # a run folder: its latest checkpoint
+    return path
 
 
 def check_env_config(cfg: TrainConfig) -> list[str]:

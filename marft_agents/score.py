@@ -16,7 +16,9 @@ otherwise), then ``--env-kwargs``; an env with a ``split`` keyword is scored on 
 unless a split is given (the convention of ``marft_envs/ADDING_AN_ENV.md``).
 
 The record (:class:`marft_agents.evaluation.records.Record`) is written to ``<records>/<name>.json``, the
-current folder by default - never into the installed package - and carries marft's commit and
+current folder by default - never into the installed package, and never over another record
+(:func:`record_name_for`: the default name says which adapters were scored and gets ``_2``,
+``_3``, ... when taken; a taken ``--name`` is refused) - and carries marft's commit and
 version beside the env's provider (``env_package``: the plugin's distribution name and version).
 ``python -m leaderboards.build --records DIR --out DIR/README.md`` renders a folder of records as a
 table.
@@ -101,26 +103,6 @@ def evaluate_scripted(fn: ScriptedPolicy, env_id: str, env_kwargs: dict[str, Any
                       per_task=per_task)
 
 
-def resolve_checkpoint(output_dir: str, which: str | None) -> Path | None:
-    """``none`` -> None; ``latest`` / ``best`` -> that folder of ``output_dir``; else a checkpoint
-    folder, or a run folder (its latest checkpoint)."""
-    from marft_agents.run.checkpoint import BEST_DIR, latest_checkpoint
-
-    if which in (None, "none"):
-        return None
-    if which == "latest":
-        found = latest_checkpoint(output_dir)
-        if found is None:
-            raise FileNotFoundError(f"no checkpoint in {output_dir}; pass --checkpoint PATH or none")
-        return found
-    path = Path(output_dir) / BEST_DIR if which == "best" else Path(which)
-    if which != "best" and not (path / "adapters.pt").is_file() and latest_checkpoint(path) is not None:
-        path = latest_checkpoint(path)  # a run folder, as `marft eval` accepts: its latest checkpoint
-    if not (path / "adapters.pt").is_file():
-        raise FileNotFoundError(f"{path} holds no adapters.pt; pass --checkpoint latest, none or a checkpoint folder")
-    return path
-
-
 def evaluate_config(cfg: Any, env_id: str, env_kwargs: dict[str, Any], n_problems: int, seed: int,
                     checkpoint: Path | None) -> Any:
     """Load the config's model (untrained adapters, or ``checkpoint``'s) and evaluate it once."""
@@ -160,6 +142,28 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
 
 
+def record_name_for(records_dir: Path, name: str | None, env_id: str, policy: str,
+                    checkpoint: Path | None) -> str:
+    """The record's name, never one already in ``records_dir``: ``--name`` as given (refused when
+    taken), else ``score_<env>_<policy>``, with a config policy's adapters (``untrained``, the
+    checkpoint folder or ``best``) after it, and ``_2``, ``_3``, ... when that is taken too."""
+    if name is not None:
+        if (records_dir / f"{name}.json").exists():
+            raise FileExistsError(f"{records_dir / (name + '.json')} exists: marft score never overwrites a record; "
+                                  "pass another --name, or delete that file first")
+        return name
+    scripted = policy.startswith(SCRIPTED_PREFIX)
+    label = policy.rsplit(":", 1)[-1] if scripted else Path(policy).stem
+    base = f"score_{_slug(env_id)}_{_slug(label)}"
+    if not scripted:
+        base += f"_{_slug(checkpoint.name) if checkpoint is not None else 'untrained'}"
+    found, k = base, 1
+    while (records_dir / f"{found}.json").exists():
+        k += 1
+        found = f"{base}_{k}"
+    return found
+
+
 def run_score(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any] | None = None,
               n_problems: int | None = None, seed: int | None = None, name: str | None = None,
               records_dir: str | Path | None = None, checkpoint: str | None = "none",
@@ -192,6 +196,15 @@ def run_score(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         cfg = load_config(policy, overrides or {})
         env_id = env_id or cfg.env.id
         base = {**cfg.env.kwargs, **cfg.eval.env_kwargs} if env_id == cfg.env.id else {}
+    ckpt = None
+    if cfg is not None:  # before torch and the model: a bad --checkpoint or model name is one line at once
+        from marft_agents.env_check import resolve_checkpoint
+        from marft_agents.model.source import check_model_source
+
+        ckpt = resolve_checkpoint(cfg.output_dir, checkpoint)
+        check_model_source(cfg.model)
+    records_dir = Path(records_dir) if records_dir is not None else Path.cwd()
+    record_name = record_name_for(records_dir, name, env_id, policy, ckpt)
     if env_id not in marft_envs.list_envs():
         raise ScoreError(f"unknown environment id {env_id!r}; registered: {', '.join(marft_envs.list_envs())} "
                          "(`marft envs --verbose` shows where each comes from)")
@@ -202,15 +215,12 @@ def run_score(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
     started = time.perf_counter()
     if scripted:
         result = evaluate_scripted(fn, env_id, kwargs, n_problems, seed)
-        ckpt = None
     else:
-        ckpt = resolve_checkpoint(cfg.output_dir, checkpoint)
         result = evaluate_config(cfg, env_id, kwargs, n_problems, seed, ckpt)
     seconds = time.perf_counter() - started
     source = marft_envs.env_source(env_id)
-    label = policy.rsplit(":", 1)[-1] if scripted else Path(policy).stem
     record = Record(
-        name=name or f"score_{_slug(env_id)}_{_slug(label)}",
+        name=record_name,
         env_id=env_id,
         env_kwargs=kwargs,
         algorithm="scripted" if scripted else (cfg.algorithm if ckpt is not None else "none"),
@@ -227,7 +237,7 @@ def run_score(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         env_package={"distribution": source.distribution, "version": source.version,
                      "entry_point": source.entry_point, "origin": source.origin},
     )
-    return write_record(record, Path(records_dir) if records_dir is not None else Path.cwd())
+    return write_record(record, records_dir)
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -266,7 +276,8 @@ def add_score_parser(sub: Any) -> None:
                        help="config policies: 'none' (untrained adapters), 'latest', 'best' or a folder")
     score.add_argument("--n", type=int, help="number of problems (default: the config's eval.n_problems, else 100)")
     score.add_argument("--seed", type=int, help="problem-set seed (default: the config's eval.seed, else 1234)")
-    score.add_argument("--name", help="record name (default: score_<env>_<policy>)")
+    score.add_argument("--name", help="record name (default: score_<env>_<policy>[_<checkpoint>], with _2, _3, "
+                       "... when taken; a record is never overwritten)")
     score.add_argument("--records", type=Path, default=None,
                        help="folder for <name>.json (default: the current folder)")
     score.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")

@@ -103,6 +103,10 @@ def test_model_commands_name_the_extra_in_one_line(tmp_path, argv):
     (["eval", "--config", "run.yaml", "--set", "model.dtype=bf16"], "did you mean 'bfloat16'?"),
     (["score", "--policy", "run.yaml", "--set", "learner.group_size=4"], "declares no learner options"),
     (["config", "--config", "run.yaml", "--set", "sampling.engine=vlm"], "sampling.engine must be one of"),
+    # the env checks train runs, in marft config too (the paper config's eval.env_kwargs mistake)
+    (["config", "--config", "run.yaml", "--set", "eval.env_kwargs={level: 99}"], "eval.env_kwargs"),
+    (["config", "--config", "run.yaml", "--set", "init_adapters=no/such/run"], "init_adapters 'no/such/run'"),
+    (["eval", "--config", "run.yaml", "--checkpoint", "no/such/run"], "--checkpoint 'no/such/run' does not exist"),
 ])
 def test_a_config_mistake_is_found_before_anything_heavy_is_imported(tmp_path, argv, expected):
     # Without torch installed the mistake is still the one line reported: the config is read and

@@ -162,7 +162,7 @@ def test_trains_checkpoints_resumes_and_scores(installed, tiny_loader, tmp_path,
 
     monkeypatch.chdir(tmp_path)
     assert main(["score", "--env", ENV_ID, "--policy", str(config), "--checkpoint", "latest", "--n", "3"]) == 0
-    record = json.loads((tmp_path / "score_example_vowelcount_v0_vowels.json").read_text())
+    record = json.loads((tmp_path / "score_example_vowelcount_v0_vowels_update_000003.json").read_text())
     assert record["env_package"]["distribution"] == "marft-example-env"
     assert record["env_package"]["version"] == "0.1.0"
     assert record["algorithm"] == "mappo_action" and record["budget"]["updates"] == 3

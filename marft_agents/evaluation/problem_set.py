@@ -40,6 +40,7 @@ import inspect
 import json
 import math
 import random
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,9 @@ class EvalResult:
     share of problems some sample solved); with k = 1 the accuracy."""
     pass_at_k_stderr: float = 0.0
     """Standard error of ``pass_at_k``, the per-problem estimates clustered by problem statement."""
+    seconds: float = 0.0
+    """Wall-clock seconds :func:`evaluate` took (building the envs to the gathered result); 0 where
+    the result was not timed (built by :func:`score` alone). Logged as ``eval/seconds``."""
     stage_pass: dict[str, float] = field(default_factory=dict)
     """Stage name -> share of the plays (every sample) that passed it, in the order the env
     reports the stages; empty when the env reports none (module docstring, "Staged problems")."""
@@ -244,6 +248,7 @@ def evaluate(
     if k > 1 and greedy:
         raise ValueError(f"samples_per_problem = {k} with greedy decoding would play the same answer {k} "
                          "times; set greedy false (sampling) or samples_per_problem 1")
+    started = time.perf_counter()
     env_kwargs = dict(env_kwargs or {})
     envs = [marft_envs.make(env_id, **env_kwargs) for _ in range(max(1, num_envs))]
     tasks = getattr(envs[0].unwrapped, "tasks", None)
@@ -300,7 +305,7 @@ def evaluate(
         dist.all_gather_object(parts, per_task)
         per_task = [task for part in parts for task in part]
     prompts = [tasks[i].prompt for i in indices]
-    return score(per_task, prompts, k)
+    return dataclasses.replace(score(per_task, prompts, k), seconds=time.perf_counter() - started)
 
 
 def score(per_task: list[dict[str, Any]], prompts: list[str], k: int = 1) -> EvalResult:

@@ -45,15 +45,12 @@ import json
 import logging
 import os
 import shutil
-import socket
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import torch
 from transformers import (
@@ -66,13 +63,18 @@ from transformers import (
 from marft_agents.engine import cpu_support
 from marft_agents.engine.cpu_support import THREADS_VARIABLE, ThreadChoice, apply_threads, choose_threads
 from marft_agents.files import make_ordinary
+from marft_agents.model.source import (  # noqa: F401 (HUB_PROBE_TIMEOUT_S: part of this module's API)
+    HUB_PROBE_TIMEOUT_S,
+    ModelNotFoundError,
+    hub_offline,
+    local_problem,
+)
 from marft_agents.settings.model import (
     AUTO_DEVICE,
     AUTO_DTYPE,
     DTYPES,
     PACKAGED_GGUF,
     ModelConfig,
-    alias_typo,
     attn_implementation_error,
 )
 
@@ -95,15 +97,6 @@ DTYPE_PROBE_VARIABLE = "MARFT_DTYPE_PROBE"
 """Environment variable: "0" skips the measurement; a CPU that would be measured gets float32."""
 DTYPE_PROBE_FILE = "cpu-bf16-speed.json"
 """The measured speed-ups, under the marft cache (:func:`cache_root`)."""
-
-HUB_PROBE_TIMEOUT_S = 1.0
-"""How long the check "is the Hugging Face Hub reachable?" waits (name lookup plus connect)."""
-_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """The configured model name is no alias, no local folder and no reachable Hub model."""
-
 
 class ModelCacheError(FileExistsError):
     """The cache folder of a converted alias is broken and cannot be rebuilt here (no permission,
@@ -392,64 +385,17 @@ def _is_converted(folder: Path) -> bool:
     return _cache_problem(folder) is None
 
 
-def _looks_like_local_path(name: str) -> bool:
-    return (name.startswith(("/", "./", "../", "~", "\\")) or os.path.isabs(name)
-            or (len(name) > 1 and name[1] == ":"))
-
-
 def _source_folder(cfg: ModelConfig) -> str:
     """Where from_pretrained should read: converted alias folder, local folder, or Hub id."""
     name = cfg.name_or_path
     if name in PACKAGED_GGUF:
         return str(ensure_converted(name, model_cache_dir(cfg) / name))
-    path = Path(name).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{path} exists but has no config.json: expected a Hugging "
-                                    f"Face model folder (save_pretrained output)")
-        return str(path)
-    if _looks_like_local_path(name) or name.count("/") > 1:
-        raise ModelNotFoundError(
-            f"model folder {name!r} does not exist. Give an existing local folder, a Hugging "
-            f"Face Hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct', or one of the "
-            f"aliases {sorted(PACKAGED_GGUF)}")
-    close = alias_typo(name)
-    if close:
-        raise ModelNotFoundError(f"unknown model {name!r}: did you mean the alias {close!r}? (aliases: "
-                                 f"{', '.join(sorted(PACKAGED_GGUF))}; or a local folder or Hub id)")
+    problem = local_problem(name)  # a missing folder or an alias typo: at once, not after a Hub wait
+    if problem:
+        raise (FileNotFoundError if Path(name).expanduser().exists() else ModelNotFoundError)(problem)
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser())
     return name
-
-
-def hub_offline() -> bool:
-    """True when the Hugging Face Hub cannot be used: an offline variable is set, or no TCP
-    connection to it opens within ``HUB_PROBE_TIMEOUT_S`` (never retried)."""
-    if any(os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on") for var in _OFFLINE_VARIABLES):
-        return True
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme != "http" else 80)
-    return not _reachable(host, port, HUB_PROBE_TIMEOUT_S)
-
-
-def _reachable(host: str, port: int, timeout_s: float) -> bool:
-    """Whether a TCP connection to ``host:port`` opens within ``timeout_s`` in total.
-
-    The attempt runs in a daemon thread because the name lookup (``getaddrinfo``) ignores socket
-    timeouts: a resolver without a route can block for many seconds. A late attempt is abandoned
-    (a daemon thread does not hold up the interpreter's exit).
-    """
-    opened = threading.Event()
-
-    def connect() -> None:
-        try:
-            with socket.create_connection((host, port), timeout=timeout_s):
-                opened.set()
-        except OSError:
-            pass
-
-    worker = threading.Thread(target=connect, name="marft-hub-probe", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    return opened.is_set()
 
 
 @contextlib.contextmanager

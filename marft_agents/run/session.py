@@ -188,7 +188,8 @@ def run_session(
                 trainer.keep_if_best(result)  # if training never beats the base model, best/ is the base
                 summary["eval_before"] = eval_dict(result)
                 logger.log(0, {"eval/accuracy": result.accuracy, "eval/stderr": result.stderr,
-                               "eval/n": result.n, "eval/mean_reward": result.mean_reward})
+                               "eval/n": result.n, "eval/mean_reward": result.mean_reward,
+                               "eval/seconds": result.seconds})
                 if main:
                     summary_path.write_text(json.dumps(summary, indent=2))  # survives a crash mid-training
                 say(f"eval before training: {describe(result)}")

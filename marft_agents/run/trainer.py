@@ -20,7 +20,7 @@ update's metrics. One update:
 Metric keys include ``losses/policy_loss``, ``losses/value_loss``, ``losses/entropy``,
 ``losses/approx_kl``, ``losses/clipfrac``, ``losses/explained_variance``,
 ``rollout/reward_mean``, ``agent/<id>/reward``, ``agent/<id>/length``, ``counters/*``,
-``time/*`` and, when evaluated, ``eval/accuracy`` / ``eval/stderr``.
+``time/*`` and, when evaluated, ``eval/accuracy`` / ``eval/stderr`` / ``eval/seconds`` (its wall time).
 
 Resuming: ``resume=True`` loads the latest checkpoint in ``cfg.output_dir`` (adapters, value
 head, optimizer states, counters, RNG states, the task order) and continues with the next update;
@@ -64,7 +64,7 @@ from marft_agents.run.checkpoint import (
 )
 from marft_agents.runtime import distributed
 from marft_agents.config import ConfigError, TrainConfig, config_to_dict
-from marft_agents.env_check import check_env_config
+from marft_agents.env_check import check_before_loading
 from marft_agents.evaluation.problem_set import EvalResult, evaluate
 from marft_agents.learners import get_learner, make_learner
 from marft_agents.learners.registry import learner_trains
@@ -431,7 +431,8 @@ class Trainer:
                 result = self.evaluate()
                 self.final_eval = result if last else None
                 metrics.update({"eval/accuracy": result.accuracy, "eval/stderr": result.stderr,
-                                "eval/n": float(result.n), "eval/mean_reward": result.mean_reward})
+                                "eval/n": float(result.n), "eval/mean_reward": result.mean_reward,
+                                "eval/seconds": result.seconds})
                 self.keep_if_best(result)
             stopping = distributed.agree_on_stop(self) is not None  # read once: a signal may arrive any time
             if last or stopping or (s.checkpoint_interval and done % s.checkpoint_interval == 0):
@@ -528,12 +529,12 @@ def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] 
     ``<output_dir>/metrics.{jsonl,csv}`` (and TensorBoard), SIGINT/SIGTERM stop after the current
     update with a checkpoint (``handle_signals``, main thread only), and the run ends with
     ``summary.json`` and ``learning_curve.png`` (``plot``); see :mod:`marft_agents.run.session`.
-    ``callbacks`` get ``(update_index, metrics)`` after every update. Env kwargs are checked
-    (:func:`~marft_agents.config.check_env_config`) before the model is loaded.
+    ``callbacks`` get ``(update_index, metrics)`` after every update. The config gets the checks
+    ``marft train`` runs (:func:`~marft_agents.env_check.check_before_loading`) before the model is loaded.
     """
     from marft_agents.run.session import run_session
 
-    check_env_config(cfg)
+    check_before_loading(cfg, model=model_and_tokenizer is None)
     with prepare_trainer(cfg, resume, model_and_tokenizer) as trainer:  # closes the engine after the final evaluation
         outcome = run_session(trainer, resume=resume, eval_before=eval_before, tensorboard=tensorboard, plot=plot,
                                handle_signals=handle_signals, callbacks=callbacks)

@@ -44,6 +44,28 @@ def test_plot_learning_curve_writes_a_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("steps", [4, 1])
+def test_every_panel_has_a_y_label_and_the_accuracy_band_a_legend_entry(steps):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from marft_agents.run.plotting import BAND_LABEL, learning_curve_figure
+
+    rows = [{"step": step, "rollout/reward_mean": step / 4, "eval/accuracy": 0.1 * step, "eval/stderr": 0.02,
+             "losses/policy_loss": 0.5, "losses/approx_kl": 0.01} for step in range(steps)]
+    fig = learning_curve_figure(rows, title="t")
+    try:
+        shown = [ax for ax in fig.axes if ax.get_visible()]
+        assert len(shown) == 4
+        assert all(ax.get_ylabel() for ax in shown), [ax.get_title() for ax in shown if not ax.get_ylabel()]
+        accuracy = next(ax for ax in shown if ax.get_title() == "greedy eval accuracy")
+        assert accuracy.get_ylabel() == "share of problems solved"
+        legend = [text.get_text() for text in accuracy.get_legend().get_texts()]
+        assert any(BAND_LABEL in entry for entry in legend), legend
+    finally:
+        plt.close(fig)
+
+
 def test_non_finite_values_are_written_as_null(tmp_path):
     logger = MetricsLogger(tmp_path, tensorboard=False)
     logger.log(1, {"agent/verifier_0/length": float("nan"), "x": float("inf"), "y": 0.5})

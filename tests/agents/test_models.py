@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from marft_agents.model import loading as models
+from marft_agents.model import source
 from marft_agents.model.loading import load_model_and_tokenizer, model_cache_dir, resolve_device, resolve_dtype
 from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 from marft_agents.settings.model import DEFAULT_MODEL, ModelConfig, alias_typo
@@ -167,7 +168,7 @@ def test_hub_probe_gives_up_after_its_timeout(monkeypatch):
         raise OSError("no route")
 
     with monkeypatch.context() as patch:
-        patch.setattr(models.socket, "create_connection", hanging_connect)
+        patch.setattr(source.socket, "create_connection", hanging_connect)
         started = time.perf_counter()
         assert models.hub_offline()
         assert time.perf_counter() - started < models.HUB_PROBE_TIMEOUT_S + 0.5

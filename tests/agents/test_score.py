@@ -198,3 +198,34 @@ def test_config_score_loads_a_critic_less_checkpoint_like_eval(algorithm, sectio
 def test_load_scripted_accepts_the_prefixless_form():
     assert load_scripted("test_score:say_letters") is say_letters
     assert marft_envs.env_source(LETTERS_ID).origin == "runtime"
+
+
+def test_a_second_score_never_overwrites_the_first_record(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["score", "--env", "marft/Arithmetic-v0", "--policy", "scripted:test_score:say_letters", "--n", "2",
+            "--env-kwargs", "{profile: solo, horizon: 1}"]
+    assert main(argv) == 0
+    first = (tmp_path / "score_marft_arithmetic_v0_say_letters.json").read_text()
+    assert main([*argv, "--seed", "7"]) == 0
+    assert (tmp_path / "score_marft_arithmetic_v0_say_letters.json").read_text() == first
+    second = json.loads((tmp_path / "score_marft_arithmetic_v0_say_letters_2.json").read_text())
+    assert second["name"] == "score_marft_arithmetic_v0_say_letters_2" and second["eval_after"]["seed"] == 7
+    capsys.readouterr()
+    # a name given twice is refused in one line, and the record stays as it was
+    assert main([*argv, "--name", "score_marft_arithmetic_v0_say_letters"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "never overwrites a record" in err[0], err
+    assert (tmp_path / "score_marft_arithmetic_v0_say_letters.json").read_text() == first
+
+
+def test_a_config_scores_default_name_says_which_adapters(tmp_path):
+    from marft_agents.evaluation.score import record_name_for
+
+    policy = str(tmp_path / "my_run.yaml")
+    assert record_name_for(tmp_path, None, "marft/Relay-v0", policy, None) == "score_marft_relay_v0_my_run_untrained"
+    ckpt = tmp_path / "run" / "checkpoints" / "update_000003"
+    assert record_name_for(tmp_path, None, "marft/Relay-v0", policy, ckpt) == \
+        "score_marft_relay_v0_my_run_update_000003"
+    (tmp_path / "score_marft_relay_v0_my_run_update_000003.json").write_text("{}")
+    assert record_name_for(tmp_path, None, "marft/Relay-v0", policy, ckpt) == \
+        "score_marft_relay_v0_my_run_update_000003_2"

@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,6 +41,17 @@ def test_train_from_python_follows_the_cli_session(tmp_path):
     critic = summary["critic_last_half"]  # MAPPO's critic over the later half: update 2
     assert (critic["first_update"], critic["last_update"], critic["updates"]) == (2, 2, 1)
     assert (out / "learning_curve.png").is_file()
+    evaluated = [row for row in read_metrics(out / "metrics.jsonl") if row.get("eval/accuracy") is not None]
+    # every evaluation (the baseline at step 0, the one at the end) logs its wall time
+    assert [row["step"] for row in evaluated] == [0, 2]
+    assert all(row["eval/seconds"] > 0 for row in evaluated), evaluated
+    # the per-problem transcripts docs/getting_started.md points at: evals/update_000000.json (before training)
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "getting_started.md").read_text()
+    first = json.loads((out / "evals" / "update_000000.json").read_text())["per_task"][0]
+    keys = ("agent", "round", "observation", "text")
+    assert set(keys) <= set(first["transcript"][0]) and {"problem", "answer", "solved", "reward"} <= set(first)
+    assert "evals/update_<NNNNNN>.json" in guide and "update_000000.json" in guide
+    assert all(f"`{key}`" in guide for key in keys)
 
 
 class _Crash(Exception):
