@@ -63,7 +63,7 @@ def checkpoint_problem(path: Path) -> str | None:
     if (path / "adapters.pt").is_file() or path.is_file():
         return None
     if path.is_dir():
-        from marft_agents.run.checkpoint import latest_checkpoint  # torch: only for a folder to search
+        from marft_agents.checkpoint_layout import latest_checkpoint
 
         if latest_checkpoint(path) is not None:
             return None
@@ -82,7 +82,7 @@ def resolve_checkpoint(output_dir: str, choice: str | None, flag: str = "--check
     problem = checkpoint_problem(Path(choice)) if choice not in ("latest", "best") else None
     if problem:  # before torch: a path that does not exist needs no checkpoint module
         raise UsageError(f"{flag} {choice!r} {problem} (or latest / best / none)")
-    from marft_agents.run.checkpoint import BEST_DIR, latest_checkpoint  # torch (a second or more)
+    from marft_agents.checkpoint_layout import BEST_DIR, latest_checkpoint
 
     if choice == "latest":
         found = latest_checkpoint(output_dir)

@@ -29,12 +29,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 """Package -> the packages above it, which it must not import."""
 
 AGENT_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("files", "hints", "cli_args", "config_schema", "episodes", "ppo_math", "settings"),
+    ("files", "hints", "cli_args", "config_schema", "episodes", "ppo_math", "settings", "checkpoint_layout"),
     ("group_math", "runtime"),
     ("engine",),
     ("model", "learners"),
     ("config", "collector"),
-    ("env_check", "evaluation"),
+    ("evaluation",),
+    ("env_check",),
     ("run",),
     ("score", "testing"),
     ("cli", "__init__"),
@@ -42,7 +43,7 @@ AGENT_LAYERS: tuple[tuple[str, ...], ...] = (
 """marft_agents' parts, bottom up (a subpackage by its name, a top-level module by its own, the
 package's ``__init__`` as ``__init__``): plain data and pure helpers; seeding and the process
 group (``runtime``); the sampling engines; the policy and the learners; the run config and the
-episode collector; env checks and evaluation; the run loop; ``marft score`` and the test kit;
+episode collector; evaluation; the checks before a model loads; the run loop; ``marft score`` and the test kit;
 the CLI and the package's lazy names. A part imports parts of lower layers only, never one of
 its own layer or above: so no two parts import each other, even through a function."""
 

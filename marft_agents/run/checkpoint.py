@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import random
-import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -36,15 +35,13 @@ import numpy as np
 import torch
 import yaml
 
+from marft_agents.checkpoint_layout import (BEST_DIR, CHECKPOINT_DIR, checkpoint_name, checkpoint_root,  # noqa: F401
+                                           latest_checkpoint, list_checkpoints)
 from marft_agents.files import make_ordinary
 from marft_agents.runtime.seeding import cuda_rng_state, restore_cuda_rng_state
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_DIR = "checkpoints"
-BEST_DIR = "best"
-"""``<output_dir>/best/``: adapters of the best evaluation so far (``eval.keep_best``)."""
-_NAME = re.compile(r"^update_(\d{6,})$")
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -66,30 +63,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     restore_cuda_rng_state(state.get("cuda"))  # also reads the every-GPU lists of older checkpoints
-
-
-def checkpoint_root(output_dir: str | os.PathLike) -> Path:
-    return Path(output_dir) / CHECKPOINT_DIR
-
-
-def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """Complete checkpoints under ``output_dir``, oldest first."""
-    root = checkpoint_root(output_dir)
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _NAME.match(p.name))]
-    return [p for _, p in sorted(found) if (p / "state.pt").is_file() and (p / "adapters.pt").is_file()]
-
-
-def checkpoint_name(update: int) -> str:
-    """Folder name of the checkpoint written after ``update`` updates."""
-    return f"update_{update:06d}"
-
-
-def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
-    """The most recent complete checkpoint, or None."""
-    found = list_checkpoints(output_dir)
-    return found[-1] if found else None
 
 
 def _write_file(path: Path, writer) -> None:

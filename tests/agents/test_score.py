@@ -219,7 +219,7 @@ def test_a_second_score_never_overwrites_the_first_record(tmp_path, monkeypatch,
 
 
 def test_a_config_scores_default_name_says_which_adapters(tmp_path):
-    from marft_agents.evaluation.score import record_name_for
+    from marft_agents.score import record_name_for
 
     policy = str(tmp_path / "my_run.yaml")
     assert record_name_for(tmp_path, None, "marft/Relay-v0", policy, None) == "score_marft_relay_v0_my_run_untrained"
