@@ -286,6 +286,9 @@ class GridSpec:
     (e.g. three seeds of the main cells) do not apply."""
     description: str = ""
     """What the grid compares, shown at the top of the report."""
+    leaderboard: bool = False
+    """Rank the cells by accuracy in the report, with their 95 % CIs (a benchmark's leaderboard,
+    :mod:`baselines.benchmark`; :func:`leaderboards.grid_report.leaderboard_table`)."""
     records: str | None = None
     """Records folder; None = ``leaderboards/grids/<name>/records``."""
     output_root: str | None = None
@@ -1140,7 +1143,7 @@ def write_spec_report(spec: GridSpec) -> Path:
     from baselines.grid_plan import load_plan
 
     return write_report(records_dir(spec).parent, spec_title(spec), [c.name for c in spec.cells], spec.description,
-                        spec.comparisons, plan=load_plan(spec))
+                        spec.comparisons, plan=load_plan(spec), leaderboard=spec.leaderboard)
 
 
 REFUSED = 3
