@@ -318,10 +318,14 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
+def _stamp() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
 def default_out(env_id: str) -> Path:
     """A new folder per invocation: ``runs/benchmark/<env>/<UTC time>`` (``-2``, ``-3`` ... within
     one second), so that no benchmark's records replace another's."""
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = _stamp()
     root = Path("runs") / "benchmark" / _slug(env_id)
     out, k = root / stamp, 1
     while out.exists():

@@ -140,11 +140,12 @@ def test_two_invocations_never_overwrite_each_others_records(tmp_path, base, tin
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(grid_plan, "pilot", _fake_pilot(0.5))  # every start earns the reward: the gates pass
+    monkeypatch.setattr(benchmark, "_stamp", lambda: "20260101-000000")  # both invocations in the same second
     args = [LETTERS_ID, "--base", str(base), "--learners", "marft_a", "--seeds", "0", "--episodes", "4"]
     assert benchmark.main(args) == 0
     assert benchmark.main(args) == 0
     folders = sorted((tmp_path / "runs" / "benchmark" / "test_letters_v0").iterdir())
-    assert len(folders) == 2  # one folder per invocation, the same second or not
+    assert [f.name for f in folders] == ["20260101-000000", "20260101-000000-2"]  # one folder per invocation
     first = {p.name: p.stat().st_mtime_ns for p in (folders[0] / "records").glob("*.json")}
     assert sorted(first) == ["marft_a_base_actor_0_seed0.json", "marft_a_base_reasoner_0_seed0.json",
                              "marft_a_seed0.json", "untrained_seed0.json"]
