@@ -21,9 +21,11 @@ or extended by hand (``python -m baselines.grid DIR/benchmark.yaml``):
    benchmark, and so does a tested comparison that cannot answer at the seeds; ``--force`` runs
    anyway. The comparisons: each training row against the untrained team (``solo_ppo`` against
    the untrained single agent) and each team row against ``solo_ppo``; the first family is
-   *tested* (Holm) only where its exact tests can pass at the chosen seeds (6 or more seeds for
-   six learners), else every comparison is *descriptive*: shown with its CIs, tested by nothing
-   (docs/comparisons.md, "Declared comparisons"), decided before any run from the design alone.
+   *tested* (Holm) only where its exact tests can pass at the chosen seeds (9 or more seeds for
+   the seven training rows), else every comparison is *descriptive*: shown with its CIs, tested
+   by nothing (docs/comparisons.md, "Declared comparisons"), decided before any run from the
+   design alone. To test a question at few seeds, edit the grid file (fewer comparisons, or
+   ``descriptive: false``) and plan it again with ``python -m baselines.grid DIR/benchmark.yaml --plan``.
 3. **The report**: ``DIR/README.md`` (cells with CIs, a leaderboard of the rows, the per-agent
    contribution, the comparisons, the plan, the curves), regenerated after every run.
 

@@ -23,6 +23,8 @@ reports and compares):
   A + B, was the answerer right given what it heard): each stage's pass rate at the final
   evaluation (:func:`stage_table`); ablations of one agent (``base_seat``, ``fixed_message``): the drop
   from the source cell, that agent's contribution, with its s.e. (:func:`contribution_table`);
+- a grid that asks for it (``leaderboard: true``, a benchmark's): the cells ranked by accuracy with
+  their 95 % CIs (:func:`leaderboard_table`);
 - duplicate runs (:func:`leaderboards.stats.duplicate_runs`) are named and counted once; records
   of cells the grid file no longer declares are named as not tested and read nowhere else
   (:func:`undeclared_records`), so a removed cell cannot slip back into a table;
