@@ -494,14 +494,19 @@ def prepare(request: Request) -> tuple[Path, list[str]]:
     return write_benchmark(out, spec, base, _header(request, spec, skipped)), skipped
 
 
+def start_process(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Start one shard's process (a seam for the tests)."""
+    return subprocess.Popen(command, env=env)
+
+
 def run_shards(spec_path: Path, jobs: int, force: bool) -> int:
     """Run the grid in ``jobs`` processes (``--shard i/jobs``, one thread each), then its report."""
     from baselines import grid
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     flags = ["--force"] if force else []
-    procs = [subprocess.Popen([sys.executable, "-m", "baselines.grid", str(spec_path), "--shard", f"{i}/{jobs}",
-                               *flags], env=env) for i in range(jobs)]
+    procs = [start_process([sys.executable, "-m", "baselines.grid", str(spec_path), "--shard", f"{i}/{jobs}",
+                            *flags], env) for i in range(jobs)]
     codes = [p.wait() for p in procs]
     grid.main([str(spec_path), "--report-only"])
     return next((c for c in codes if c), 0)

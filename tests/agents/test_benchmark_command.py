@@ -211,3 +211,31 @@ def test_marft_benchmark_reaches_the_command_through_its_entry_point(tmp_path):
     assert "--learners" in marft("benchmark", "--help").stdout
     done = marft("benchmark", "nope/Env-v0")
     assert done.returncode == 2 and done.stderr.startswith("marft benchmark: error: 'nope/Env-v0' is not a registered")
+
+
+def test_jobs_plan_once_then_run_one_shard_per_process(tmp_path, base, tiny_models, monkeypatch, capsys):
+    from baselines import grid_plan
+
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot(0.5))
+    started = []
+
+    class Shard:  # a shard process that ran its runs
+        def __init__(self, command, env):
+            started.append((command, env["OMP_NUM_THREADS"]))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(benchmark, "start_process", Shard)
+    out = tmp_path / "bench"
+    assert benchmark.main([LETTERS_ID, "--base", str(base), "--learners", "marft_a", "--seeds", "0", "--episodes", "4",
+                           "--out", str(out), "--jobs", "2"]) == 0
+    spec = str(out / benchmark.BENCHMARK_FILE)
+    assert started == [([sys.executable, "-m", "baselines.grid", spec, "--shard", f"{i}/2"], "1") for i in range(2)]
+    assert "plan accepted" in capsys.readouterr().out and (out / "plan.json").is_file() and (out / "README.md").is_file()
+    # refused: no shard starts
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot(0.0))
+    (out / "gates").rename(tmp_path / "old_gates")
+    assert benchmark.main([LETTERS_ID, "--base", str(base), "--learners", "marft_a", "--seeds", "0", "--episodes", "4",
+                           "--out", str(out), "--jobs", "2"]) == grid_mod.REFUSED
+    assert len(started) == 2
