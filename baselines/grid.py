@@ -447,7 +447,8 @@ def write_spec_report(spec: GridSpec) -> Path:
     from baselines.grid_plan import load_plan
 
     return write_report(records_dir(spec).parent, spec_title(spec), [c.name for c in spec.cells], spec.description,
-                        spec.comparisons, plan=load_plan(spec), declared=declared_seeds(spec))
+                        spec.comparisons, plan=load_plan(spec), declared=declared_seeds(spec),
+                        leaderboard=spec.leaderboard)
 
 
 REFUSED = 3

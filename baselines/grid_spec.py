@@ -191,6 +191,9 @@ class GridSpec:
     must hold (e.g. three seeds of the main cells) do not apply."""
     description: str = ""
     """What the grid compares, shown at the top of the report."""
+    leaderboard: bool = False
+    """Rank the cells by accuracy in the report, with their 95 % CIs (a benchmark's leaderboard,
+    :mod:`baselines.benchmark`; :func:`leaderboards.grid_report.leaderboard_table`)."""
     records: str | None = None
     """Records folder; None = ``leaderboards/grids/<name>/records``."""
     output_root: str | None = None

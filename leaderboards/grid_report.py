@@ -23,6 +23,8 @@ reports and compares):
   A + B, was the answerer right given what it heard): each stage's pass rate at the final
   evaluation (:func:`stage_table`); ablations of one agent (``base_seat``, ``fixed_message``): the drop
   from the source cell, that agent's contribution, with its s.e. (:func:`contribution_table`);
+- a grid that asks for it (``leaderboard: true``, a benchmark's): the cells ranked by accuracy with
+  their 95 % CIs (:func:`leaderboard_table`);
 - duplicate runs (:func:`leaderboards.stats.duplicate_runs`) are named and counted once; records
   of cells the grid file no longer declares are named as not tested and read nowhere else
   (:func:`undeclared_records`), so a removed cell cannot slip back into a table;
@@ -631,6 +633,26 @@ def table(summaries: list[CellSummary]) -> list[str]:
     return lines
 
 
+def leaderboard_table(summaries: list[CellSummary]) -> list[str]:
+    """Markdown rows ranking the cells by mean accuracy (a benchmark's leaderboard), each with its
+    95 % CI: a t interval over seeds where a cell has two or more, else its one evaluation's normal
+    interval (mean +- 1.96 s.e.); the CI column says which."""
+    lines = ["| rank | cell | kind | algorithm | profile | seeds | accuracy, % | 95 % CI, % | CI over "
+             "| train min (cost) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    ranked = sorted(summaries, key=lambda s: -s.mean)
+    for rank, s in enumerate(ranked, start=1):
+        if s.se_over_seeds is not None:
+            half, over = stats.t_ppf(1 - ALPHA / 2, len(s.seeds) - 1) * s.se_over_seeds, f"{len(s.seeds)} seeds (t)"
+        else:
+            half, over = 1.959964 * s.stderrs[0], "one evaluation (normal)"
+        low, high = max(0.0, s.mean - half), min(1.0, s.mean + half)
+        kind = f"{s.kind} ({s.source})" if s.source else s.kind
+        minutes = f"{statistics.mean(s.minutes):.1f}" if s.kind == "train" and s.minutes else "-"
+        lines.append(f"| {rank} | {s.cell} | {kind} | {s.algorithm} | {s.profile} | {len(s.seeds)} | {_pct(s.mean)} "
+                     f"| [{_pct(low)}, {_pct(high)}] | {over} | {minutes} |")
+    return lines
+
+
 def critic_table(records: list[dict[str, Any]], order: list[str] | None = None) -> list[str]:
     """Markdown rows, one per training run whose learner logged a critic: its first decisions'
     explained variance against the ceiling, pooled over the later half of its updates
@@ -1173,9 +1195,10 @@ def summary(state: GridState, title: str, order: list[str] | None = None,
 
 def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None = None, description: str = "",
            comparisons: list[Comparison] | None = None, write_plot: bool = True,
-           plan: dict[str, Any] | None = None) -> str:
+           plan: dict[str, Any] | None = None, leaderboard: bool = False) -> str:
     """The markdown of ``<grid_dir>/README.md`` from the grid's :class:`GridState`; writes the
-    plot too unless ``write_plot`` is False."""
+    plot too unless ``write_plot`` is False; ``leaderboard``: with the cells ranked
+    (:func:`leaderboard_table`)."""
     grid_dir = Path(grid_dir)
     records = state.records
     lines = [f"# {title}", "",
@@ -1200,6 +1223,10 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
         return "\n".join(lines + plan_lines(plan))
     counted, duplicates, summaries = state.counted, state.duplicates, state.summaries
     lines += _axis_lines(counted) + [""] + _commit_line(counted) + _dtype_lines(counted) + _caveat_lines(counted) + table(summaries) + [""]
+    if leaderboard:
+        lines += ["## Leaderboard", "", *leaderboard_table(summaries), "",
+                  "Ranked by the mean final accuracy on the held-out problems; a rank is not a test (the comparisons "
+                  "below say what is resolved).", ""]
     lines += _duplicate_lines(duplicates, records, counted)
     lines += _undeclared_lines(records, order, duplicates)
     lines += _superseded_lines(records, order)
@@ -1371,13 +1398,14 @@ def plan_lines(plan: dict[str, Any] | None) -> list[str]:
 
 def write_report(grid_dir: Path, title: str, order: list[str] | None = None, description: str = "",
                  comparisons: list[Comparison] | None = None, plan: dict[str, Any] | None = None,
-                 declared: dict[str, int] | None = None) -> Path:
+                 declared: dict[str, int] | None = None, leaderboard: bool = False) -> Path:
     """Regenerate ``<grid_dir>/README.md`` (and ``curves.png``, ``summary.json``); returns the
     README path. ``declared``: cell -> the seeds its grid file declares (interim looks are marked)."""
     grid_dir = Path(grid_dir)
     grid_dir.mkdir(parents=True, exist_ok=True)
     state = grid_state(grid_dir, order, comparisons, declared)
-    for name, text in ((README, report(grid_dir, state, title, order, description, comparisons, plan=plan)),
+    for name, text in ((README, report(grid_dir, state, title, order, description, comparisons, plan=plan,
+                                         leaderboard=leaderboard)),
                        (SUMMARY, json.dumps(summary(state, title, order, comparisons, plan), indent=1) + "\n")):
         path = grid_dir / name
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -270,6 +270,24 @@ def add_subcommand(sub: Any, name: str, func: Any, **kwargs: Any) -> argparse.Ar
     return parser
 
 
+COMMANDS_GROUP = "marft.commands"
+"""Entry-point group of subcommands that live above marft_agents (``marft benchmark`` is
+``baselines.benchmark:main``): each is ``main(argv) -> exit status``, loaded only when run, so this
+package never imports the layers built on it."""
+
+
+def plugin_commands() -> dict[str, Any]:
+    """Name -> entry point of each ``marft.commands`` subcommand (the first of a name wins; a name
+    of a built-in subcommand is ignored)."""
+    from importlib.metadata import entry_points
+
+    found: dict[str, Any] = {}
+    for ep in entry_points(group=COMMANDS_GROUP):
+        if ep.name not in ("train", "eval", "envs", "config", "score"):
+            found.setdefault(ep.name, ep)
+    return found
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="marft", description="Multi-agent reinforcement fine-tuning of LLM agents.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of user errors too")
@@ -307,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     from marft_agents.score import add_score_parser
 
     add_score_parser(sub)
+    for name, ep in plugin_commands().items():  # listed in --help; _main hands them their arguments
+        sub.add_parser(name, help=f"{ep.value} (see marft {name} --help)", add_help=False)
     return parser
 
 
@@ -362,6 +382,11 @@ def _discard_stdout() -> None:
 def _main(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     _quiet_noisy_loggers()
+    words = list(sys.argv[1:] if argv is None else argv)
+    plugins = plugin_commands()
+    first = next((k for k, w in enumerate(words) if not w.startswith("-")), None)
+    if first is not None and words[first] in plugins:  # e.g. marft benchmark ...: its own parser
+        return plugins[words[first]].load()(words[first + 1:])
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # --help, or a bad flag (one line already printed)
