@@ -55,7 +55,12 @@ def test_a_broken_command_fails_the_check_in_a_block_of_any_language(tmp_path, c
     bad = tmp_path / "bad.yaml"  # the paper config's mistake: eval.env_kwargs the env rejects
     bad.write_text(yaml.safe_dump({"env": {"id": "marft/Arithmetic-v0", "kwargs": {"level": 1}},
                                    "eval": {"env_kwargs": {"level": 99}}}))
-    good = "marft train --config baselines/configs/marft_a_math_qwen2.5.yaml --set model.name_or_path=Qwen/Qwen2.5-7B-Instruct"
+    # a GPU config whose env needs no data (the shipped Qwen2.5 configs read MATH / MBPP, absent on a
+    # bare clone): validated with `marft config`, not run, wherever the block stands
+    gpu = tmp_path / "qwen2.5_arithmetic.yaml"
+    gpu.write_text(yaml.safe_dump({"model": {"name_or_path": "Qwen/Qwen2.5-7B-Instruct"},
+                                   "env": {"id": "marft/Arithmetic-v0", "kwargs": {"level": 1}}}))
+    good = f"marft train --config {gpu} --set model.dtype=bfloat16"
     page = _page(tmp_path, f"{good}\nmarft train --config {bad}", language)
     code = doc_commands.main(["--run", "--venv", sys.prefix, "--only", "qwen2.5|bad.yaml", str(page)])
     out = capsys.readouterr().out

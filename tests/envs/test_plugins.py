@@ -30,6 +30,17 @@ def install_plugin(root, name: str, entry_points: str, files: dict[str, str]) ->
         (root / rel).write_text(textwrap.dedent(text))
 
 
+@pytest.fixture(autouse=True)
+def restored_registry(monkeypatch):
+    """The ids a test registers (plug-ins from its temporary folder, run-time registrations of
+    modules that exist only there) are gone after it, so later tests that walk every registered
+    id (tests/envs/test_registry.py) see only importable ones."""
+    from marft_envs import registry
+
+    monkeypatch.setattr(registry, "_registered", dict(registry._registered))
+    monkeypatch.setattr(registry, "_runtime_objects", dict(registry._runtime_objects))
+
+
 @pytest.fixture
 def plugin_root(tmp_path, monkeypatch):
     from marft_envs.core import roles
