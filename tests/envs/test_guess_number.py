@@ -39,7 +39,7 @@ def _success(policy, level=1, n=60, **kwargs):
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"profile": "solo"}, {"dependency": "chain", "level": 2},
-                                    {"feedback": "interval", "level": 3}])
+                                    {"dependency": "independent"}, {"feedback": "interval", "level": 3}])
 def test_meets_the_env_contract(kwargs):
     assert ENV_ID in marft_envs.list_envs()
     results = check_env(ENV_ID, **kwargs)
