@@ -48,6 +48,7 @@ BUILTIN_ENVS: list[tuple[str, str, dict[str, Any]]] = [
     # -- cooperative tasks --
     ("marft/Relay-v0", "marft_envs.envs.relay:RelayEnv", {}),
     ("marft/SolveCheck-v0", "marft_envs.envs.solve_check:SolveCheckEnv", {}),
+    ("marft/GuessNumber-v0", "marft_envs.envs.guess_number:GuessNumberEnv", {}),
 ]
 
 
