@@ -98,6 +98,7 @@ from benchmarks._common import add_common_args, load_avg, load_model, now, set_t
 from marft_agents.engine.layout import effective_prefix_len, left_pad  # noqa: E402
 from marft_agents.episodes import VALUE_MODES  # noqa: E402
 from marft_agents.model.policy import MultiAgentPolicy  # noqa: E402
+from marft_agents.model.scoring import Scorer, ScoringPaths  # noqa: E402
 from marft_agents.collector import RolloutCollector  # noqa: E402
 from marft_agents.settings.critic import CriticConfig  # noqa: E402
 from marft_agents.settings.lora import LoraSpec  # noqa: E402
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--engine", default="all", choices=[*ENGINES, "all"],
                     help="sampling.engine of the collector; all = one collector per engine, same tasks")
     ap.add_argument("--unmerged-critic", action="store_true",
-                    help="also run the first engine with one critic row per decision (policy.merge_prefix_rows "
+                    help="also run the first engine with one critic row per decision (ScoringPaths.merge_prefix_rows "
                          "off: the collector before the episode log), same tasks, as its own row")
     ap.add_argument("--train-settings", action="store_true",
                     help="defaults of the dual-team training configs: " + ", ".join(
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
           f"recompute {args.recompute_logprobs}  share prefix {not args.no_share_prefix}  engines {engines}  "
           f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
     for engine, collector in collectors.items():  # warm-up: first-call allocations, grader worker start-up
-        policy.merge_prefix_rows = not engine.endswith(UNMERGED)
+        policy.scoring = Scorer(policy, ScoringPaths(merge_prefix_rows=not engine.endswith(UNMERGED)))
         collector.collect(args.batch)
 
     rows: dict[str, list[tuple]] = {e: [] for e in engines}
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     passes: dict[str, list[list[tuple[int, int]]]] = {e: [] for e in engines}  # per repeat: Recorder.passes
     for rep in range(args.repeats):
         for engine, collector in collectors.items():
-            policy.merge_prefix_rows = not engine.endswith(UNMERGED)
+            policy.scoring = Scorer(policy, ScoringPaths(merge_prefix_rows=not engine.endswith(UNMERGED)))
             rec.reset()
             start = now()
             rollout = collector.collect(args.batch)

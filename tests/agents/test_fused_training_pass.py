@@ -18,6 +18,7 @@ from marft_agents.engine.attention import (
     use_grouped_matmul_attention,
 )
 from marft_agents.model.policy import MultiAgentPolicy
+from marft_agents.model.scoring import Scorer, ScoringPaths
 from marft_agents.ppo_math import entropy_from_logprobs
 from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
@@ -119,16 +120,15 @@ def test_policy_scores_the_same_with_and_without_the_fused_head():
     prompts = [torch.randint(3, vocab, (12 - i % 4,), generator=g).tolist() for i in range(6)]
     responses = [torch.randint(3, vocab, (1 + i % 4,), generator=g).tolist() for i in range(6)]
 
-    def run():
+    def run(scorer):
         policy.zero_grad(set_to_none=True)
-        stats = policy.token_logprobs("policy_a", prompts, responses, 0.7)
+        stats = scorer.token_logprobs("policy_a", prompts, responses, 0.7)
         (stats.logprobs.sum() + stats.entropy.sum()).backward()
         return stats, [p.grad.clone() for p in policy.trainable_parameters() if p.grad is not None]
 
-    assert hl.plain_head(policy.lm) is not None and policy.fused_head
-    fused, fused_grads = run()
-    policy.fused_head = False
-    plain, plain_grads = run()
+    assert hl.plain_head(policy.lm) is not None and policy.scoring.paths.fused_head
+    fused, fused_grads = run(policy.scoring)
+    plain, plain_grads = run(Scorer(policy, ScoringPaths(fused_head=False)))
     assert torch.equal(fused.mask, plain.mask)
     assert (fused.logprobs[~fused.mask] == 0).all() and (fused.entropy[~fused.mask] == 0).all()
     torch.testing.assert_close(fused.logprobs, plain.logprobs, atol=2e-5, rtol=0)
