@@ -223,3 +223,24 @@ def test_only_half_precision_cpu_models_switch_to_grouped_attention():
     assert use_grouped_matmul_attention(model)
     assert model.config._attn_implementation == GROUPED_MATMUL
     assert not use_grouped_matmul_attention(model)  # already switched
+
+
+def test_the_scoring_paths_are_a_scorer_option_and_the_policy_keeps_the_fast_ones(monkeypatch):
+    import marft_agents.model.scoring as scoring
+
+    model, tok = tiny_model_and_tokenizer(seed=3)
+    policy = MultiAgentPolicy(model, tok, ["a"])
+    calls = []
+    fused = scoring.head_logprobs
+    monkeypatch.setattr(scoring, "head_logprobs", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    prompts, responses = [[5, 6, 7, 8], [9, 10, 11]], [[12, 13], [14]]
+    with torch.no_grad():
+        policy.token_logprobs("policy_a", prompts, responses, 0.7)
+        assert calls, "the policy's own scorer did not take the fused head"
+        calls.clear()
+        Scorer(policy, ScoringPaths(fused_head=False)).token_logprobs("policy_a", prompts, responses, 0.7)
+    assert not calls, "a scorer built with fused_head=False took the fused head"
+    chain = [[1, 2], [1, 2, 3], [4]]  # the first extends into the second: one merged row
+    assert len(policy.value_rows(chain)[0]) == 2
+    assert len(Scorer(policy, ScoringPaths(merge_prefix_rows=False)).value_rows(chain)[0]) == 3
+    assert policy.scoring.paths == ScoringPaths()  # building another scorer left the policy's alone
