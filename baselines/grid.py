@@ -475,7 +475,12 @@ def planned(spec: GridSpec, runs: list[GridRun], gate_cells: list[str] | None, a
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
+class _UsageError(Exception):
+    """A command-line choice ``main`` refuses: printed as one ``grid: error:`` line, exit status 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The ``python -m baselines.grid`` command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("grid", type=Path, help="grid file (baselines/grids/*.yaml)")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and their status; run nothing")
@@ -492,63 +497,57 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gate-from-records", action="store_true",
                         help="take a start gate from the first updates' rollouts of the grid's records with the same "
                              "start where they cover the gate's episodes, instead of a pilot")
-    args = parser.parse_args(argv)
-    if args.gate_episodes is not None and args.gate_episodes < 1:
-        print(f"grid: error: --gate-episodes must be >= 1, got {args.gate_episodes}", file=sys.stderr)
-        return 2
-    try:
-        spec = load_grid(args.grid)
-        runs = plan(spec)
-    except ConfigError as err:
-        print(f"grid: error: {err}", file=sys.stderr)
-        return 2
+    return parser
+
+
+def _selected(spec: GridSpec, runs: list[GridRun], args: argparse.Namespace) -> list[GridRun]:
+    """The runs ``--cells``, ``--seeds`` and ``--shard`` select, in that order (each optional);
+    an unknown cell, a malformed seed list or shard raises :class:`_UsageError`."""
     if args.cells:
         wanted = [c.strip() for c in args.cells.split(",") if c.strip()]
         unknown = sorted(set(wanted) - {c.name for c in spec.cells})
         if unknown:
-            print(f"grid: error: unknown cells {unknown}; cells of {spec.name}: "
-                  f"{', '.join(c.name for c in spec.cells)}", file=sys.stderr)
-            return 2
+            raise _UsageError(f"unknown cells {unknown}; cells of {spec.name}: "
+                              f"{', '.join(c.name for c in spec.cells)}")
         runs = [r for r in runs if r.cell.name in wanted]
     if args.seeds:
         try:
             seeds = {int(x) for x in args.seeds.split(",") if x.strip()}
         except ValueError:
-            print(f"grid: error: --seeds expects comma-separated integers (e.g. 0,1), got {args.seeds!r}",
-                  file=sys.stderr)
-            return 2
+            raise _UsageError(f"--seeds expects comma-separated integers (e.g. 0,1), got {args.seeds!r}") from None
         runs = [r for r in runs if r.overrides["seed"] in seeds]
     if args.shard:
         match = re.fullmatch(r"(\d+)/(\d+)", args.shard)
         if not match:
-            print(f"grid: error: --shard expects i/n (e.g. 0/2), got {args.shard!r}", file=sys.stderr)
-            return 2
+            raise _UsageError(f"--shard expects i/n (e.g. 0/2), got {args.shard!r}")
         try:
             runs = shard(runs, int(match.group(1)), int(match.group(2)))
         except ValueError as err:
-            print(f"grid: error: {err}", file=sys.stderr)
-            return 2
-    if args.report_only:
-        print(f"wrote {write_spec_report(spec)}")
-        return 0
-    if args.plan:
-        return 0 if planned(spec, plan(spec), None, args)["accepted"] else REFUSED
-    if args.dry_run:
-        print(f"grid {spec.name}: {len(runs)} runs ({describe_budget(spec, runs)})")
-        for run in runs:
-            shown = {k: v for k, v in run.overrides.items() if k not in ("seed", "output_dir", *GRID_SET_KEYS)}
-            extra = f" from {run.source.name}" if run.source else ""
-            if run.cell.start is not None:
-                extra += "".join(f" + {a}: {name}_seed{run.seed}" for a, name in run.cell.start.adapters.items())
-            if run.cell.budget is not None and run.cell.budget != spec.budget:
-                extra += f" ({describe_cell_budget(run.cell.budget)})"
-            print(f"  {status(spec, run):<8} {run.name:<36} {run.kind}{extra}  {json.dumps(shown)}")
-        return 0
+            raise _UsageError(str(err)) from err
+    return runs
+
+
+def _print_runs(spec: GridSpec, runs: list[GridRun]) -> None:
+    """``--dry-run``: the selected runs, each with its status, kind, start and overrides."""
+    print(f"grid {spec.name}: {len(runs)} runs ({describe_budget(spec, runs)})")
+    for run in runs:
+        shown = {k: v for k, v in run.overrides.items() if k not in ("seed", "output_dir", *GRID_SET_KEYS)}
+        extra = f" from {run.source.name}" if run.source else ""
+        if run.cell.start is not None:
+            extra += "".join(f" + {a}: {name}_seed{run.seed}" for a, name in run.cell.start.adapters.items())
+        if run.cell.budget is not None and run.cell.budget != spec.budget:
+            extra += f" ({describe_cell_budget(run.cell.budget)})"
+        print(f"  {status(spec, run):<8} {run.name:<36} {run.kind}{extra}  {json.dumps(shown)}")
+
+
+def _run_planned(spec: GridSpec, runs: list[GridRun], args: argparse.Namespace) -> int:
+    """Run the selected runs that are not done, once the grid's plan accepts them (or
+    ``--force``); a start cell whose gate waits on its sources is gated when its first run is
+    about to train. Returns the exit status."""
     if spec.budget is None:
-        print(f"grid: error: grid {spec.name} budgets its cells by wall-clock (time_budget_s: {spec.time_budget_s}); "
-              "its records stay readable (--report-only), but new runs are budgeted in samples: replace it with "
-              "budget: {episodes: N} and eval_every: {episodes: M}", file=sys.stderr)
-        return 2
+        raise _UsageError(f"grid {spec.name} budgets its cells by wall-clock (time_budget_s: {spec.time_budget_s}); "
+                          "its records stay readable (--report-only), but new runs are budgeted in samples: replace "
+                          "it with budget: {episodes: N} and eval_every: {episodes: M}")
     to_run = [r for r in runs if status(spec, r) != "done"]
     waiting: set[str] = set()  # start cells whose gates wait for the runs they start from
     if to_run:  # gate the training cells about to run; size every contrast of the grid
@@ -581,6 +580,33 @@ def main(argv: list[str] | None = None) -> int:
           "refuse, or run folders holding a checkpoint of another budget)")
     return 0
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Read the grid, select its runs, then report, plan, list or run them (the first of
+    ``--report-only``, ``--plan``, ``--dry-run`` given, else run). Returns the exit status: 2 for
+    a refused command line or grid file, 3 (``REFUSED``) when the plan refuses the grid."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.gate_episodes is not None and args.gate_episodes < 1:
+            raise _UsageError(f"--gate-episodes must be >= 1, got {args.gate_episodes}")
+        try:
+            spec = load_grid(args.grid)
+            runs = plan(spec)
+        except ConfigError as err:
+            raise _UsageError(str(err)) from err
+        runs = _selected(spec, runs, args)
+        if args.report_only:
+            print(f"wrote {write_spec_report(spec)}")
+            return 0
+        if args.plan:
+            return 0 if planned(spec, plan(spec), None, args)["accepted"] else REFUSED
+        if args.dry_run:
+            _print_runs(spec, runs)
+            return 0
+        return _run_planned(spec, runs, args)
+    except _UsageError as err:
+        print(f"grid: error: {err}", file=sys.stderr)
+        return 2
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -98,6 +98,7 @@ from benchmarks._common import add_common_args, load_avg, load_model, now, set_t
 from marft_agents.engine.layout import effective_prefix_len, left_pad  # noqa: E402
 from marft_agents.episodes import VALUE_MODES  # noqa: E402
 from marft_agents.model.policy import MultiAgentPolicy  # noqa: E402
+from marft_agents.model.scoring import Scorer, ScoringPaths  # noqa: E402
 from marft_agents.collector import RolloutCollector  # noqa: E402
 from marft_agents.settings.critic import CriticConfig  # noqa: E402
 from marft_agents.settings.lora import LoraSpec  # noqa: E402
@@ -223,7 +224,9 @@ def raw_generate(model: Any, tok: Any, call: Call, sampling: SamplingConfig) -> 
         raise RuntimeError(f"reference generated {out.shape[1] - ids.shape[1]} tokens, expected {steps}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; ``--train-settings`` turns the dual-team training configs' settings into
+    the defaults before parsing, so a flag given with it still wins."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=8, help="env instances = episodes per collect")
     ap.add_argument("--new-tokens", type=int, default=64, help="max_new_tokens per utterance")
@@ -247,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--engine", default="all", choices=[*ENGINES, "all"],
                     help="sampling.engine of the collector; all = one collector per engine, same tasks")
     ap.add_argument("--unmerged-critic", action="store_true",
-                    help="also run the first engine with one critic row per decision (policy.merge_prefix_rows "
+                    help="also run the first engine with one critic row per decision (ScoringPaths.merge_prefix_rows "
                          "off: the collector before the episode log), same tasks, as its own row")
     ap.add_argument("--train-settings", action="store_true",
                     help="defaults of the dual-team training configs: " + ", ".join(
@@ -255,32 +258,23 @@ def main(argv: list[str] | None = None) -> None:
     add_common_args(ap)
     if "--train-settings" in (sys.argv[1:] if argv is None else argv):
         ap.set_defaults(**TRAIN_SETTINGS)
-    args = ap.parse_args(argv)
-    set_threads(args.threads)
-    torch.manual_seed(0)
+    return ap.parse_args(argv)
 
-    model, raw, tok, name = load_models(args)
-    envs = [marft_envs.make(ENV_ID, level=args.level, profile="dual", horizon=args.horizon)
-            for _ in range(args.batch)]
-    policy = MultiAgentPolicy(model, tok, list(envs[0].possible_agents), lora=LoraSpec(), critic=CriticConfig())
-    sampling = SamplingConfig(max_new_tokens=args.new_tokens, temperature=args.temperature, top_p=args.top_p,
-                              do_sample=True, stop_token_ids=() if args.stop == "none" else None,
-                              recompute_logprobs=args.recompute_logprobs,
-                              share_prefix=not args.no_share_prefix)
-    rec = Recorder(policy, replay=lambda call: raw_generate(raw, tok, call, sampling))
-    engines = list(ENGINES) if args.engine == "all" else [args.engine]
-    if args.unmerged_critic:
-        engines.append(engines[0] + UNMERGED)
-    values = None if args.values == "none" else args.values
-    collectors = {e: RolloutCollector(envs, policy, dataclasses.replace(sampling, engine=e.removesuffix(UNMERGED)),
-                                      values=values, seed=0) for e in engines}
 
-    print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
-          f"temperature {args.temperature}  values {args.values}  stop {args.stop}  horizon {args.horizon}  "
-          f"recompute {args.recompute_logprobs}  share prefix {not args.no_share_prefix}  engines {engines}  "
-          f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
+def _score_for(policy: MultiAgentPolicy, engine: str) -> None:
+    """Install the scoring paths of ``engine``'s row: one critic row per decision for an
+    ``UNMERGED`` row, an episode's critic inputs merged otherwise."""
+    policy.scoring = Scorer(policy, ScoringPaths(merge_prefix_rows=not engine.endswith(UNMERGED)))
+
+
+def _measure(collectors: dict[str, RolloutCollector], policy: MultiAgentPolicy, rec: Recorder,
+             args: argparse.Namespace) -> tuple[dict[str, list[tuple]], dict[str, list], dict[str, list]]:
+    """One warm-up collect per engine, then ``args.repeats`` timed rounds over the engines (same
+    tasks); prints each repeat. Returns per engine ``(rows, shapes, passes)``: the timing row of
+    each repeat, its generate calls' ``(rows, tokens)`` and the forward passes the Recorder saw."""
+    engines = list(collectors)
     for engine, collector in collectors.items():  # warm-up: first-call allocations, grader worker start-up
-        policy.merge_prefix_rows = not engine.endswith(UNMERGED)
+        _score_for(policy, engine)
         collector.collect(args.batch)
 
     rows: dict[str, list[tuple]] = {e: [] for e in engines}
@@ -288,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     passes: dict[str, list[list[tuple[int, int]]]] = {e: [] for e in engines}  # per repeat: Recorder.passes
     for rep in range(args.repeats):
         for engine, collector in collectors.items():
-            policy.merge_prefix_rows = not engine.endswith(UNMERGED)
+            _score_for(policy, engine)
             rec.reset()
             start = now()
             rollout = collector.collect(args.batch)
@@ -308,10 +302,16 @@ def main(argv: list[str] | None = None) -> None:
                   f"rest {coll[0] - rec.gen[0] - rec.values[0]:.2f}  |  raw {rec.raw[0]:.2f}s  "
                   f"ratio {rec.raw[0] / coll[0]:.3f} (cpu-time ratio {rec.raw[1] / coll[1]:.3f})  [{load_avg()}]",
                   flush=True)
+    return rows, shapes, passes
 
-    # The bound: bare GEMMs of one decode step at each call's row count, same weights and threads.
+
+def _bounds(policy: MultiAgentPolicy, shapes: dict[str, list], passes: dict[str, list]
+            ) -> tuple[dict[int, float], dict[tuple[int, int], float]]:
+    """The bound: bare GEMMs of one decode step at each call's row count (same weights and
+    threads), printed with the LM head's layouts; returns ``(seconds per decode step by batch,
+    seconds per no-grad training pass by shape)``."""
     linears = model_linears(policy.lm)
-    layouts = {b: decode_step_layouts(linears, b) for b in sorted({b for e in engines for rep in shapes[e]
+    layouts = {b: decode_step_layouts(linears, b) for b in sorted({b for e in shapes for rep in shapes[e]
                                                                    for b, _ in rep})}
     step_s = {b: min(t.values()) for b, t in layouts.items()}  # the fastest layout is the bound
     print("bound (bare GEMMs of one decode step, incl. LM head; fastest weight layout): " + "  ".join(
@@ -323,8 +323,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"LM head at batch {widest}: {1e3 * as_is:.1f} ms as the model runs it ([V, H] weight), "
           f"{1e3 * prepacked:.1f} ms on a prepacked [H, V] copy; whole bare decode step {1e3 * step_s[widest]:.1f} ms")
     pass_s: dict[tuple[int, int], float] = {}
-    for key in sorted({key for e in engines for rep in passes[e] for key in rep}):
+    for key in sorted({key for e in passes for rep in passes[e] for key in rep}):
         pass_s[key] = train_pass_seconds(linears, key[0], key[1], grad=False)
+    return step_s, pass_s
+
+
+def _report(engines: list[str], rows: dict[str, list[tuple]], shapes: dict[str, list], passes: dict[str, list],
+            step_s: dict[int, float], pass_s: dict[tuple[int, int], float], args: argparse.Namespace,
+            name: str) -> None:
+    """Per engine the medians over the repeats against the bounds, the speed-ups against the
+    first engine, and the last line: the first engine's rollout/bound ratio."""
     summary = {}
     for engine in engines:
         bound_s = [sum(n * step_s[b] / b for b, n in rep) for rep in shapes[engine]]
@@ -354,6 +362,38 @@ def main(argv: list[str] | None = None) -> None:
           f"{engines[0]}  target >= {BOUND_TARGET}: {'PASS' if ratio >= BOUND_TARGET else 'MISS'}  [{load_avg()}]")
     print(f"rollout/bound ratio: {ratio:.3f}")
 
+
+def main(argv: list[str] | None = None) -> None:
+    """1. Build the policy, the envs and one collector per engine row (same tasks, seed 0).
+    2. Time each row's collects against the same generate calls replayed on the raw model (``_measure``).
+    3. Time the bare GEMMs those calls needed (``_bounds``) and print the ratios (``_report``)."""
+    args = _parse(argv)
+    set_threads(args.threads)
+    torch.manual_seed(0)
+
+    model, raw, tok, name = load_models(args)
+    envs = [marft_envs.make(ENV_ID, level=args.level, profile="dual", horizon=args.horizon)
+            for _ in range(args.batch)]
+    policy = MultiAgentPolicy(model, tok, list(envs[0].possible_agents), lora=LoraSpec(), critic=CriticConfig())
+    sampling = SamplingConfig(max_new_tokens=args.new_tokens, temperature=args.temperature, top_p=args.top_p,
+                              do_sample=True, stop_token_ids=() if args.stop == "none" else None,
+                              recompute_logprobs=args.recompute_logprobs,
+                              share_prefix=not args.no_share_prefix)
+    rec = Recorder(policy, replay=lambda call: raw_generate(raw, tok, call, sampling))
+    engines = list(ENGINES) if args.engine == "all" else [args.engine]
+    if args.unmerged_critic:
+        engines.append(engines[0] + UNMERGED)
+    values = None if args.values == "none" else args.values
+    collectors = {e: RolloutCollector(envs, policy, dataclasses.replace(sampling, engine=e.removesuffix(UNMERGED)),
+                                      values=values, seed=0) for e in engines}
+
+    print(f"model {name}  dtype {args.dtype}  batch {args.batch}  new tokens {args.new_tokens}  "
+          f"temperature {args.temperature}  values {args.values}  stop {args.stop}  horizon {args.horizon}  "
+          f"recompute {args.recompute_logprobs}  share prefix {not args.no_share_prefix}  engines {engines}  "
+          f"torch threads {torch.get_num_threads()}  [{load_avg()}]", flush=True)
+    rows, shapes, passes = _measure(collectors, policy, rec, args)
+    step_s, pass_s = _bounds(policy, shapes, passes)
+    _report(engines, rows, shapes, passes, step_s, pass_s, args, name)
 
 if __name__ == "__main__":
     main()

@@ -74,7 +74,7 @@ from marft_agents.learners import get_learner, make_learner  # noqa: E402
 from marft_agents.model.policy import MultiAgentPolicy  # noqa: E402
 from marft_agents.episodes import Rollout  # noqa: E402
 from marft_agents.collector import RolloutCollector  # noqa: E402
-from marft_agents.model.scoring import last_token_index, token_index  # noqa: E402
+from marft_agents.model.scoring import Scorer, ScoringPaths, last_token_index, token_index  # noqa: E402
 
 ENV_ID = "marft/Arithmetic-v0"
 TARGET = 0.8
@@ -216,8 +216,7 @@ def set_training_path(policy: Any, path: str) -> None:
     one critic row per decision (what the episode log saves); ``plain``: the model's own forward
     with full logits, one critic row per decision, the ``sdpa`` attention and transformers'
     RMSNorm."""
-    policy.fused_head = path != "plain"
-    policy.merge_prefix_rows = path == "fast"
+    policy.scoring = Scorer(policy, ScoringPaths(fused_head=path != "plain", merge_prefix_rows=path == "fast"))
     if path == "plain":
         if policy.lm.config._attn_implementation == GROUPED_MATMUL:
             policy.lm.set_attn_implementation("sdpa")

@@ -26,6 +26,7 @@ steps run through ``engine/direct.py``'s ``DirectDecoder`` where it supports the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -101,33 +102,27 @@ def fast_sample_batch(
 ) -> list[Sampled]:
     """``engine.legacy.sample_batch`` (same arguments and results) with the changes listed in
     the module docstring. ``direct``: run the decode steps with ``engine.direct.DirectDecoder``
-    where it supports the model (the ``direct`` engine), else the model's own forward."""
+    where it supports the model (the ``direct`` engine), else the model's own forward.
+
+    1. Prefill: the shared prefix into a cache reserved for the whole run, then the left-padded
+       prompts after it (``_prefill``).
+    2. Per step: draw a token per row still in the batch (``_draw``), write it into the row's
+       output (``_Outputs.record``), stop when every row has ended or the step budget is spent.
+    3. Prune: once ``prune_fraction`` of the rows have ended, drop them from the cache and the
+       per-row state (``_drop_rows``); then run the decode step (``_decode_step``).
+    """
     device = next(model.parameters()).device
-    shared = list(prompts[0][:prefix_len])
-    if prefix_len and any(list(p[:prefix_len]) != shared or len(p) <= prefix_len for p in prompts):
-        raise ValueError(f"prefix_len={prefix_len}: every prompt must start with the same "
-                         f"{prefix_len} tokens and have at least one token after them")
-    prompts = [p[prefix_len:] for p in prompts]
+    shared, prompts = _split_prefix(prompts, prefix_len)
     ids, mask = left_pad(prompts, pad_id, device)  # [B, P]
-    cache = reserved_cache(model, shared, ids.shape[0],
-                           prefix_len + ids.shape[1] + cfg.max_new_tokens, device)
-    mask, pos = after_prefix(mask, prefix_len)  # [B, s + P], [B, P]
     batch, steps = ids.shape[0], cfg.max_new_tokens
+    mask, pos, cache, logits = _prefill(model, shared, ids, mask, steps, device)
     width = mask.shape[1]
     # the whole run's attention mask at once: step t attends to the first width + t columns
     full_mask = torch.cat([mask, mask.new_ones(batch, steps)], dim=1)  # [B, s + P + steps]
     stop = torch.as_tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
-    out_tokens = torch.full((batch, steps), pad_id, dtype=torch.long, device=device)
-    out_logp = torch.zeros((batch, steps), dtype=torch.float32, device=device)
-    lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    outputs = _Outputs.empty(batch, steps, pad_id, device)
     rows = torch.arange(batch, device=device)  # original index of each row still in the batch
     done = torch.zeros(batch, dtype=torch.bool, device=device)  # per row still in the batch
-
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
-                use_cache=True, logits_to_keep=1)
-    cache = out.cache
-    logits = out.logits[:, -1]  # [b, V]
     decoder = DirectDecoder.build(model, cache) if direct else None
     attend = full_mask.bool() if decoder is not None else None  # [B, s + P + steps]
     blocked = cfg.do_sample and cfg.top_k == 0 and cfg.top_p >= 1.0
@@ -135,47 +130,121 @@ def fast_sample_batch(
     work = (torch.empty_like(scratch) if blocked and logits.dtype != torch.float32 else None)
     pos = pos[:, -1:]  # [b, 1]
     for step in range(steps):
-        if blocked:
-            token, token_logp = draw_and_score(logits, cfg.temperature, generator, scratch, work)
-        else:
-            logp = scaled_logprobs(logits, cfg.temperature)  # [b, V]
-            token = pick_tokens(logp, cfg, generator)  # [b]
-            token_logp = logp.gather(-1, token[:, None]).squeeze(-1)  # [b]
-        live = ~done
-        live_rows = rows[live]
-        out_tokens[live_rows, step] = token[live]
-        out_logp[live_rows, step] = token_logp[live]
-        lengths[live_rows] += 1
-        now_stopped = live & torch.isin(token, stop)
-        finished[rows[now_stopped]] = True
-        done |= now_stopped
+        token, token_logp = _draw(logits, cfg, generator, blocked, scratch, work)
+        outputs.record(step, rows, done, token, token_logp, stop)
         n_done = int(done.sum())
         if n_done == done.numel() or step == steps - 1:
             break
         if n_done > 0 and n_done >= prune_fraction * done.numel():
             keep = (~done).nonzero().squeeze(-1)  # [b']
-            try:
-                if decoder is not None:
-                    decoder.select(keep)
-                    attend = attend[keep]
-                else:
-                    cache.batch_select_indices(keep)
-            except (AttributeError, NotImplementedError):
+            pruned, attend = _drop_rows(keep, decoder, cache, attend)
+            if not pruned:
                 prune_fraction = float("inf")  # an exotic cache type: keep decoding finished rows
             else:
                 rows, done, token, full_mask, pos = (rows[keep], done[keep], token[keep],
                                                      full_mask[keep], pos[keep])
         pos = pos + 1  # [b, 1]
-        if decoder is not None:
-            logits = decoder.step(token, pos, width + step, attend[:, :width + step + 1])
-        else:
-            out = model(input_ids=token[:, None], attention_mask=full_mask[:, :width + step + 1],
-                        position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1)
-            logits = out.logits[:, -1]  # [b, V]
+        logits = _decode_step(model, decoder, cache, token, pos, full_mask, attend, width + step)
+    return outputs.samples()
 
-    tokens_cpu, logp_cpu = out_tokens.cpu(), out_logp.cpu()
-    lengths_cpu, finished_cpu = lengths.cpu().tolist(), finished.cpu().tolist()
-    return [
-        Sampled(tokens_cpu[row, :n].tolist(), logp_cpu[row, :n].tolist(), bool(fin))
-        for row, (n, fin) in enumerate(zip(lengths_cpu, finished_cpu))
-    ]
+
+def _split_prefix(prompts: Sequence[Sequence[int]], prefix_len: int
+                  ) -> tuple[list[int], list[Sequence[int]]]:
+    """``(the shared prefix, each prompt after it)``; refuses prompts that do not all start with
+    the same ``prefix_len`` tokens or have nothing after them (the prefix is computed once)."""
+    shared = list(prompts[0][:prefix_len])
+    if prefix_len and any(list(p[:prefix_len]) != shared or len(p) <= prefix_len for p in prompts):
+        raise ValueError(f"prefix_len={prefix_len}: every prompt must start with the same "
+                         f"{prefix_len} tokens and have at least one token after them")
+    return shared, [p[prefix_len:] for p in prompts]
+
+
+def _prefill(model: torch.nn.Module, shared: list[int], ids: torch.Tensor, mask: torch.Tensor, steps: int,
+             device: torch.device) -> tuple[torch.Tensor, torch.Tensor, object, torch.Tensor]:
+    """The prompts' forward pass after the ``shared`` prefix, into a KV cache reserved for
+    prefix + prompt + ``steps`` tokens (written in place, never grown). Returns ``(mask [B, s +
+    P], positions [B, P], cache, last logits [B, V])``."""
+    prefix_len = len(shared)
+    cache = reserved_cache(model, shared, ids.shape[0], prefix_len + ids.shape[1] + steps, device)
+    mask, pos = after_prefix(mask, prefix_len)  # [B, s + P], [B, P]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
+                use_cache=True, logits_to_keep=1)
+    return mask, pos, out.cache, out.logits[:, -1]  # [b, V]
+
+
+def _draw(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None, blocked: bool,
+          scratch: torch.Tensor, work: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row and its log-prob, ``(token [b], logp [b])``: the blocked draw for plain
+    temperature sampling, ``pick_tokens`` on the full log-probs otherwise (filters, greedy)."""
+    if blocked:
+        return draw_and_score(logits, cfg.temperature, generator, scratch, work)
+    logp = scaled_logprobs(logits, cfg.temperature)  # [b, V]
+    token = pick_tokens(logp, cfg, generator)  # [b]
+    return token, logp.gather(-1, token[:, None]).squeeze(-1)  # [b], [b]
+
+
+def _drop_rows(keep: torch.Tensor, decoder: DirectDecoder | None, cache: object,
+               attend: torch.Tensor | None) -> tuple[bool, torch.Tensor | None]:
+    """Keep only rows ``keep`` in the decoder's (or the model's) KV cache and in ``attend``.
+    Returns ``(whether the cache could be pruned, attend)``: an exotic cache type cannot."""
+    try:
+        if decoder is not None:
+            decoder.select(keep)
+            attend = attend[keep]
+        else:
+            cache.batch_select_indices(keep)
+    except (AttributeError, NotImplementedError):
+        return False, attend
+    return True, attend
+
+
+def _decode_step(model: torch.nn.Module, decoder: DirectDecoder | None, cache: object, token: torch.Tensor,
+                 pos: torch.Tensor, full_mask: torch.Tensor, attend: torch.Tensor | None, seen: int
+                 ) -> torch.Tensor:
+    """The next logits ``[b, V]`` after feeding ``token [b]`` at ``pos [b, 1]``, ``seen`` columns
+    already in the cache: through the direct decoder where there is one, else the model."""
+    if decoder is not None:
+        return decoder.step(token, pos, seen, attend[:, :seen + 1])
+    out = model(input_ids=token[:, None], attention_mask=full_mask[:, :seen + 1],
+                position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1]  # [b, V]
+
+
+@dataclass
+class _Outputs:
+    """What the loop writes per original row: its tokens and log-probs (``[B, steps]``), its
+    length and whether it ended on a stop token (``[B]``)."""
+
+    tokens: torch.Tensor
+    logp: torch.Tensor
+    lengths: torch.Tensor
+    finished: torch.Tensor
+
+    @classmethod
+    def empty(cls, batch: int, steps: int, pad_id: int, device: torch.device) -> _Outputs:
+        return cls(torch.full((batch, steps), pad_id, dtype=torch.long, device=device),
+                   torch.zeros((batch, steps), dtype=torch.float32, device=device),
+                   torch.zeros(batch, dtype=torch.long, device=device),
+                   torch.zeros(batch, dtype=torch.bool, device=device))
+
+    def record(self, step: int, rows: torch.Tensor, done: torch.Tensor, token: torch.Tensor,
+               token_logp: torch.Tensor, stop: torch.Tensor) -> None:
+        """Write step ``step``'s ``token``/``token_logp`` ``[b]`` of the rows not yet ``done``
+        (``rows [b]``: their original indices) and mark, in ``done`` itself, those that stopped."""
+        live = ~done
+        live_rows = rows[live]
+        self.tokens[live_rows, step] = token[live]
+        self.logp[live_rows, step] = token_logp[live]
+        self.lengths[live_rows] += 1
+        now_stopped = live & torch.isin(token, stop)
+        self.finished[rows[now_stopped]] = True
+        done |= now_stopped
+
+    def samples(self) -> list[Sampled]:
+        """Each row's response up to its length, in the original row order."""
+        tokens_cpu, logp_cpu = self.tokens.cpu(), self.logp.cpu()
+        lengths_cpu, finished_cpu = self.lengths.cpu().tolist(), self.finished.cpu().tolist()
+        return [
+            Sampled(tokens_cpu[row, :n].tolist(), logp_cpu[row, :n].tolist(), bool(fin))
+            for row, (n, fin) in enumerate(zip(lengths_cpu, finished_cpu))
+        ]

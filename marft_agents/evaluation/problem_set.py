@@ -239,30 +239,16 @@ def evaluate(
     import torch
 
     from marft_agents.runtime.seeding import fork_rng
-    from marft_agents.settings.sampling import SamplingConfig
-    from marft_agents.collector import RolloutCollector
 
     k = samples_per_problem
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"samples_per_problem must be an int >= 1, got {k!r}")
-    if k > 1 and greedy:
-        raise ValueError(f"samples_per_problem = {k} with greedy decoding would play the same answer {k} "
-                         "times; set greedy false (sampling) or samples_per_problem 1")
+    _check_samples_per_problem(k, greedy)
     started = time.perf_counter()
     env_kwargs = dict(env_kwargs or {})
-    envs = [marft_envs.make(env_id, **env_kwargs) for _ in range(max(1, num_envs))]
-    tasks = getattr(envs[0].unwrapped, "tasks", None)
-    if tasks is None:
-        raise ValueError(f"env {env_id!r} exposes no task source (env.unwrapped.tasks); a fixed "
-                         "problem set needs a TextTaskEnv")
+    envs, tasks = _problem_envs(env_id, env_kwargs, num_envs)
     warn_if_training_tasks(envs[0], env_id, env_kwargs)
     indices = problem_indices(len(tasks), n_problems, seed)
-    sampling = dataclasses.replace(sampling or SamplingConfig(), do_sample=not greedy)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(indices) * k, desc=progress, unit="problem", leave=False, dynamic_ncols=True)
+    sampling = _decoding(sampling, greedy)
+    bar = _progress_bar(progress, len(indices) * k)
     stages: dict[int, dict[str, bool]] = {}  # task index -> its stages, this pass
     envs = [_Watched(env, bar, stages) for env in envs]
     mine = list(indices) if world is None else [indices[j] for j in world.share(len(indices))]
@@ -273,40 +259,109 @@ def evaluate(
             for j in range(k if mine else 0):
                 stages.clear()
                 torch.manual_seed(sample_seed(seed, j))
-                plans = [(_reset_seed(seed, i, j), {"task_index": i}) for i in mine]
-                collector = RolloutCollector(envs[: len(plans)], policy, sampling, values=None, seed=seed,
-                                             scripted=scripted)
-                rollout = collector.collect(len(plans), plans)
+                rollout = _play_pass(envs, policy, sampling, seed, mine, j, scripted)
                 if j == 0:
-                    per_task = [
-                        {"task_index": i, "task_id": ep.task_id, "problem": tasks[i].prompt,
-                         "answer": _plain(tasks[i].answer), "solved": ep.solved, "reward": ep.team_return,
-                         "rounds": ep.rounds,
-                         "transcript": [{"agent": d.agent_id, "round": d.round, "observation": d.observation,
-                                         "text": d.text} for d in decisions]}
-                        for i, ep, decisions in zip(mine, rollout.episodes, rollout.episode_decisions())
-                    ]
-                    for task in per_task:
-                        task.update(_stages_of(stages, task["task_index"]))
+                    per_task = _task_records(mine, rollout, tasks, stages)
                 if k > 1:
-                    for task, ep in zip(per_task, rollout.episodes):
-                        task.setdefault("samples", []).append(
-                            {"pass": j, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds,
-                             **_stages_of(stages, task["task_index"])})
+                    _add_samples(per_task, rollout, j, stages)
     finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
         if bar is not None:
             bar.close()
-    if world is not None:
-        import torch.distributed as dist
-
-        parts: list[Any] = [None] * world.world_size
-        dist.all_gather_object(parts, per_task)
-        per_task = [task for part in parts for task in part]
+    per_task = _gathered(per_task, world)
     prompts = [tasks[i].prompt for i in indices]
     return dataclasses.replace(score(per_task, prompts, k), seconds=time.perf_counter() - started)
 
+
+def _check_samples_per_problem(k: Any, greedy: bool) -> None:
+    """Refuse a ``samples_per_problem`` that is not a positive int, or k > 1 plays of one greedy
+    answer (they would all be the same play)."""
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"samples_per_problem must be an int >= 1, got {k!r}")
+    if k > 1 and greedy:
+        raise ValueError(f"samples_per_problem = {k} with greedy decoding would play the same answer {k} "
+                         "times; set greedy false (sampling) or samples_per_problem 1")
+
+
+def _problem_envs(env_id: str, env_kwargs: dict[str, Any], num_envs: int) -> tuple[list[Any], Any]:
+    """``num_envs`` (at least 1) instances of ``env_id`` and the task source of the first: the
+    fixed problem set is drawn from it, so an env without one (not a ``TextTaskEnv``) is refused."""
+    envs = [marft_envs.make(env_id, **env_kwargs) for _ in range(max(1, num_envs))]
+    tasks = getattr(envs[0].unwrapped, "tasks", None)
+    if tasks is None:
+        raise ValueError(f"env {env_id!r} exposes no task source (env.unwrapped.tasks); a fixed "
+                         "problem set needs a TextTaskEnv")
+    return envs, tasks
+
+
+def _decoding(sampling: Any, greedy: bool) -> Any:
+    """The evaluation's ``SamplingConfig``: ``sampling`` (None: the defaults) with ``do_sample``
+    set by ``greedy``, which overrides it."""
+    from marft_agents.settings.sampling import SamplingConfig
+
+    return dataclasses.replace(sampling or SamplingConfig(), do_sample=not greedy)
+
+
+def _progress_bar(progress: str | None, total: int) -> Any:
+    """A tqdm bar over ``total`` plays labelled ``progress``; None when no label is given."""
+    if not progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=progress, unit="problem", leave=False, dynamic_ncols=True)
+
+
+def _play_pass(envs: list[Any], policy: Any, sampling: Any, seed: int, mine: list[int], sample: int,
+               scripted: dict[str, Any] | None) -> Any:
+    """Sample pass ``sample``: play each of this rank's problems ``mine`` once, an env reset with
+    its own seed per problem and pass; returns the collector's rollout (episodes in ``mine`` order)."""
+    from marft_agents.collector import RolloutCollector
+
+    plans = [(_reset_seed(seed, i, sample), {"task_index": i}) for i in mine]
+    collector = RolloutCollector(envs[: len(plans)], policy, sampling, values=None, seed=seed,
+                                 scripted=scripted)
+    return collector.collect(len(plans), plans)
+
+
+def _task_records(mine: list[int], rollout: Any, tasks: Any, stages: dict[int, dict[str, bool]]
+                  ) -> list[dict[str, Any]]:
+    """One record per problem of pass 0: the problem, its answer, the outcome, the transcript of
+    every decision and the stages the env reported (the per-task entries ``score`` reads and
+    ``eval_*.json`` holds)."""
+    per_task = [
+        {"task_index": i, "task_id": ep.task_id, "problem": tasks[i].prompt,
+         "answer": _plain(tasks[i].answer), "solved": ep.solved, "reward": ep.team_return,
+         "rounds": ep.rounds,
+         "transcript": [{"agent": d.agent_id, "round": d.round, "observation": d.observation,
+                         "text": d.text} for d in decisions]}
+        for i, ep, decisions in zip(mine, rollout.episodes, rollout.episode_decisions())
+    ]
+    for task in per_task:
+        task.update(_stages_of(stages, task["task_index"]))
+    return per_task
+
+
+def _add_samples(per_task: list[dict[str, Any]], rollout: Any, sample: int,
+                 stages: dict[int, dict[str, bool]]) -> None:
+    """Append pass ``sample``'s outcome of each problem to its record's ``samples`` (k > 1 only:
+    avg@k and pass@k are scored from them)."""
+    for task, ep in zip(per_task, rollout.episodes):
+        task.setdefault("samples", []).append(
+            {"pass": sample, "solved": ep.solved, "reward": ep.team_return, "rounds": ep.rounds,
+             **_stages_of(stages, task["task_index"])})
+
+
+def _gathered(per_task: list[dict[str, Any]], world: Any) -> list[dict[str, Any]]:
+    """Every rank's records in problem order (each rank played a contiguous share); ``per_task``
+    itself in a single process."""
+    if world is None:
+        return per_task
+    import torch.distributed as dist
+
+    parts: list[Any] = [None] * world.world_size
+    dist.all_gather_object(parts, per_task)
+    return [task for part in parts for task in part]
 
 def score(per_task: list[dict[str, Any]], prompts: list[str], k: int = 1) -> EvalResult:
     """The :class:`EvalResult` of played problems (``per_task`` entries as :func:`evaluate` makes

@@ -1,9 +1,9 @@
-"""The PPO engine every PPO-style learner shares.
+"""The shared PPO update loop every PPO-style learner runs (not a sampling engine of ``engine/``).
 
 A learner is two things: an **advantage estimator** (``build_samples``) and the **level at which
 the PPO ratio is formed** (``policy_units``). Everything else (minibatches, micro-batches, the
 clipped surrogate, the entropy bonus, the KL-to-reference term, the value loss, gradient
-clipping, the NaN guard, the agent schedule) is this engine, identical for MARFT-A (action
+clipping, the NaN guard, the agent schedule) is this update loop, identical for MARFT-A (action
 level), MARFT-T (token level) and single-agent PPO.
 
 Hooks a subclass implements
@@ -12,7 +12,7 @@ Hooks a subclass implements
     The advantage estimator: per decision, old log-probs, old values, advantages and returns
     (``[]`` tensors at action level, ``[L]`` at token level). A critic-free learner declares
     ``value_mode = None``, and a baseline without a critic leaves ``critic_values`` None; either
-    fills ``old_values``/``returns`` with zeros and the engine runs no critic pass.
+    fills ``old_values``/``returns`` with zeros and the update loop runs no critic pass.
 ``policy_units(samples, logprobs, mask) -> PolicyUnits``
     Given the micro-batch's per-token log-probs ``[B, T]`` under the current adapter (with grad)
     and their response mask, return the units at which the ratio is formed: per decision
@@ -25,8 +25,8 @@ Hooks a subclass implements
     ``PolicyUnits.weights`` for other weightings. The normaliser must equal the sum of the weights
     of the sample's units, so that the reduced loss is a weighted *mean*.
 
-How the engine reduces (once per minibatch, so micro-batching never changes the gradient)
-----------------------------------------------------------------------------------------
+How the update loop reduces (once per minibatch, so micro-batching never changes the gradient)
+---------------------------------------------------------------------------------------------
 Each micro-batch returns *sums* of per-unit terms, each divided by a normaliser of the whole
 minibatch (computed before the first micro-batch), so accumulating the micro-batches' gradients
 gives exactly the minibatch's loss, whatever ``micro_batch_size`` is::
@@ -40,8 +40,8 @@ The entropy bonus and the KL term are token means over the minibatch for every l
 the surrogate is a mean over the learner's units. The KL term is the k2 form
 (:func:`marft_agents.ppo_math.kl_to_reference`), whose gradient is that of KL(pi || ref).
 
-What else the engine guarantees
--------------------------------
+What else the update loop guarantees
+------------------------------------
 * **Who trains.** ``agent_iteration_interval = 0``: every agent's adapter trains each update.
   ``k > 0``: agent-by-agent training, one agent's adapter trains for ``k`` updates while the
   others are frozen (no gradients, no optimizer step), then the next agent, rotating. The critic
@@ -51,7 +51,7 @@ What else the engine guarantees
 * **The critic** is a collaborator, :class:`marft_agents.learners.value_fit.ValueFit`
   (``self.value_fit``; None without a critic): its health figures against the ceiling and the
   group baseline, PopArt, its whole-episode minibatches and value loss, the feature fold and
-  the head refit. The engine only schedules it: ``schedule.critic_epochs`` passes (default:
+  the head refit. The update loop only schedules it: ``schedule.critic_epochs`` passes (default:
   the policy's ``ppo_epochs``, early stop included), stepped by the same guarded optimizer step.
 * **Groups.** ``group_size`` (the episodes per task the collector plays) is
   ``schedule.group_size`` (:func:`marft_agents.settings.advantage.resolve_group_size`); the
@@ -112,7 +112,7 @@ log = logging.getLogger(__name__)
 
 
 class BaseLearner(LogprobTargets):
-    """The PPO engine: optimizers, epochs, minibatch reduction, clipping and the NaN guard."""
+    """The shared PPO update loop: optimizers, epochs, minibatch reduction, clipping and the NaN guard."""
 
     value_mode: str | None = "state"
     """What the critic values: ``"state"`` (one value per decision), ``"token"`` (one per
@@ -133,7 +133,7 @@ class BaseLearner(LogprobTargets):
     unit = "decision"
     """What the policy loss averages over: ``"decision"`` or ``"token"`` (see ``units``)."""
     whitens_advantages: bool = True
-    """Whether the engine re-whitens the policy samples' advantages across the batch when
+    """Whether the update loop re-whitens the policy samples' advantages across the batch when
     ``ppo.normalize_advantages`` is on (False: the estimator normalises them itself, e.g. GRPO
     within its groups)."""
     data_parallel: DataParallel | SingleProcess = SINGLE_PROCESS

@@ -1,6 +1,6 @@
 """``advantage.baseline`` for the MAPPO learners: run the registered estimator on a rollout.
 
-A mixin of the MAPPO learners (``mappo_action``, ``mappo_token``) over the PPO engine
+A mixin of the MAPPO learners (``mappo_action``, ``mappo_token``) over the shared PPO update loop
 (``learners/base.py``). The estimators are pure functions registered by name
 (:mod:`marft_agents.settings.estimators`, family ``baseline``; the functions in
 :mod:`marft_agents.learners.estimators`, their reasoning in :mod:`marft_agents.learners.baselines`);

@@ -11,10 +11,10 @@ Registered as ``algorithm: grpo``; options in the ``learner:`` section
    units with the same key, normalised as ``normalisation`` says (``step``: GiGPO's episode-level
    advantage plus ``step_weight`` times a step-level one over anchor states). No critic is built, no value is
    computed, and advantages are not re-whitened across the batch.
-3. Loss. The PPO engine (``learners/base.py``) with per-token ratio units: the clipped ratio
+3. Loss. The shared PPO update loop (``learners/base.py``) with per-token ratio units: the clipped ratio
    against the sampling-time (or rescored) log-probs, the decision's advantage broadcast over
    its tokens (:meth:`GRPO.policy_units`), aggregated per token or per sequence, plus the
-   engine's entropy bonus and, with ``learner.kl_coef``, its KL(pi || reference) term (the k2
+   update loop's entropy bonus and, with ``learner.kl_coef``, its KL(pi || reference) term (the k2
    form, whose gradient is that of KL(pi || ref); a token mean over the minibatch).
 
 From the ``ppo:`` section GRPO uses ``clip_eps`` / ``clip_eps_high`` (asymmetric, DAPO-style
@@ -88,7 +88,7 @@ class GRPO(BaseLearner):
     def policy_units(self, samples: list[Sample], logprobs: torch.Tensor, mask: torch.Tensor) -> PolicyUnits:
         """One unit per response token carrying its decision's advantage. ``sequence``
         aggregation weighs each token by 1 / its utterance's length (and ``units`` counts one per
-        decision), so the engine's weighted mean is a mean over utterances of per-utterance means."""
+        decision), so the update loop's weighted mean is a mean over utterances of per-utterance means."""
         advantages = torch.stack([s.advantages for s in samples]).to(logprobs)[:, None] * mask  # [B, T]
         old = pad_stack([s.old_logprobs for s in samples], logprobs.shape[1]).to(logprobs.device)  # [B, T]
         weights = None

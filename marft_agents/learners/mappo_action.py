@@ -14,7 +14,7 @@
 2. Policy loss. The action log-prob is the sum of the utterance's token log-probs
    (``logprob_reduction: sum``) or their mean (``mean``: a length-normalised log-prob, whose
    ratio is the geometric mean of the token ratios). Ratio, clipping, approx-KL and clipfrac
-   are per decision (the engine's units, ``policy_units``); entropy (bonus) and KL to the
+   are per decision (the update loop's units, ``policy_units``); entropy (bonus) and KL to the
    reference are token means over the minibatch (``learners/base.py``).
 3. Value loss. Clipped, Huber (two-sided) regression of V(critic input_k) on the GAE return.
 4. The baseline (``advantage.baseline``; :mod:`marft_agents.learners.baselines` has the maths

@@ -14,7 +14,7 @@
    bridging discount becomes their product (so the return of every kept token is what it would
    be with the empty utterance in the sequence). Empty utterances before the first non-empty
    one give their reward, undiscounted, to that first one.
-2. Policy loss. Per-token ratio, clipping, approx-KL, clipfrac (the engine's units are tokens,
+2. Policy loss. Per-token ratio, clipping, approx-KL, clipfrac (the update loop's units are tokens,
    ``policy_units``), entropy and KL to the reference, all averaged over the response tokens of
    the minibatch (``learners/base.py``).
 3. Value loss. Clipped, Huber (two-sided) regression of every token value on its GAE return; a

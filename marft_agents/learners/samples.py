@@ -1,5 +1,5 @@
 """What a PPO-style learner trains on: one :class:`Sample` per decision, and the units
-(:class:`PolicyUnits`) at which a learner forms its ratio. See ``learners/base.py`` for the engine
+(:class:`PolicyUnits`) at which a learner forms its ratio. See ``learners/base.py`` for the update loop
 that consumes them.
 """
 

@@ -1,6 +1,6 @@
 """The critic's side of a PPO update: its diagnostics, its regression and what follows it.
 
-The PPO engine (``learners/base.py``) holds one :class:`ValueFit` when its learner values states
+The shared PPO update loop (``learners/base.py``) holds one :class:`ValueFit` when its learner values states
 (``value_mode`` not None) and calls it at four points of an update, in this order:
 
 1. ``prepare(rollout, samples, update)`` before any step: the critic's health on the update's
@@ -10,8 +10,8 @@ The PPO engine (``learners/base.py``) holds one :class:`ValueFit` when its learn
    statistics that include them.
 2. ``minibatches(samples)`` at the start of each critic epoch: whole episodes in a random order
    (``samples.episode_minibatches``: an episode's critic inputs share one forward row), drawn
-   from the engine's generator so a seeded run draws the same order as before the split.
-3. ``micro_loss(micro, norm, first_pass)`` for every micro-batch of those minibatches (the engine
+   from the update loop's generator so a seeded run draws the same order as before the split.
+3. ``micro_loss(micro, norm, first_pass)`` for every micro-batch of those minibatches (the update loop
    accumulates, clips and steps): the clipped Huber value error in the head's normalised units.
    In the first epoch's passes (``first_pass``) it also keeps what the heads read, returned by
    the scoring pass itself (``scoring.HeadReads``): the hidden states for the feature statistics
@@ -44,7 +44,7 @@ class ValueFit:
 
     def __init__(self, policy: Any, cfg: Any, value_mode: str, rng: np.random.Generator, baseline: str = "critic"):
         """``cfg``: the run's ``TrainConfig`` (``critic``, ``ppo``, ``schedule``); ``rng``: the
-        engine's generator (shared: one stream of draws per update); ``baseline``: the run's
+        update loop's generator (shared: one stream of draws per update); ``baseline``: the run's
         ``advantage.baseline``, for the gain's residual."""
         self.policy, self.value_mode, self.rng, self.baseline = policy, value_mode, rng, baseline
         self.ppo, self.schedule = cfg.ppo, cfg.schedule

@@ -165,6 +165,12 @@ class MultiAgentPolicy(nn.Module):
         critic: CriticConfig | None = CriticConfig(),
         gradient_checkpointing: bool = False,
     ) -> None:
+        """1. Name the adapters: one policy adapter per agent (or one shared), the critic's by
+           ``critic.mode`` (``_name_adapters``).
+        2. Freeze the base and inject every adapter's LoRA layers into it in place (``_inject_adapters``).
+        3. Build the float32 value heads, one per critic adapter (``_build_value_heads``).
+        4. Speed the base up for the CPU paths (``_speed_up_base``), then train every adapter
+           by default and start in eval mode; checkpoint the decoder layers if asked."""
         super().__init__()
         agent_ids = list(agent_ids)
         if not agent_ids or len(set(agent_ids)) != len(agent_ids):
@@ -175,64 +181,11 @@ class MultiAgentPolicy(nn.Module):
         self.agent_ids = agent_ids
         self.shared_adapter = shared_adapter
         self.critic_config = critic
-        lora = lora or LoraSpec()
-        self._policy_of = {a: "policy_shared" if shared_adapter else f"policy_{a}"
-                           for a in agent_ids}
-        self.policy_adapters: list[str] = list(dict.fromkeys(self._policy_of.values()))
-        if critic is None:
-            self.critic_adapters: list[str] = []
-        elif critic.mode == "per_agent":
-            self.critic_adapters = [f"critic_{a}" for a in agent_ids]
-        else:  # centralised and local: one critic for the team (they differ in what it reads)
-            self.critic_adapters = ["critic"]
-
-        for param in model.parameters():  # the base is shared by everyone and never trained
-            param.requires_grad_(False)
-        specs = {name: lora for name in self.policy_adapters}
-        specs.update({name: (critic.lora or lora) for name in self.critic_adapters
-                      if critic is not None})
-        names = list(specs)
-        # unset target_modules on a model type peft has no default for: its attention projections
-        default_targets = (default_target_modules(model)
-                           if any(spec.target_modules is None for spec in specs.values()) else None)
-        # get_peft_model injects LoRA layers into `model` in place: no copy of the base weights.
-        with warnings.catch_warnings():  # peft 0.21 calls an API transformers 5 deprecated
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
-            self.model = get_peft_model(model, to_peft_config(specs[names[0]], default_targets),
-                                        adapter_name=names[0])
-        for name in names[1:]:
-            self.model.add_adapter(name, to_peft_config(specs[name], default_targets))
-        self._params = group_adapter_parameters(self.model)
-
-        hidden = self.lm.config.get_text_config().hidden_size
-        device = self.device
-        head_rng = torch.Generator().manual_seed(0)
-        # one value-head slot per acting agent for a team critic (critic.per_agent_head); a
-        # per-agent critic values one agent's decisions only
-        self._value_slot = {a: (i if critic is not None and critic.per_agent_head and len(self.critic_adapters) == 1
-                                else 0) for i, a in enumerate(agent_ids)}
-        self.value_heads = nn.ModuleDict({
-            name: ValueHead(hidden, critic.value_head_init_std, critic.value_head_bias,
-                            generator=head_rng, slots=max(self._value_slot.values()) + 1).to(device)
-            for name in self.critic_adapters if critic is not None
-        })
+        self._name_adapters(agent_ids, shared_adapter, critic)
+        self._inject_adapters(model, lora or LoraSpec(), critic)
+        self._build_value_heads(agent_ids, critic)
         self._stop_ids = self._find_stop_ids()
-        # With a frozen weight, torch (2.13, CPU) multiplies a non-contiguous 3-D input such as
-        # hidden[:, -1:] (what logits_to_keep=1 hands the LM head at prefill) through a strided
-        # GEMM that is far slower in bf16 and fp32 alike. A contiguous copy of the input avoids it.
-        self.lm.get_output_embeddings().register_forward_pre_hook(_contiguous_input)
-        # half precision on a CPU: the fused attention kernel's backward is slow there, and
-        # RMSNorm's elementwise chain is compiled for the update's passes
-        use_grouped_matmul_attention(self.lm)
-        use_compiled_rms_norm(self.lm)
-        # Training passes score responses through head_logprobs (chunked, real positions only)
-        # where the model allows it; False = the model's own forward and full logits (the
-        # reference path, kept for tests and `benchmarks/bench_update.py --paths`).
-        self.fused_head = True
-        # state_values runs one row per chain of critic inputs that extend one another (an
-        # episode's global-state log); False = one row per input (the reference path, kept for
-        # tests and the benchmarks' `plain` path).
-        self.merge_prefix_rows = True
+        self._speed_up_base()
         # the training-time forward passes (token_logprobs, state_values, ...): a collaborator
         # reading this policy through its public members
         self.scoring = Scorer(self)
@@ -244,6 +197,66 @@ class MultiAgentPolicy(nn.Module):
         self.checkpointed_layers = 0  # decoder layers under gradient checkpointing (0 = off)
         if gradient_checkpointing:
             self.enable_gradient_checkpointing()
+
+    def _name_adapters(self, agent_ids: list[str], shared_adapter: bool, critic: CriticConfig | None) -> None:
+        """Which policy adapter acts for each agent (``policy_<id>``, or ``policy_shared`` for
+        all) and the critic adapters: one per agent for ``per_agent``, else one for the team."""
+        self._policy_of = {a: "policy_shared" if shared_adapter else f"policy_{a}"
+                           for a in agent_ids}
+        self.policy_adapters: list[str] = list(dict.fromkeys(self._policy_of.values()))
+        if critic is None:
+            self.critic_adapters: list[str] = []
+        elif critic.mode == "per_agent":
+            self.critic_adapters = [f"critic_{a}" for a in agent_ids]
+        else:  # centralised and local: one critic for the team (they differ in what it reads)
+            self.critic_adapters = ["critic"]
+
+    def _inject_adapters(self, model: PreTrainedModel, lora: LoraSpec, critic: CriticConfig | None) -> None:
+        """Freeze ``model`` (the base is shared by everyone and never trained) and wrap it with
+        peft, every adapter added: the policies' with ``lora``, the critics' with ``critic.lora``
+        where set. peft injects the LoRA layers in place: the base weights exist once."""
+        for param in model.parameters():
+            param.requires_grad_(False)
+        specs = {name: lora for name in self.policy_adapters}
+        specs.update({name: (critic.lora or lora) for name in self.critic_adapters
+                      if critic is not None})
+        names = list(specs)
+        # unset target_modules on a model type peft has no default for: its attention projections
+        default_targets = (default_target_modules(model)
+                           if any(spec.target_modules is None for spec in specs.values()) else None)
+        with warnings.catch_warnings():  # peft 0.21 calls an API transformers 5 deprecated
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+            self.model = get_peft_model(model, to_peft_config(specs[names[0]], default_targets),
+                                        adapter_name=names[0])
+        for name in names[1:]:
+            self.model.add_adapter(name, to_peft_config(specs[name], default_targets))
+        self._params = group_adapter_parameters(self.model)
+
+    def _build_value_heads(self, agent_ids: list[str], critic: CriticConfig | None) -> None:
+        """One float32 value head per critic adapter (seeded: the same heads every build), with
+        one output slot per acting agent for a team critic with ``critic.per_agent_head``; a
+        per-agent critic values one agent's decisions only (one slot)."""
+        hidden = self.lm.config.get_text_config().hidden_size
+        device = self.device
+        head_rng = torch.Generator().manual_seed(0)
+        self._value_slot = {a: (i if critic is not None and critic.per_agent_head and len(self.critic_adapters) == 1
+                                else 0) for i, a in enumerate(agent_ids)}
+        self.value_heads = nn.ModuleDict({
+            name: ValueHead(hidden, critic.value_head_init_std, critic.value_head_bias,
+                            generator=head_rng, slots=max(self._value_slot.values()) + 1).to(device)
+            for name in self.critic_adapters if critic is not None
+        })
+
+    def _speed_up_base(self) -> None:
+        """The base model's CPU speed-ups, none of which changes what it computes beyond rounding."""
+        # With a frozen weight, torch (2.13, CPU) multiplies a non-contiguous 3-D input such as
+        # hidden[:, -1:] (what logits_to_keep=1 hands the LM head at prefill) through a strided
+        # GEMM that is far slower in bf16 and fp32 alike. A contiguous copy of the input avoids it.
+        self.lm.get_output_embeddings().register_forward_pre_hook(_contiguous_input)
+        # half precision on a CPU: the fused attention kernel's backward is slow there, and
+        # RMSNorm's elementwise chain is compiled for the update's passes
+        use_grouped_matmul_attention(self.lm)
+        use_compiled_rms_norm(self.lm)
 
     # ------------------------------------------------------------------ structure
 

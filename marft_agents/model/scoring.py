@@ -69,19 +69,34 @@ class HeadReads:
     """``[B, H]`` float32: each row's valued state, in row order (state values only)."""
 
 
+@dataclass(frozen=True)
+class ScoringPaths:
+    """Which arithmetic a :class:`Scorer` runs; the defaults are the fast paths every run uses.
+    The other settings are the reference definitions they are checked against (tests) and timed
+    against (``benchmarks/bench_update.py --paths``, ``benchmarks/bench_rollout.py``): a scorer
+    built with them, ``Scorer(policy, ScoringPaths(fused_head=False))``, scores the same policy."""
+
+    fused_head: bool = True
+    """Score responses through ``head_logprobs`` (chunked, real positions only) where the model
+    allows it; False: the model's own forward and full logits."""
+    merge_prefix_rows: bool = True
+    """``state_values`` runs one row per chain of critic inputs that extend one another (an
+    episode's global-state log); False: one row per input."""
+
+
 class Scorer:
     """Forward passes over the rows of a ``MultiAgentPolicy`` (held as ``policy.scoring``).
 
     Reads the policy through its public members only: ``lm``, ``tokenizer``, ``device``,
-    ``value_heads``, ``critic_for``, the ``using`` adapter switch, the path switches
-    ``fused_head`` and ``merge_prefix_rows`` (policy attributes, which tests and benchmarks set
-    on the policy). Holds no state of its own: what a value head read in a pass is returned by
-    the pass (``*_with_reads``, :class:`HeadReads`), for the learner's feature statistics and head
-    refit.
+    ``value_heads``, ``critic_for``, the ``using`` adapter switch. ``paths`` chooses the fast or
+    the reference arithmetic (:class:`ScoringPaths`; fixed at construction). Holds no other
+    state: what a value head read in a pass is returned by the pass (``*_with_reads``,
+    :class:`HeadReads`), for the learner's feature statistics and head refit.
     """
 
-    def __init__(self, policy: Any):
+    def __init__(self, policy: Any, paths: ScoringPaths = ScoringPaths()):
         self.policy = policy
+        self.paths = paths
 
     def _pack(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
               prefix_len: int = 0) -> PackedBatch:
@@ -115,7 +130,7 @@ class Scorer:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         width = batch.response_ids.shape[1]
         mask = batch.response_mask  # [B, T]
-        head = plain_head(self.policy.lm) if self.policy.fused_head else None
+        head = plain_head(self.policy.lm) if self.paths.fused_head else None
         if head is not None:  # decoder, then the fused head over the real response positions only
             start = batch.prompt_width - 1  # column whose hidden state predicts response token 0
             hidden = self._decoder_hidden(batch.input_ids, batch.attention_mask, batch.position_ids,
@@ -282,8 +297,8 @@ class Scorer:
 
     def value_rows(self, seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
         """The forward rows a ``state_values`` pass runs for ``seqs``: one per chain of prefixes
-        (:func:`prefix_chains`), or one per sequence when ``merge_prefix_rows`` is off."""
-        return prefix_chains(seqs) if self.policy.merge_prefix_rows else one_row_each(seqs)
+        (:func:`prefix_chains`), or one per sequence when ``paths.merge_prefix_rows`` is off."""
+        return prefix_chains(seqs) if self.paths.merge_prefix_rows else one_row_each(seqs)
 
 
 def last_token_index(seqs: Sequence[Sequence[int]], heads: list[int], where: list[tuple[int, int]], width: int,

@@ -6,7 +6,7 @@ truth for plots and leaderboards), ``metrics.csv`` (one column per key ever logg
 new key, e.g. the first training update after a step-0 evaluation row, the CSV is rebuilt from the
 JSONL with the wider header, atomically) and, when TensorBoard is installed, ``tb/`` event files.
 The TensorBoard writer is opened by the first ``log`` call, not before: a run interrupted before it
-logged anything (during the baseline evaluation, say) leaves no empty event file behind.
+logged anything (during the evaluation before training, say) leaves no empty event file behind.
 
 The JSONL is strict JSON: a value that is not a finite number (NaN, e.g. the mean length of an
 agent that did not act this update) is written as ``null``, which :func:`read_metrics` returns as

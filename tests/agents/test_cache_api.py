@@ -14,6 +14,7 @@ from agent_helpers import seeded_generator
 from test_policy import make_policy, prompts
 
 from marft_agents.model.policy import GenRequest
+from marft_agents.model.scoring import Scorer, ScoringPaths
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.sampling import ENGINES, SamplingConfig
 
@@ -76,18 +77,15 @@ def test_scoring_with_shared_prefixes_uses_the_current_cache_api(policy, fused_h
     r = [[40, 41, 42], [43, 44], [45], [46, 47]]
     prefix = [policy.shared_prefix_len("Think." * (i % 3), q) for i, q in enumerate(p)]
     assert any(prefix)
-    policy.fused_head = fused_head
-    try:
-        with torch.no_grad(), no_cache_deprecations():
-            shared = policy.token_logprobs("policy_actor_0", p, r, prefix_lens=prefix)
-            values = policy.token_values(p, r, prefix_lens=prefix)
-            state = policy.state_values(p, prefix_lens=prefix)
-        with torch.no_grad():
-            plain = policy.token_logprobs("policy_actor_0", p, r)  # no prefix cache at all
-            plain_values = policy.token_values(p, r)
-            plain_state = policy.state_values(p)
-    finally:
-        policy.fused_head = True
+    scorer = Scorer(policy, ScoringPaths(fused_head=fused_head))
+    with torch.no_grad(), no_cache_deprecations():
+        shared = scorer.token_logprobs("policy_actor_0", p, r, prefix_lens=prefix)
+        values = scorer.token_values(p, r, prefix_lens=prefix)
+        state = scorer.state_values(p, prefix_lens=prefix)
+    with torch.no_grad():
+        plain = scorer.token_logprobs("policy_actor_0", p, r)  # no prefix cache at all
+        plain_values = scorer.token_values(p, r)
+        plain_state = scorer.state_values(p)
     torch.testing.assert_close(shared.logprobs, plain.logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(values, plain_values, atol=1e-5, rtol=0)
     torch.testing.assert_close(state, plain_state, atol=1e-5, rtol=0)

@@ -18,6 +18,7 @@ from marft_agents.engine.attention import (
     use_grouped_matmul_attention,
 )
 from marft_agents.model.policy import MultiAgentPolicy
+from marft_agents.model.scoring import Scorer, ScoringPaths
 from marft_agents.ppo_math import entropy_from_logprobs
 from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
@@ -119,16 +120,15 @@ def test_policy_scores_the_same_with_and_without_the_fused_head():
     prompts = [torch.randint(3, vocab, (12 - i % 4,), generator=g).tolist() for i in range(6)]
     responses = [torch.randint(3, vocab, (1 + i % 4,), generator=g).tolist() for i in range(6)]
 
-    def run():
+    def run(scorer):
         policy.zero_grad(set_to_none=True)
-        stats = policy.token_logprobs("policy_a", prompts, responses, 0.7)
+        stats = scorer.token_logprobs("policy_a", prompts, responses, 0.7)
         (stats.logprobs.sum() + stats.entropy.sum()).backward()
         return stats, [p.grad.clone() for p in policy.trainable_parameters() if p.grad is not None]
 
-    assert hl.plain_head(policy.lm) is not None and policy.fused_head
-    fused, fused_grads = run()
-    policy.fused_head = False
-    plain, plain_grads = run()
+    assert hl.plain_head(policy.lm) is not None and policy.scoring.paths.fused_head
+    fused, fused_grads = run(policy.scoring)
+    plain, plain_grads = run(Scorer(policy, ScoringPaths(fused_head=False)))
     assert torch.equal(fused.mask, plain.mask)
     assert (fused.logprobs[~fused.mask] == 0).all() and (fused.entropy[~fused.mask] == 0).all()
     torch.testing.assert_close(fused.logprobs, plain.logprobs, atol=2e-5, rtol=0)
@@ -223,3 +223,24 @@ def test_only_half_precision_cpu_models_switch_to_grouped_attention():
     assert use_grouped_matmul_attention(model)
     assert model.config._attn_implementation == GROUPED_MATMUL
     assert not use_grouped_matmul_attention(model)  # already switched
+
+
+def test_the_scoring_paths_are_a_scorer_option_and_the_policy_keeps_the_fast_ones(monkeypatch):
+    import marft_agents.model.scoring as scoring
+
+    model, tok = tiny_model_and_tokenizer(seed=3)
+    policy = MultiAgentPolicy(model, tok, ["a"])
+    calls = []
+    fused = scoring.head_logprobs
+    monkeypatch.setattr(scoring, "head_logprobs", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    prompts, responses = [[5, 6, 7, 8], [9, 10, 11]], [[12, 13], [14]]
+    with torch.no_grad():
+        policy.token_logprobs("policy_a", prompts, responses, 0.7)
+        assert calls, "the policy's own scorer did not take the fused head"
+        calls.clear()
+        Scorer(policy, ScoringPaths(fused_head=False)).token_logprobs("policy_a", prompts, responses, 0.7)
+    assert not calls, "a scorer built with fused_head=False took the fused head"
+    chain = [[1, 2], [1, 2, 3], [4]]  # the first extends into the second: one merged row
+    assert len(policy.value_rows(chain)[0]) == 2
+    assert len(Scorer(policy, ScoringPaths(merge_prefix_rows=False)).value_rows(chain)[0]) == 3
+    assert policy.scoring.paths == ScoringPaths()  # building another scorer left the policy's alone
