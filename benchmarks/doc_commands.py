@@ -82,6 +82,8 @@ SKIP_RULES: list[tuple[str, str, bool]] = [
      True),
     (r"-m baselines\.grid (?!.*--(dry-run|report-only))", "a whole comparison grid (hours of machine time); "
      "--dry-run prints its plan", True),
+    (r"(\bmarft benchmark|-m baselines\.benchmark) (?!.*--(dry-run|report-only))",
+     "a whole benchmark suite (an hour or more); --dry-run writes and lists it", True),
 ]
 
 # (regex on the command, reason): run as a validation (``validation``) instead of as written.

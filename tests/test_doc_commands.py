@@ -82,3 +82,12 @@ def test_a_skipped_command_is_validated_where_it_can_be():
 def test_a_text_block_without_a_broken_command_passes(tmp_path, capsys):
     page = _page(tmp_path, "marft config --config baselines/configs/demo.yaml")
     assert doc_commands.main(["--run", "--venv", sys.prefix, str(page)]) == 0, capsys.readouterr().out
+
+
+def test_a_whole_benchmark_is_a_long_command_and_its_dry_run_runs():
+    long = doc_commands.Command("ADDING_AN_ENV.md", 1, ".venv/bin/marft benchmark example/VowelCount-v0 --jobs 2")
+    doc_commands.plan(long, REPO)
+    assert long.long and "benchmark suite" in long.skip
+    dry = doc_commands.Command("ADDING_AN_ENV.md", 2, ".venv/bin/marft benchmark example/VowelCount-v0 --dry-run")
+    doc_commands.plan(dry, REPO)
+    assert not dry.skip and not dry.long
