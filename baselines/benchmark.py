@@ -12,7 +12,8 @@ or extended by hand (``python -m baselines.grid DIR/benchmark.yaml``):
    best single agent: skipped, with the reason printed, when the env builds with no one-role
    profile or the team is one agent already); MARFT-A (``marft_a``), MARFT-T (``marft_t``), IPPO
    (``ippo``: MARFT-A with ``critic.mode: local``, each agent valued from its own prompt), GRPO
-   with the team, agent and agent-and-turn groupings. Every training row trains on the same
+   with the team, agent and agent-and-turn groupings, and GRPO with GiGPO's step groups
+   (``grpo_step``). Every training row trains on the same
    episodes (``--episodes``) and is evaluated at the same episode counts. With a team of two or
    more agents, ``marft_a``'s trained team is also evaluated with each seat played by the base
    model (``base_seat``): each agent's contribution.
@@ -92,8 +93,9 @@ SUITE: tuple[Row, ...] = (
     Row("grpo_agent_turn", {"algorithm": "grpo", "learner.group_size": 4, "learner.grouping": "agent_turn",
                             "learner.agent_rewards": True},
         "GRPO, per-agent-and-turn grouping (AT-GRPO)"),
-    # The step-group estimator (issue 81, written elsewhere) is added here as one more Row once
-    # its learner is registered, e.g. Row("step_group", {"algorithm": ...}, "..."): nothing else changes.
+    Row("grpo_step", {"algorithm": "grpo", "learner.group_size": 4, "learner.grouping": "step"},
+        "GRPO with GiGPO's step groups: the episode's team advantage plus the step-level one among "
+        "decisions of an agent that saw the identical observation"),
 )
 """The training rows, in report order: the one list of learners the benchmark runs."""
 LEARNERS: tuple[str, ...] = (UNTRAINED, *(row.name for row in SUITE))

@@ -21,7 +21,7 @@ from marft_agents.config import config_to_dict
 REPO = Path(__file__).resolve().parents[2]
 PAIRS_ID = "test/Pairs-v0"
 SUITE_CELLS = ["untrained", "untrained_solo", "solo_ppo", "marft_a", "marft_t", "ippo", "grpo_team", "grpo_agent",
-               "grpo_agent_turn", "marft_a_base_reasoner_0", "marft_a_base_actor_0"]
+               "grpo_agent_turn", "grpo_step", "marft_a_base_reasoner_0", "marft_a_base_actor_0"]
 
 
 class PairsEnv(LettersEnv):
@@ -68,7 +68,7 @@ def test_the_suite_on_an_env_with_a_one_role_profile(tmp_path, base, capsys):
     loaded = grid_mod.load_grid(out / benchmark.BENCHMARK_FILE)
     runs = grid_mod.plan(loaded)
     training = [r for r in runs if r.kind == "train"]
-    assert len(training) == 7 * 2 and loaded.leaderboard
+    assert len(training) == len(benchmark.SUITE) * 2 and loaded.leaderboard
     assert {grid_mod.run_config(loaded, r).schedule.max_episodes for r in training} == {8}
     assert {grid_mod.run_config(loaded, r).eval.interval for r in training} == {1}
     # at 2 seeds no exact test of the rows' gains can pass after Holm: every comparison descriptive
