@@ -40,8 +40,8 @@ import yaml
 
 from marft_agents.config_schema import ConfigError, build_dataclass, field_docs, join_key, type_name
 from marft_agents.learners.registry import Capabilities, UnknownLearnerError, learner_capabilities
-from marft_agents.settings.advantage import (AUTO_BASELINE, DEFAULT_BASELINE, GROUP_BASELINES, AdvantageConfig,
-                                              resolve_baseline, resolve_group_size)
+from marft_agents.run_plan import GroupSetting, LearnerTraits, RescoringSetting, RunPlan, resolve_plan
+from marft_agents.settings.advantage import AdvantageConfig
 from marft_agents.settings.credit import CREDIT_STRATEGIES, CreditStrategy
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
@@ -53,7 +53,7 @@ from marft_agents.settings.model import (
     alias_typo,
     attn_implementation_error,
 )
-from marft_agents.settings.sampling import SCORED_ELSEWHERE, SamplingConfig
+from marft_agents.settings.sampling import SamplingConfig
 from marft_agents.settings.vllm import VLLMConfig
 
 __all__ = ["CREDIT_STRATEGIES", "ConfigError", "CreditStrategy", "EnvConfig", "EvalConfig", "PPOConfig",
@@ -357,6 +357,7 @@ class TrainConfig:
         registry without importing the learner, and loads no torch (``model.device`` and
         ``model.dtype`` "auto" stay "auto" until :meth:`resolve_hardware`)."""
         capabilities = self._check_learner()
+        self.advantage.baseline = self.plan().baseline  # a validated config holds the baseline "auto" chose
         s, p = self.schedule, self.ppo
         trains = capabilities.trains
         positive = {"schedule.num_updates": s.num_updates, "schedule.episodes_per_update": s.episodes_per_update,
@@ -427,7 +428,6 @@ class TrainConfig:
                               + (f"; did you mean {close[0]!r}?" if close else ""))
         if trains:
             self._check_training_policy()
-            self._check_sampling_engine()
         if self.sampling.temperature <= 0:
             raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
                               f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
@@ -464,37 +464,34 @@ class TrainConfig:
             self.model.dtype = auto_dtype(self.model.device)
         return self
 
-    def _check_sampling_engine(self) -> None:
-        """What training with the sampling engine ``sampling.engine`` needs: an engine whose
-        log-probs are not the learner's pass (``scores_in_learner``, read without importing the
-        engine: ``SCORED_ELSEWHERE``) needs the old log-probs rescored by the learner; the importance
-        weight needs them too."""
-        p = self.ppo
-        if p.behaviour_is_cap is not None and not p.behaviour_is_cap > 0:
-            raise ConfigError(f"ppo.behaviour_is_cap must be > 0 or null (off), got {p.behaviour_is_cap}")
-        if p.behaviour_is_cap is not None and not p.recompute_old_logprobs:
-            raise ConfigError("ppo.behaviour_is_cap weighs the learner's old log-probs against the sampler's, so it "
-                              "needs ppo.recompute_old_logprobs: true (otherwise the two are the same numbers)")
-        if self.sampling.engine not in SCORED_ELSEWHERE:
-            return
-        if not p.recompute_old_logprobs:
-            raise ConfigError(f"sampling.engine {self.sampling.engine!r} samples with other kernels than the "
-                              "learner's forward pass, so PPO ratios would not start at 1; set "
-                              "ppo.recompute_old_logprobs: true")
-        if self.sampling.recompute_logprobs:
-            raise ConfigError(f"sampling.recompute_logprobs rescores with the loops' own pass, which sampling.engine "
-                              f"{self.sampling.engine!r} does not run; set it to false (ppo.recompute_old_logprobs "
-                              "rescores in the learner)")
-
-    def _check_learner(self) -> Capabilities:
-        """``algorithm`` names a registered learner; ``learner`` becomes its options object.
-        Returns the learner's capabilities (read without importing a shipped learner)."""
+    def _capabilities(self) -> Capabilities:
+        """The capabilities the learner ``algorithm`` declares (read without importing a shipped
+        learner); ``ConfigError`` for an unknown name or a plug-in that fails to import."""
         try:
-            cls = learner_capabilities(self.algorithm)
+            return learner_capabilities(self.algorithm)
         except UnknownLearnerError as err:
             raise ConfigError(f"algorithm: {err}") from None
         except (ImportError, TypeError) as err:  # the plug-in's own failure: its cause stays on the error
             raise ConfigError(f"algorithm: {err}") from err
+
+    def plan(self, quiet: bool = True) -> RunPlan:
+        """The run's cross-field decisions, resolved once (:mod:`marft_agents.run_plan`): the
+        baseline, the critic, the group size, the rescoring. Every consumer (learner, trainer,
+        collector, the data-parallel split) reads them from here; ``quiet``: no log line when
+        grouped sampling is off (the learner asks with ``quiet=False``, once). ``ConfigError`` on a
+        combination that cannot run."""
+        cls, s, p = self._capabilities(), self.schedule, self.ppo
+        learner = LearnerTraits(self.algorithm, cls.value_mode, cls.baselines, cls.trains, self.learner)
+        groups = GroupSetting(s.group_size, self.critic.ceiling_group_size if self.critic else None,
+                              s.episodes_per_update)
+        rescoring = RescoringSetting(self.sampling.engine, p.recompute_old_logprobs, self.sampling.recompute_logprobs,
+                                     p.behaviour_is_cap)
+        return resolve_plan(learner, groups, self.advantage.baseline, rescoring, quiet=quiet)
+
+    def _check_learner(self) -> Capabilities:
+        """``algorithm`` names a registered learner; ``learner`` becomes its options object.
+        Returns the learner's capabilities (read without importing a shipped learner)."""
+        cls = self._capabilities()
         options_class = cls.options_class
         if options_class is None:
             if self.learner not in (None, {}):
@@ -509,29 +506,6 @@ class TrainConfig:
         if self.critic is None and cls.value_mode is not None:
             raise ConfigError(f"critic: algorithm {self.algorithm!r} needs a critic (value_mode "
                               f"{cls.value_mode!r}); remove 'critic: null'")
-        if self.advantage.baseline == AUTO_BASELINE:
-            try:
-                k = resolve_group_size(self.schedule.group_size, self.schedule.episodes_per_update,
-                                       uses_groups=cls.value_mode is not None or DEFAULT_BASELINE in cls.baselines,
-                                       deprecated=self.critic.ceiling_group_size if self.critic else None,
-                                       quiet=True)
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-            self.advantage.baseline = resolve_baseline(AUTO_BASELINE, cls.baselines, k)
-        baseline = self.advantage.baseline
-        if baseline not in cls.baselines:
-            raise ConfigError(f"advantage.baseline: algorithm {self.algorithm!r} implements "
-                              f"{', '.join(cls.baselines)}, got {baseline!r}")
-        if baseline in GROUP_BASELINES:
-            try:
-                k = resolve_group_size(self.schedule.group_size, self.schedule.episodes_per_update, uses_groups=True,
-                                       deprecated=self.critic.ceiling_group_size if self.critic else None)
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-            if k < 2:
-                raise ConfigError(f"advantage.baseline: {baseline} compares the episodes of a task group; set "
-                                  f"schedule.group_size >= 2 (a divisor of schedule.episodes_per_update "
-                                  f"{self.schedule.episodes_per_update})")
         if self.critic is not None and self.critic.head_refit_window > 0 and cls.value_mode != "state":
             raise ConfigError(f"critic.head_refit_window: algorithm {self.algorithm!r} has value_mode "
                               f"{cls.value_mode!r}, but only state values (one per decision, e.g. mappo_action) "
