@@ -542,12 +542,13 @@ def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] 
     ``callbacks`` get ``(update_index, metrics)`` after every update. The config gets the checks
     ``marft train`` runs (:func:`~marft_agents.env_check.check_before_loading`) before the model is loaded.
     """
-    from marft_agents.run.session import run_session
+    from marft_agents.run.session import SessionOptions, run_session
 
     check_before_loading(cfg, model=model_and_tokenizer is None)
     with prepare_trainer(cfg, resume, model_and_tokenizer) as trainer:  # closes the engine after the final evaluation
-        outcome = run_session(trainer, resume=resume, eval_before=eval_before, tensorboard=tensorboard, plot=plot,
-                               handle_signals=handle_signals, callbacks=callbacks)
+        outcome = run_session(trainer, SessionOptions(resume=resume, eval_before=eval_before, tensorboard=tensorboard,
+                                                      plot=plot, handle_signals=handle_signals,
+                                                      callbacks=tuple(callbacks)))
     return TrainResult(history=outcome.history, output_dir=trainer.output_dir,
                        last_checkpoint=trainer.last_checkpoint, final_eval=outcome.final_eval,
                        best_eval=trainer.best_eval, counters=dict(trainer.counters), policy=trainer.policy,
