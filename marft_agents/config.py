@@ -355,11 +355,29 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Cross-field checks; returns self. Plain data: reads the learner's capabilities from the
         registry without importing the learner, and loads no torch (``model.device`` and
-        ``model.dtype`` "auto" stay "auto" until :meth:`resolve_hardware`)."""
+        ``model.dtype`` "auto" stay "auto" until :meth:`resolve_hardware`). The steps: the learner
+        and its options, the run plan (:meth:`plan`), counts and sizes, PPO's ranges, who trains,
+        learning rates, the model, what training needs of the sampling, plain data."""
         capabilities = self._check_learner()
         self.advantage.baseline = self.plan().baseline  # a validated config holds the baseline "auto" chose
-        s, p = self.schedule, self.ppo
-        trains = capabilities.trains
+        self._check_counts()
+        self._check_ppo_ranges()
+        self._check_who_trains()
+        self._check_learning_rates()
+        self._check_model()
+        if capabilities.trains:
+            self._check_training_policy()
+        if self.sampling.temperature <= 0:
+            raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
+                              f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
+        for where, kwargs in (("env.kwargs", self.env.kwargs), ("eval.env_kwargs", self.eval.env_kwargs)):
+            _require_plain_data(kwargs, where)
+        return self
+
+    def _check_counts(self) -> None:
+        """Sizes and counts of the schedule, the envs and the evaluation: >= 1 (or >= 0 where 0
+        means off), budgets included."""
+        s = self.schedule
         positive = {"schedule.num_updates": s.num_updates, "schedule.episodes_per_update": s.episodes_per_update,
                     "schedule.ppo_epochs": s.ppo_epochs, "schedule.minibatch_size": s.minibatch_size,
                     "env.num_envs": self.env.num_envs, "schedule.keep_checkpoints": s.keep_checkpoints,
@@ -383,6 +401,14 @@ class TrainConfig:
                               f"got {self.model.threads}")
         if self.eval.interval < 0 or self.eval.n_problems < 1:
             raise ConfigError("eval.interval must be >= 0 and eval.n_problems >= 1")
+        if self.eval.samples_per_problem < 1 or (self.eval.samples_per_problem > 1 and self.eval.greedy):
+            raise ConfigError(f"eval.samples_per_problem must be >= 1, and > 1 only with eval.greedy: false "
+                              f"(greedy decoding plays the same answer each time), got "
+                              f"{self.eval.samples_per_problem} with greedy {self.eval.greedy}")
+
+    def _check_ppo_ranges(self) -> None:
+        """PPO's discounts in [0, 1], clip ranges > 0, interval and warm-up >= 0."""
+        p = self.ppo
         for name in ("gamma", "lam", "gamma_token", "lam_token"):
             if not 0.0 <= getattr(p, name) <= 1.0:
                 raise ConfigError(f"ppo.{name} must be in [0, 1], got {getattr(p, name)}")
@@ -390,6 +416,11 @@ class TrainConfig:
             raise ConfigError("ppo.clip_eps (and clip_eps_high) must be > 0")
         if p.agent_iteration_interval < 0 or p.critic_warmup_updates < 0:
             raise ConfigError("ppo.agent_iteration_interval and ppo.critic_warmup_updates must be >= 0")
+
+    def _check_who_trains(self) -> None:
+        """``ppo.train_agents``, ``scripted_seats`` and agent-by-agent training: each needs one
+        adapter per agent."""
+        p = self.ppo
         if p.train_agents is not None and (not p.train_agents or len(set(p.train_agents)) != len(p.train_agents)):
             raise ConfigError(f"ppo.train_agents must be a non-empty list of distinct agent ids or null (all), "
                               f"got {p.train_agents}")
@@ -397,15 +428,15 @@ class TrainConfig:
             raise ConfigError("ppo.train_agents needs one adapter per agent (with one shared adapter the others "
                               "would change too); set shared_adapter: false or train_agents: null")
         self._check_scripted_seats()
-        if self.eval.samples_per_problem < 1 or (self.eval.samples_per_problem > 1 and self.eval.greedy):
-            raise ConfigError(f"eval.samples_per_problem must be >= 1, and > 1 only with eval.greedy: false "
-                              f"(greedy decoding plays the same answer each time), got "
-                              f"{self.eval.samples_per_problem} with greedy {self.eval.greedy}")
         if p.agent_iteration_interval > 0 and self.shared_adapter:
             raise ConfigError(
                 "ppo.agent_iteration_interval > 0 (agent-by-agent training) needs one adapter per agent; "
                 "set shared_adapter: false or agent_iteration_interval: 0"
             )
+
+    def _check_learning_rates(self) -> None:
+        """Learning rates >= 0 (0 freezes), weight decay >= 0."""
+        s = self.schedule
         if s.value_head_lr is not None and not s.value_head_lr >= 0:
             raise ConfigError(f"schedule.value_head_lr must be >= 0 or null (= critic_lr), got {s.value_head_lr}")
         for name in ("actor_lr", "critic_lr"):
@@ -413,6 +444,10 @@ class TrainConfig:
                 raise ConfigError(f"schedule.{name} must be >= 0, got {getattr(s, name)} (e.g. 5e-5)")
         if s.weight_decay < 0:
             raise ConfigError(f"schedule.weight_decay must be >= 0, got {s.weight_decay}")
+
+    def _check_model(self) -> None:
+        """``model``: a known alias (or a folder / Hub id), a device string, an attention
+        implementation and a dtype name (with a "did you mean" for shorthands)."""
         typo_of = alias_typo(self.model.name_or_path)
         if typo_of:
             raise ConfigError(f"model.name_or_path {self.model.name_or_path!r} is no model alias, folder or Hub id; "
@@ -426,14 +461,6 @@ class TrainConfig:
                      else difflib.get_close_matches(self.model.dtype, DTYPE_NAMES, n=1, cutoff=0.5))
             raise ConfigError(f"model.dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.model.dtype!r}"
                               + (f"; did you mean {close[0]!r}?" if close else ""))
-        if trains:
-            self._check_training_policy()
-        if self.sampling.temperature <= 0:
-            raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
-                              f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
-        for where, kwargs in (("env.kwargs", self.env.kwargs), ("eval.env_kwargs", self.eval.env_kwargs)):
-            _require_plain_data(kwargs, where)
-        return self
 
     def _check_model_device(self) -> None:
         """``model.device`` "auto" or shaped like a torch device string (``type`` or
