@@ -548,11 +548,9 @@ def start_layout(cfg: TrainConfig) -> dict[str, Any]:
     """What decides whether one run's adapters load into another's policy: the team, one adapter or
     one per agent, the model and LoRA shapes, and the critic (None: the learner values nothing)."""
     import marft_envs
-    from marft_agents.learners.registry import learner_capabilities  # read without importing the learner
 
-    needs_critic = learner_capabilities(cfg.algorithm).value_mode is not None and cfg.advantage.uses_critic
     critic = None
-    if needs_critic and cfg.critic is not None:
+    if cfg.plan().builds_critic and cfg.critic is not None:  # the run plan's critic (marft_agents/run_plan.py)
         lora = cfg.critic.lora or cfg.lora
         critic = {"mode": cfg.critic.mode, "per_agent_head": cfg.critic.per_agent_head,
                   "lora": [lora.r, lora.target_modules]}

@@ -155,7 +155,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg, _ = _load(args, {"output_dir": args.output_dir} if args.output_dir else None)
     # the config is valid: only now the modules that import torch, transformers and peft
     from marft_agents.runtime.distributed import process_group
-    from marft_agents.run.session import STOP_STATUS, run_session
+    from marft_agents.run.session import STOP_STATUS, SessionOptions, run_session
     from marft_agents.run.trainer import prepare_trainer
 
     if not args.resume:
@@ -166,9 +166,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             logging.getLogger().setLevel(logging.WARNING)
         # refuses a used output_dir before loading the model; the block's end closes the sampling engine
         with prepare_trainer(cfg, args.resume, None) as trainer:
-            outcome = run_session(trainer, resume=args.resume, eval_before=args.eval_before,
-                                   tensorboard=not args.no_tensorboard, progress=not args.quiet,
-                                   config_source=str(args.config), say=print, resume_hint=_resume_hint(args))
+            outcome = run_session(trainer, SessionOptions(
+                resume=args.resume, eval_before=args.eval_before, tensorboard=not args.no_tensorboard,
+                progress=not args.quiet, config_source=str(args.config), say=print, resume_hint=_resume_hint(args)))
     if outcome.stopped_by is not None:
         return STOP_STATUS[outcome.stopped_by]
     return 0

@@ -40,8 +40,8 @@ import yaml
 
 from marft_agents.config_schema import ConfigError, build_dataclass, field_docs, join_key, type_name
 from marft_agents.learners.registry import Capabilities, UnknownLearnerError, learner_capabilities
-from marft_agents.settings.advantage import (AUTO_BASELINE, DEFAULT_BASELINE, GROUP_BASELINES, AdvantageConfig,
-                                              resolve_baseline, resolve_group_size)
+from marft_agents.run_plan import GroupSetting, LearnerTraits, RescoringSetting, RunPlan, resolve_plan
+from marft_agents.settings.advantage import AdvantageConfig
 from marft_agents.settings.credit import CREDIT_STRATEGIES, CreditStrategy
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
@@ -53,7 +53,7 @@ from marft_agents.settings.model import (
     alias_typo,
     attn_implementation_error,
 )
-from marft_agents.settings.sampling import SCORED_ELSEWHERE, SamplingConfig
+from marft_agents.settings.sampling import SamplingConfig
 from marft_agents.settings.vllm import VLLMConfig
 
 __all__ = ["CREDIT_STRATEGIES", "ConfigError", "CreditStrategy", "EnvConfig", "EvalConfig", "PPOConfig",
@@ -355,10 +355,29 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Cross-field checks; returns self. Plain data: reads the learner's capabilities from the
         registry without importing the learner, and loads no torch (``model.device`` and
-        ``model.dtype`` "auto" stay "auto" until :meth:`resolve_hardware`)."""
+        ``model.dtype`` "auto" stay "auto" until :meth:`resolve_hardware`). The steps: the learner
+        and its options, the run plan (:meth:`plan`), counts and sizes, PPO's ranges, who trains,
+        learning rates, the model, what training needs of the sampling, plain data."""
         capabilities = self._check_learner()
-        s, p = self.schedule, self.ppo
-        trains = capabilities.trains
+        self.advantage.baseline = self.plan().baseline  # a validated config holds the baseline "auto" chose
+        self._check_counts()
+        self._check_ppo_ranges()
+        self._check_who_trains()
+        self._check_learning_rates()
+        self._check_model()
+        if capabilities.trains:
+            self._check_training_policy()
+        if self.sampling.temperature <= 0:
+            raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
+                              f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
+        for where, kwargs in (("env.kwargs", self.env.kwargs), ("eval.env_kwargs", self.eval.env_kwargs)):
+            _require_plain_data(kwargs, where)
+        return self
+
+    def _check_counts(self) -> None:
+        """Sizes and counts of the schedule, the envs and the evaluation: >= 1 (or >= 0 where 0
+        means off), budgets included."""
+        s = self.schedule
         positive = {"schedule.num_updates": s.num_updates, "schedule.episodes_per_update": s.episodes_per_update,
                     "schedule.ppo_epochs": s.ppo_epochs, "schedule.minibatch_size": s.minibatch_size,
                     "env.num_envs": self.env.num_envs, "schedule.keep_checkpoints": s.keep_checkpoints,
@@ -382,6 +401,14 @@ class TrainConfig:
                               f"got {self.model.threads}")
         if self.eval.interval < 0 or self.eval.n_problems < 1:
             raise ConfigError("eval.interval must be >= 0 and eval.n_problems >= 1")
+        if self.eval.samples_per_problem < 1 or (self.eval.samples_per_problem > 1 and self.eval.greedy):
+            raise ConfigError(f"eval.samples_per_problem must be >= 1, and > 1 only with eval.greedy: false "
+                              f"(greedy decoding plays the same answer each time), got "
+                              f"{self.eval.samples_per_problem} with greedy {self.eval.greedy}")
+
+    def _check_ppo_ranges(self) -> None:
+        """PPO's discounts in [0, 1], clip ranges > 0, interval and warm-up >= 0."""
+        p = self.ppo
         for name in ("gamma", "lam", "gamma_token", "lam_token"):
             if not 0.0 <= getattr(p, name) <= 1.0:
                 raise ConfigError(f"ppo.{name} must be in [0, 1], got {getattr(p, name)}")
@@ -389,6 +416,11 @@ class TrainConfig:
             raise ConfigError("ppo.clip_eps (and clip_eps_high) must be > 0")
         if p.agent_iteration_interval < 0 or p.critic_warmup_updates < 0:
             raise ConfigError("ppo.agent_iteration_interval and ppo.critic_warmup_updates must be >= 0")
+
+    def _check_who_trains(self) -> None:
+        """``ppo.train_agents``, ``scripted_seats`` and agent-by-agent training: each needs one
+        adapter per agent."""
+        p = self.ppo
         if p.train_agents is not None and (not p.train_agents or len(set(p.train_agents)) != len(p.train_agents)):
             raise ConfigError(f"ppo.train_agents must be a non-empty list of distinct agent ids or null (all), "
                               f"got {p.train_agents}")
@@ -396,15 +428,15 @@ class TrainConfig:
             raise ConfigError("ppo.train_agents needs one adapter per agent (with one shared adapter the others "
                               "would change too); set shared_adapter: false or train_agents: null")
         self._check_scripted_seats()
-        if self.eval.samples_per_problem < 1 or (self.eval.samples_per_problem > 1 and self.eval.greedy):
-            raise ConfigError(f"eval.samples_per_problem must be >= 1, and > 1 only with eval.greedy: false "
-                              f"(greedy decoding plays the same answer each time), got "
-                              f"{self.eval.samples_per_problem} with greedy {self.eval.greedy}")
         if p.agent_iteration_interval > 0 and self.shared_adapter:
             raise ConfigError(
                 "ppo.agent_iteration_interval > 0 (agent-by-agent training) needs one adapter per agent; "
                 "set shared_adapter: false or agent_iteration_interval: 0"
             )
+
+    def _check_learning_rates(self) -> None:
+        """Learning rates >= 0 (0 freezes), weight decay >= 0."""
+        s = self.schedule
         if s.value_head_lr is not None and not s.value_head_lr >= 0:
             raise ConfigError(f"schedule.value_head_lr must be >= 0 or null (= critic_lr), got {s.value_head_lr}")
         for name in ("actor_lr", "critic_lr"):
@@ -412,6 +444,10 @@ class TrainConfig:
                 raise ConfigError(f"schedule.{name} must be >= 0, got {getattr(s, name)} (e.g. 5e-5)")
         if s.weight_decay < 0:
             raise ConfigError(f"schedule.weight_decay must be >= 0, got {s.weight_decay}")
+
+    def _check_model(self) -> None:
+        """``model``: a known alias (or a folder / Hub id), a device string, an attention
+        implementation and a dtype name (with a "did you mean" for shorthands)."""
         typo_of = alias_typo(self.model.name_or_path)
         if typo_of:
             raise ConfigError(f"model.name_or_path {self.model.name_or_path!r} is no model alias, folder or Hub id; "
@@ -425,15 +461,6 @@ class TrainConfig:
                      else difflib.get_close_matches(self.model.dtype, DTYPE_NAMES, n=1, cutoff=0.5))
             raise ConfigError(f"model.dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.model.dtype!r}"
                               + (f"; did you mean {close[0]!r}?" if close else ""))
-        if trains:
-            self._check_training_policy()
-            self._check_sampling_engine()
-        if self.sampling.temperature <= 0:
-            raise ConfigError(f"sampling.temperature must be > 0 (it scales the logits in the loss), "
-                              f"got {self.sampling.temperature}; use do_sample: false for greedy decoding")
-        for where, kwargs in (("env.kwargs", self.env.kwargs), ("eval.env_kwargs", self.eval.env_kwargs)):
-            _require_plain_data(kwargs, where)
-        return self
 
     def _check_model_device(self) -> None:
         """``model.device`` "auto" or shaped like a torch device string (``type`` or
@@ -464,37 +491,34 @@ class TrainConfig:
             self.model.dtype = auto_dtype(self.model.device)
         return self
 
-    def _check_sampling_engine(self) -> None:
-        """What training with the sampling engine ``sampling.engine`` needs: an engine whose
-        log-probs are not the learner's pass (``scores_in_learner``, read without importing the
-        engine: ``SCORED_ELSEWHERE``) needs the old log-probs rescored by the learner; the importance
-        weight needs them too."""
-        p = self.ppo
-        if p.behaviour_is_cap is not None and not p.behaviour_is_cap > 0:
-            raise ConfigError(f"ppo.behaviour_is_cap must be > 0 or null (off), got {p.behaviour_is_cap}")
-        if p.behaviour_is_cap is not None and not p.recompute_old_logprobs:
-            raise ConfigError("ppo.behaviour_is_cap weighs the learner's old log-probs against the sampler's, so it "
-                              "needs ppo.recompute_old_logprobs: true (otherwise the two are the same numbers)")
-        if self.sampling.engine not in SCORED_ELSEWHERE:
-            return
-        if not p.recompute_old_logprobs:
-            raise ConfigError(f"sampling.engine {self.sampling.engine!r} samples with other kernels than the "
-                              "learner's forward pass, so PPO ratios would not start at 1; set "
-                              "ppo.recompute_old_logprobs: true")
-        if self.sampling.recompute_logprobs:
-            raise ConfigError(f"sampling.recompute_logprobs rescores with the loops' own pass, which sampling.engine "
-                              f"{self.sampling.engine!r} does not run; set it to false (ppo.recompute_old_logprobs "
-                              "rescores in the learner)")
-
-    def _check_learner(self) -> Capabilities:
-        """``algorithm`` names a registered learner; ``learner`` becomes its options object.
-        Returns the learner's capabilities (read without importing a shipped learner)."""
+    def _capabilities(self) -> Capabilities:
+        """The capabilities the learner ``algorithm`` declares (read without importing a shipped
+        learner); ``ConfigError`` for an unknown name or a plug-in that fails to import."""
         try:
-            cls = learner_capabilities(self.algorithm)
+            return learner_capabilities(self.algorithm)
         except UnknownLearnerError as err:
             raise ConfigError(f"algorithm: {err}") from None
         except (ImportError, TypeError) as err:  # the plug-in's own failure: its cause stays on the error
             raise ConfigError(f"algorithm: {err}") from err
+
+    def plan(self, quiet: bool = True) -> RunPlan:
+        """The run's cross-field decisions, resolved once (:mod:`marft_agents.run_plan`): the
+        baseline, the critic, the group size, the rescoring. Every consumer (learner, trainer,
+        collector, the data-parallel split) reads them from here; ``quiet``: no log line when
+        grouped sampling is off (the learner asks with ``quiet=False``, once). ``ConfigError`` on a
+        combination that cannot run."""
+        cls, s, p = self._capabilities(), self.schedule, self.ppo
+        learner = LearnerTraits(self.algorithm, cls.value_mode, cls.baselines, cls.trains, self.learner)
+        groups = GroupSetting(s.group_size, self.critic.ceiling_group_size if self.critic else None,
+                              s.episodes_per_update)
+        rescoring = RescoringSetting(self.sampling.engine, p.recompute_old_logprobs, self.sampling.recompute_logprobs,
+                                     p.behaviour_is_cap)
+        return resolve_plan(learner, groups, self.advantage.baseline, rescoring, quiet=quiet)
+
+    def _check_learner(self) -> Capabilities:
+        """``algorithm`` names a registered learner; ``learner`` becomes its options object.
+        Returns the learner's capabilities (read without importing a shipped learner)."""
+        cls = self._capabilities()
         options_class = cls.options_class
         if options_class is None:
             if self.learner not in (None, {}):
@@ -509,29 +533,6 @@ class TrainConfig:
         if self.critic is None and cls.value_mode is not None:
             raise ConfigError(f"critic: algorithm {self.algorithm!r} needs a critic (value_mode "
                               f"{cls.value_mode!r}); remove 'critic: null'")
-        if self.advantage.baseline == AUTO_BASELINE:
-            try:
-                k = resolve_group_size(self.schedule.group_size, self.schedule.episodes_per_update,
-                                       uses_groups=cls.value_mode is not None or DEFAULT_BASELINE in cls.baselines,
-                                       deprecated=self.critic.ceiling_group_size if self.critic else None,
-                                       quiet=True)
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-            self.advantage.baseline = resolve_baseline(AUTO_BASELINE, cls.baselines, k)
-        baseline = self.advantage.baseline
-        if baseline not in cls.baselines:
-            raise ConfigError(f"advantage.baseline: algorithm {self.algorithm!r} implements "
-                              f"{', '.join(cls.baselines)}, got {baseline!r}")
-        if baseline in GROUP_BASELINES:
-            try:
-                k = resolve_group_size(self.schedule.group_size, self.schedule.episodes_per_update, uses_groups=True,
-                                       deprecated=self.critic.ceiling_group_size if self.critic else None)
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-            if k < 2:
-                raise ConfigError(f"advantage.baseline: {baseline} compares the episodes of a task group; set "
-                                  f"schedule.group_size >= 2 (a divisor of schedule.episodes_per_update "
-                                  f"{self.schedule.episodes_per_update})")
         if self.critic is not None and self.critic.head_refit_window > 0 and cls.value_mode != "state":
             raise ConfigError(f"critic.head_refit_window: algorithm {self.algorithm!r} has value_mode "
                               f"{cls.value_mode!r}, but only state values (one per decision, e.g. mappo_action) "

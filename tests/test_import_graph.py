@@ -30,6 +30,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 
 AGENT_LAYERS: tuple[tuple[str, ...], ...] = (
     ("files", "hints", "cli_args", "config_schema", "episodes", "ppo_math", "settings", "checkpoint_layout"),
+    ("run_plan",),
     ("group_math", "runtime"),
     ("engine",),
     ("model", "learners"),
@@ -41,7 +42,8 @@ AGENT_LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "__init__"),
 )
 """marft_agents' parts, bottom up (a subpackage by its name, a top-level module by its own, the
-package's ``__init__`` as ``__init__``): plain data and pure helpers; seeding and the process
+package's ``__init__`` as ``__init__``): plain data and pure helpers; the run plan (the
+config's cross-field decisions, which every layer above reads); seeding and the process
 group (``runtime``); the sampling engines; the policy and the learners; the run config and the
 episode collector; evaluation; the checks before a model loads; the run loop; ``marft score`` and the test kit;
 the CLI and the package's lazy names. A part imports parts of lower layers only, never one of

@@ -53,8 +53,8 @@ What else the update loop guarantees
   group baseline, PopArt, its whole-episode minibatches and value loss, the feature fold and
   the head refit. The update loop only schedules it: ``schedule.critic_epochs`` passes (default:
   the policy's ``ppo_epochs``, early stop included), stepped by the same guarded optimizer step.
-* **Groups.** ``group_size`` (the episodes per task the collector plays) is
-  ``schedule.group_size`` (:func:`marft_agents.settings.advantage.resolve_group_size`); the
+* **Groups.** ``group_size`` (the episodes per task the collector plays) is the run plan's
+  (``cfg.plan()``, :func:`marft_agents.run_plan.decide_group_size`); the
   estimator decides what groups mean for it (``advantage.baseline``, declared by a learner's
   ``baselines``).
 * **No silent skips.** Gradients are clipped per adapter; a non-finite loss or gradient norm
@@ -103,8 +103,7 @@ from marft_agents.learners.samples import (
 )
 from marft_agents.learners.value_fit import ValueFit
 from marft_agents.episodes import Rollout
-from marft_agents.settings.advantage import AUTO_BASELINE, GROUP_BASELINES, resolve_baseline, resolve_group_size
-from marft_agents.settings.estimators import estimator
+from marft_agents.run_plan import RunPlan
 
 __all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask", "sample_from_decision"]
 
@@ -158,17 +157,10 @@ class BaseLearner(LogprobTargets):
         for name in sorted({policy.adapter_for(a) for a in self.agent_ids}):
             self.optimizers[name] = self._make_optimizer(name, self.schedule.actor_lr)
         self.critic_cfg = getattr(cfg, "critic", None)
-        advantage = getattr(cfg, "advantage", None)
-        self.baseline = advantage.baseline if advantage is not None else "critic"
-        if self.baseline == AUTO_BASELINE:  # a config that was not validated: resolve as validation does
-            self.baseline = resolve_baseline(self.baseline, self.baselines, resolve_group_size(
-                getattr(self.schedule, "group_size", None), self.schedule.episodes_per_update,
-                uses_groups=True))
-        if self.baseline not in self.baselines:
-            raise ValueError(f"advantage.baseline {self.baseline!r}: algorithm {getattr(cfg, 'algorithm', '?')!r} "
-                             f"implements {', '.join(self.baselines)}")
-        self.critic_values: str | None = (self.value_mode if estimator("baseline", self.baseline).uses_critic
-                                          else None)
+        self.plan: RunPlan = cfg.plan(quiet=False)
+        """The run's resolved decisions (:mod:`marft_agents.run_plan`): baseline, critic, groups, rescoring."""
+        self.baseline = self.plan.baseline
+        self.critic_values: str | None = self.plan.critic_values
         """What this run's critic values: the declared ``value_mode``, or None when the baseline
         (``advantage.baseline``, e.g. ``group``) runs without a critic (no values at collection,
         no critic pass, no critic optimizer)."""
@@ -178,16 +170,7 @@ class BaseLearner(LogprobTargets):
                 self.optimizers[name] = self._make_optimizer(name, self.schedule.critic_lr,
                                                              head_lr=self.schedule.value_head_lr)
             self.value_fit = ValueFit(policy, cfg, self.critic_values, self.rng, self.baseline)
-        critic_groups = self.critic_values is not None and self.critic_cfg is not None
-        self.group_size = resolve_group_size(
-            getattr(self.schedule, "group_size", None), self.schedule.episodes_per_update,
-            uses_groups=critic_groups or self.baseline in GROUP_BASELINES,
-            deprecated=(self.critic_cfg.ceiling_group_size
-                        if critic_groups or (self.critic_cfg is not None and self.baseline in GROUP_BASELINES) else None))
-        if self.baseline in GROUP_BASELINES and self.group_size < 2:
-            raise ValueError(f"advantage.baseline: {self.baseline} compares the episodes of a task group; set "
-                             f"schedule.group_size >= 2 (a divisor of episodes_per_update "
-                             f"{self.schedule.episodes_per_update})")
+        self.group_size = self.plan.group_size
 
     def _make_optimizer(self, adapter: str, lr: float, head_lr: float | None = None) -> torch.optim.Optimizer:
         """AdamW over ``adapter``'s parameters; a critic's value head gets ``head_lr`` (its own
@@ -280,7 +263,7 @@ class BaseLearner(LogprobTargets):
             epochs_run += 1
             epoch_kl, epoch_n = 0.0, 0
             policy_batches = self._minibatches(policy_samples)
-            if epoch == 0 and self.ppo.recompute_old_logprobs:
+            if epoch == 0 and self.plan.rescores_old_logprobs:
                 self._rescore_old_logprobs(policy_batches)
             for batch in policy_batches:
                 stats = self._step(sorted({s.adapter for s in batch}), batch, critic=False)
@@ -446,7 +429,7 @@ class BaseLearner(LogprobTargets):
         logged and, with a cap, each unit weighted by ``min(exp(old - behaviour), cap)`` (a decision's
         log-ratio reduced over its tokens as ``ppo.logprob_reduction`` reduces its log-prob)."""
         ppo = self.ppo
-        if not ppo.recompute_old_logprobs:
+        if not self.plan.rescores_old_logprobs:
             return weight, {}
         cap = ppo.behaviour_is_cap
         old = pad_stack([s.old_logprobs for s in micro], mask.shape[1]).to(mask.device)  # [B, T]

@@ -15,16 +15,17 @@ from typing import Any
 from marft_agents.episodes import Decision, Rollout
 from marft_agents.learners.critic_health import baseline_figures, episode_returns, equal_groups
 from marft_agents.learners.estimators import episode_tables
-from marft_agents.settings.estimators import estimator, estimator_function
+from marft_agents.settings.estimators import estimator_function
 
 
 class GroupBaselines:
-    """The baseline estimators of a MAPPO learner (needs ``ppo`` and ``baseline`` from
+    """The baseline estimators of a MAPPO learner (needs ``ppo``, ``baseline`` and ``critic_values`` from
     :class:`marft_agents.learners.base.BaseLearner`; the ``baselines`` a learner implements are
     declared by its registry spec, ``learners/registry.py``)."""
 
     ppo: Any
     baseline: str
+    critic_values: str | None
 
     def baseline_targets(self, rollout: Rollout, value_of: Any = None
                          ) -> list[tuple[Decision, float, float]]:
@@ -40,7 +41,7 @@ class GroupBaselines:
     def diagnostics(self, rollout: Rollout) -> dict[str, float]:
         """Under a baseline without a critic (``group``; nothing to diagnose): the group's
         residuals per position (``critic/group_return_var/pos<p>``, ``critic/loo_residual_var/pos<p>``)."""
-        if estimator("baseline", self.baseline).uses_critic:
+        if self.critic_values is not None:  # the run plan's critic (marft_agents/run_plan.py)
             return {}
         groups = equal_groups(rollout)
         if groups is None:

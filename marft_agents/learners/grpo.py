@@ -48,13 +48,8 @@ class GRPO(BaseLearner):
                              "gradient of KL(pi || ref)), not ppo.kl_coef")
         if cfg.ppo.critic_warmup_updates > 0:
             raise ValueError("algorithm grpo has no critic to warm up; set ppo.critic_warmup_updates: 0")
-        chosen = getattr(cfg.schedule, "group_size", None)
-        if chosen is not None and chosen != opts.group_size:
-            raise ValueError(f"algorithm grpo sets its group size with learner.group_size ({opts.group_size}); "
-                             f"remove schedule.group_size ({chosen})")
-        super().__init__(policy, cfg, agent_ids)
+        super().__init__(policy, cfg, agent_ids)  # group_size: learner.group_size, by the run plan
         self.options = opts
-        self.group_size = opts.group_size
         self.unit = "token" if opts.aggregation == "token" else "decision"
         self.kl_coef = float(opts.kl_coef)  # learner.kl_coef (ppo.kl_coef is refused above)
 

@@ -24,6 +24,7 @@ So that a run started from Python and one started from the command line leave th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -135,87 +136,151 @@ def _recorded_baseline(out: Path, summary: dict[str, Any]) -> dict[str, Any] | N
             "mean_reward": first.get("eval/mean_reward")}
 
 
-def run_session(
-    trainer: Any,
-    *,
-    resume: bool = False,
-    eval_before: bool = True,
-    tensorboard: bool = True,
-    plot: bool = True,
-    progress: bool = False,
-    handle_signals: bool = True,
-    callbacks: Sequence[Callable[[int, dict[str, float]], None]] = (),
-    config_source: str | None = None,
-    say: Callable[[str], None] = log.info,
-    resume_hint: str = "resume=True (train(cfg, resume=True))",
-) -> RunOutcome:
-    """Run ``trainer`` (built by ``prepare_trainer``, restored when ``resume``) as described above.
+@dataclass(frozen=True)
+class SessionOptions:
+    """How :func:`run_session` runs: what it evaluates, writes and shows (``marft train`` builds
+    it from its flags, :func:`marft_agents.run.trainer.train` from its keywords)."""
 
-    Args:
-        progress: progress bars for the updates and the baseline/final evaluations.
-        callbacks: called with ``(update_index, metrics)`` after every update.
-        config_source: recorded in ``summary.json`` (the CLI passes the YAML path).
-        say: where the human-readable lines go (the CLI prints them; the Python API logs them).
-        resume_hint: how to continue a run a signal stopped, for the line that says so (the CLI
-            passes its own command line with ``--resume``, :func:`marft_agents.hints.resume_hint`).
-    """
-    from tqdm import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
+    resume: bool = False
+    """The trainer was restored from a checkpoint: keep the metrics logged up to it and the
+    recorded baseline."""
+    eval_before: bool = True
+    """Evaluate the untrained policy first (step 0), unless the run is past update 0."""
+    tensorboard: bool = True
+    """Also write TensorBoard events."""
+    plot: bool = True
+    """Draw ``learning_curve.png`` at the end."""
+    progress: bool = False
+    """Progress bars for the updates and the evaluations before and after training."""
+    handle_signals: bool = True
+    """SIGINT/SIGTERM stop after the current update with a checkpoint (main thread only)."""
+    callbacks: Sequence[Callable[[int, dict[str, float]], None]] = ()
+    """Called with ``(update_index, metrics)`` after every update."""
+    config_source: str | None = None
+    """Recorded in ``summary.json`` (the CLI passes the YAML path)."""
+    say: Callable[[str], None] = log.info
+    """Where the human-readable lines go (the CLI prints them; the Python API logs them)."""
+    resume_hint: str = "resume=True (train(cfg, resume=True))"
+    """How to continue a run a signal stopped, for the line that says so (the CLI passes its own
+    command line with ``--resume``, :func:`marft_agents.hints.resume_hint`)."""
 
-    cfg, out = trainer.cfg, Path(trainer.cfg.output_dir)
+
+@dataclass
+class _Session:
+    """What the steps of one :func:`run_session` share: the options (silenced on ranks other than
+    0), the run's folder, ``summary.json``'s content and the metrics logger."""
+
+    trainer: Any
+    options: SessionOptions
+    main: bool
+    out: Path
+    summary: dict[str, Any]
+    logger: Any
+
+    @property
+    def summary_path(self) -> Path:
+        return self.out / SUMMARY_FILE
+
+    def write_summary(self) -> None:
+        if self.main:
+            self.summary_path.write_text(json.dumps(self.summary, indent=2))
+
+
+def run_session(trainer: Any, options: SessionOptions = SessionOptions()) -> RunOutcome:
+    """Run ``trainer`` (built by ``prepare_trainer``, restored when ``options.resume``) as the
+    module docstring says: the baseline, the updates, the stop or the final evaluation, the
+    summary and the plot."""
     # Under torchrun every rank runs the session (evaluations and updates are collective), but
     # only rank 0 writes metrics, summary.json and the plot, and speaks.
     main = getattr(getattr(trainer, "world", None), "is_main", True)
     if not main:
-        say, plot, progress = _silent, False, False
+        options = dataclasses.replace(options, say=_silent, plot=False, progress=False)
+    out = Path(trainer.cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     summary_path = out / SUMMARY_FILE
-    summary = json.loads(summary_path.read_text()) if resume and summary_path.exists() else {}
+    summary = json.loads(summary_path.read_text()) if options.resume and summary_path.exists() else {}
     summary.pop("eval_after", None)  # describes an earlier end of the run; this call writes its own
     # Resume: keep what was logged up to the checkpoint (step 0 = the baseline); fresh: nothing.
-    logger = (MetricsLogger(out, tensorboard=tensorboard, keep_until=trainer.counters["update"] if resume else -1)
-              if main else _NoMetrics())
-    history: list[dict[str, float]] = []
-    final: EvalResult | None = None
+    logger = (MetricsLogger(out, tensorboard=options.tensorboard,
+                            keep_until=trainer.counters["update"] if options.resume else -1) if main else _NoMetrics())
+    session = _Session(trainer, options, main, out, summary, logger)
     try:
-        with stop_on_signals(trainer, handle_signals):
-            baseline = _recorded_baseline(out, summary) if resume else None
-            if baseline is not None:
-                summary["eval_before"] = baseline
-            elif eval_before and trainer.counters["update"] == 0:
-                result = trainer.evaluate(progress="eval before training" if progress else None)
-                trainer.keep_if_best(result)  # if training never beats the base model, best/ is the base
-                summary["eval_before"] = eval_dict(result)
-                logger.log(0, {"eval/accuracy": result.accuracy, "eval/stderr": result.stderr,
-                               "eval/n": result.n, "eval/mean_reward": result.mean_reward,
-                               "eval/seconds": result.seconds})
-                if main:
-                    summary_path.write_text(json.dumps(summary, indent=2))  # survives a crash mid-training
-                say(f"eval before training: {describe(result)}")
-            bar = tqdm(total=cfg.schedule.num_updates, initial=trainer.counters["update"], desc="updates",
-                       disable=not progress, dynamic_ncols=True)
-            # while the bar is drawn, log lines go above it (tqdm.write), not onto its line
-            with logging_redirect_tqdm() if progress else contextlib.nullcontext():
-                for metrics in trainer.run():
-                    logger.log(trainer.counters["update"], metrics)
-                    history.append(metrics)
-                    for callback in callbacks:
-                        callback(trainer.counters["update"] - 1, metrics)
-                    shown = {"reward": metrics.get("rollout/reward_mean"), "kl": metrics.get("losses/approx_kl"),
-                             "eval": metrics.get("eval/accuracy")}
-                    bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, float)})
-                    bar.update(1)
-            bar.close()
-            stopped_by = trainer.stop_requested
-            if stopped_by is not None and trainer.finished:
-                say(f"{stopped_by} arrived after the last update had started: the run is complete, not stopped")
-                stopped_by = None
-            if stopped_by is None:
-                final = trainer.final_eval or (
-                    trainer.evaluate(progress="final evaluation" if progress else None) if cfg.eval.at_end else None)
+        with stop_on_signals(trainer, options.handle_signals):
+            _baseline(session)
+            history = _updates(session)
+            stopped_by, final = _stop_or_final_eval(session)
     finally:
         logger.close()
+    _summarise(session, final, stopped_by, time.perf_counter() - started)
+    png = _plot(session)
+    options.say(f"metrics: {out / 'metrics.csv'}  summary: {summary_path}")
+    return RunOutcome(history=history, summary=summary, final_eval=final, stopped_by=stopped_by, plot=png)
+
+
+def _baseline(session: _Session) -> None:
+    """Step 1: the evaluation before training (read back on a resume), logged at step 0 and kept
+    as ``best/``; ``summary.json`` gets it at once, so a crash mid-training keeps it."""
+    trainer, options, summary = session.trainer, session.options, session.summary
+    baseline = _recorded_baseline(session.out, summary) if options.resume else None
+    if baseline is not None:
+        summary["eval_before"] = baseline
+    elif options.eval_before and trainer.counters["update"] == 0:
+        result = trainer.evaluate(progress="eval before training" if options.progress else None)
+        trainer.keep_if_best(result)  # if training never beats the base model, best/ is the base
+        summary["eval_before"] = eval_dict(result)
+        session.logger.log(0, {"eval/accuracy": result.accuracy, "eval/stderr": result.stderr,
+                               "eval/n": result.n, "eval/mean_reward": result.mean_reward,
+                               "eval/seconds": result.seconds})
+        session.write_summary()  # survives a crash mid-training
+        options.say(f"eval before training: {describe(result)}")
+
+
+def _updates(session: _Session) -> list[dict[str, float]]:
+    """Step 2: the trainer's remaining updates, each logged, passed to the callbacks and shown
+    on the progress bar; returns their metrics."""
+    from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    trainer, options = session.trainer, session.options
+    history: list[dict[str, float]] = []
+    bar = tqdm(total=trainer.cfg.schedule.num_updates, initial=trainer.counters["update"], desc="updates",
+               disable=not options.progress, dynamic_ncols=True)
+    # while the bar is drawn, log lines go above it (tqdm.write), not onto its line
+    with logging_redirect_tqdm() if options.progress else contextlib.nullcontext():
+        for metrics in trainer.run():
+            session.logger.log(trainer.counters["update"], metrics)
+            history.append(metrics)
+            for callback in options.callbacks:
+                callback(trainer.counters["update"] - 1, metrics)
+            shown = {"reward": metrics.get("rollout/reward_mean"), "kl": metrics.get("losses/approx_kl"),
+                     "eval": metrics.get("eval/accuracy")}
+            bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, float)})
+            bar.update(1)
+    bar.close()
+    return history
+
+
+def _stop_or_final_eval(session: _Session) -> tuple[str | None, EvalResult | None]:
+    """Step 3: the signal that stopped the run (None when it ran to its end: a signal after the
+    last update started stops nothing), else the final evaluation (``eval.at_end``)."""
+    trainer, options = session.trainer, session.options
+    stopped_by = trainer.stop_requested
+    if stopped_by is not None and trainer.finished:
+        options.say(f"{stopped_by} arrived after the last update had started: the run is complete, not stopped")
+        stopped_by = None
+    if stopped_by is not None:
+        return stopped_by, None
+    final = trainer.final_eval or (
+        trainer.evaluate(progress="final evaluation" if options.progress else None)
+        if trainer.cfg.eval.at_end else None)
+    return None, final
+
+
+def _summarise(session: _Session, final: EvalResult | None, stopped_by: str | None, seconds: float) -> None:
+    """Step 4: ``summary.json``: the final and best evaluations, counters, wall-clock time, the
+    critic over the later half of the run and the stop, each also said in one line."""
+    trainer, say, summary, out = session.trainer, session.options.say, session.summary, session.out
     if final is not None:
         summary["eval_after"] = eval_dict(final)
         say(f"eval after {trainer.counters['update']} updates: {describe(final)}")
@@ -223,13 +288,13 @@ def run_session(
         summary["eval_best"] = trainer.best_eval
         say(f"best evaluation: accuracy {trainer.best_eval['accuracy']:.3f} after update "
             f"{trainer.best_eval['update']} (adapters in {out / BEST_DIR})")
-    summary.update({"counters": trainer.counters, "config": config_source,
-                    "wall_clock_s_this_call": round(time.perf_counter() - started, 1),
+    summary.update({"counters": trainer.counters, "config": session.options.config_source,
+                    "wall_clock_s_this_call": round(seconds, 1),
                     "last_checkpoint": str(trainer.last_checkpoint) if trainer.last_checkpoint else None})
     from marft_agents.learners.critic_health import last_half  # torch: not at import time
 
     metrics_file = out / "metrics.jsonl"
-    critic = last_half(read_metrics(metrics_file)) if main and metrics_file.exists() else None
+    critic = last_half(read_metrics(metrics_file)) if session.main and metrics_file.exists() else None
     if critic is not None:
         summary["critic_last_half"] = critic.as_dict()
         say(critic.line())
@@ -237,17 +302,20 @@ def run_session(
     if stopped_by is not None:
         summary["stopped_by"] = stopped_by
         say(f"stopped by {stopped_by} after {trainer.counters['update']} updates; checkpoint "
-            f"{trainer.last_checkpoint}; continue with {resume_hint}")
-    if main:
-        summary_path.write_text(json.dumps(summary, indent=2))
-    png = None
-    if plot:
-        png = plot_learning_curve(out / "metrics.jsonl", out / "learning_curve.png",
-                                  title=run_title(cfg.algorithm, cfg.env.id, cfg.env.kwargs))
-        if png:
-            say(f"learning curve: {png}")
-    say(f"metrics: {out / 'metrics.csv'}  summary: {summary_path}")
-    return RunOutcome(history=history, summary=summary, final_eval=final, stopped_by=stopped_by, plot=png)
+            f"{trainer.last_checkpoint}; continue with {session.options.resume_hint}")
+    session.write_summary()
+
+
+def _plot(session: _Session) -> Path | None:
+    """Step 5: ``learning_curve.png`` from ``metrics.jsonl`` (``options.plot``)."""
+    if not session.options.plot:
+        return None
+    cfg = session.trainer.cfg
+    png = plot_learning_curve(session.out / "metrics.jsonl", session.out / "learning_curve.png",
+                              title=run_title(cfg.algorithm, cfg.env.id, cfg.env.kwargs))
+    if png:
+        session.options.say(f"learning curve: {png}")
+    return png
 
 
 def _silent(_line: str) -> None:

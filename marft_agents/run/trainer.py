@@ -66,9 +66,10 @@ from marft_agents.runtime import distributed
 from marft_agents.config import ConfigError, TrainConfig, config_to_dict
 from marft_agents.env_check import check_before_loading
 from marft_agents.evaluation.problem_set import EvalResult, evaluate
-from marft_agents.learners import get_learner, make_learner
+from marft_agents.learners import make_learner
 from marft_agents.learners.registry import learner_trains
 from marft_agents.learners.interface import run_values
+from marft_agents.run_plan import RunPlan
 from marft_agents.episodes import rollout_metrics
 from marft_agents.collector import RolloutCollector
 from marft_agents.runtime.seeding import seed_everything
@@ -120,14 +121,25 @@ def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequen
     from marft_agents.engine.base import EngineSettings
     from marft_agents.model.policy import MultiAgentPolicy
 
-    # ``advantage.baseline: group`` runs no critic: build no critic adapter or value head for it
-    needs_critic = get_learner(cfg.algorithm).value_mode is not None and cfg.advantage.uses_critic
+    # the run plan's critic: none (no adapter, no value head) for a critic-free learner or baseline
     policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
-                              critic=cfg.critic if needs_critic else None,
+                              critic=cfg.critic if cfg.plan().builds_critic else None,
                               gradient_checkpointing=cfg.schedule.gradient_checkpointing)
     # what an engine reads besides each call's sampling; from_pretrained recorded the weights' folder
     policy.engine_settings = EngineSettings.of(cfg, model_folder=model.name_or_path or None)
     return policy
+
+
+def check_follows_plan(algorithm: str, learner: Any, plan: RunPlan) -> None:
+    """A learner's ``group_size`` and recorded values (:func:`~marft_agents.learners.interface.run_values`)
+    are the run plan's, which the collector plays: a plug-in that sets its own is refused (one line)."""
+    found = {"group_size": learner.group_size, "critic values": run_values(learner)}
+    want = {"group_size": plan.group_size, "critic values": plan.critic_values}
+    for name in found:
+        if found[name] != want[name]:
+            raise ConfigError(f"learner {algorithm!r} has {name} {found[name]!r}, but the run plan "
+                              f"(TrainConfig.plan(), marft_agents/run_plan.py) says {want[name]!r}; take it from "
+                              "cfg.plan() or the learner.group_size option")
 
 
 EVAL_OUTCOMES_DIR = "evals"
@@ -212,9 +224,12 @@ class Trainer:
         from marft_agents.model.loading import load_model_and_tokenizer
 
         self.cfg = cfg.validate().resolve_hardware()  # "auto" device/dtype named before the model loads
+        self.plan = cfg.plan()
+        """The run's resolved decisions (:mod:`marft_agents.run_plan`), which the learner, the
+        collector and the data-parallel split read."""
         trains = learner_trains(cfg.algorithm)
-        if (trains and cfg.model.dtype != "float32" and not cfg.ppo.recompute_old_logprobs
-                and not cfg.sampling.recompute_logprobs):
+        if (trains and cfg.model.dtype != "float32" and not self.plan.rescores_old_logprobs
+                and not self.plan.sampler_rescores):
             # In bfloat16, cached-decoding log-probs differ from the training forward pass (other
             # kernels, other padding) by far more than the clip range allows, so PPO ratios would
             # not start at 1.
@@ -242,14 +257,9 @@ class Trainer:
             raise ConfigError(f"learner {cfg.algorithm!r} would train the scripted seats {trained_scripts}, whose "
                               "utterances were not sampled; its trainable_agents must leave out cfg.scripted_seats "
                               "(marft_agents/ADDING_A_LEARNER.md)")
-        group_size = self.learner.group_size
-        if group_size < 1 or cfg.schedule.episodes_per_update % group_size:
-            raise ConfigError(
-                f"schedule.episodes_per_update ({cfg.schedule.episodes_per_update}) must be a multiple of "
-                f"the learner's group_size ({group_size}, algorithm {cfg.algorithm!r}): each update "
-                "collects whole groups of episodes of one task")
-        self.collector = RolloutCollector(self.envs, self.policy, cfg.sampling, values=run_values(self.learner),
-                                          seed=cfg.seed, group_size=group_size, scripted=self.scripted)
+        check_follows_plan(cfg.algorithm, self.learner, self.plan)
+        self.collector = RolloutCollector(self.envs, self.policy, cfg.sampling, values=self.plan.critic_values,
+                                          seed=cfg.seed, group_size=self.plan.group_size, scripted=self.scripted)
         # train_seconds: rollout + update time so far (evaluation excluded), for time budgets.
         self.counters = {"update": 0, "episodes": 0, "decisions": 0, "tokens": 0, "train_seconds": 0.0}
         self.output_dir = Path(cfg.output_dir)
@@ -532,12 +542,13 @@ def train(cfg: TrainConfig, resume: bool = False, callbacks: Sequence[Callback] 
     ``callbacks`` get ``(update_index, metrics)`` after every update. The config gets the checks
     ``marft train`` runs (:func:`~marft_agents.env_check.check_before_loading`) before the model is loaded.
     """
-    from marft_agents.run.session import run_session
+    from marft_agents.run.session import SessionOptions, run_session
 
     check_before_loading(cfg, model=model_and_tokenizer is None)
     with prepare_trainer(cfg, resume, model_and_tokenizer) as trainer:  # closes the engine after the final evaluation
-        outcome = run_session(trainer, resume=resume, eval_before=eval_before, tensorboard=tensorboard, plot=plot,
-                               handle_signals=handle_signals, callbacks=callbacks)
+        outcome = run_session(trainer, SessionOptions(resume=resume, eval_before=eval_before, tensorboard=tensorboard,
+                                                      plot=plot, handle_signals=handle_signals,
+                                                      callbacks=tuple(callbacks)))
     return TrainResult(history=outcome.history, output_dir=trainer.output_dir,
                        last_checkpoint=trainer.last_checkpoint, final_eval=outcome.final_eval,
                        best_eval=trainer.best_eval, counters=dict(trainer.counters), policy=trainer.policy,

@@ -337,7 +337,7 @@ def attach(trainer: Any) -> DataParallel | SingleProcess:
     world = trainer.world
     if world.world_size < 2:
         return SINGLE_PROCESS
-    cfg, group = trainer.cfg, trainer.collector.group_size
+    cfg, group = trainer.cfg, trainer.plan.group_size  # the run plan's (marft_agents/run_plan.py)
     episodes = cfg.schedule.episodes_per_update
     if episodes % (group * world.world_size):
         raise ConfigError(

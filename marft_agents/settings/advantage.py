@@ -64,14 +64,6 @@ class AdvantageConfig:
             raise ValueError(f"advantage.baseline must be one of {', '.join(BASELINE_CHOICES)} (the registered "
                              f"baseline estimators and auto), got {self.baseline!r}")
 
-    @property
-    def uses_critic(self) -> bool:
-        """Whether the critic is valued and trained (False for ``group``); ask once ``auto`` is
-        resolved (a validated config's)."""
-        if self.baseline == AUTO_BASELINE:
-            raise ValueError("advantage.baseline 'auto' is resolved by the config's validation; validate it first")
-        return estimator("baseline", self.baseline).uses_critic
-
 
 def resolve_baseline(choice: str, implemented: tuple[str, ...], group_size: int) -> str:
     """The baseline ``advantage.baseline: choice`` stands for: ``choice`` itself unless it is

@@ -13,7 +13,8 @@ from marft_agents import group_math as gm
 from marft_agents.config import ConfigError, load_config
 from marft_agents.learners import estimators as est
 from marft_agents.settings import estimators as registry
-from marft_agents.settings.advantage import BASELINES, GROUP_BASELINES, AdvantageConfig
+from marft_agents.run_plan import decide_critic
+from marft_agents.settings.advantage import BASELINES, GROUP_BASELINES
 from marft_agents.settings.grpo import GROUPINGS, NORMALISATIONS
 
 
@@ -25,8 +26,8 @@ def test_config_choices_are_the_registered_names_and_every_function_resolves():
     for spec in registry.ESTIMATORS:
         fn = registry.estimator_function(spec.family, spec.name)
         assert callable(fn) and fn.__doc__, spec
-    assert [AdvantageConfig(b).uses_critic for b in BASELINES] == [
-        registry.estimator("baseline", b).uses_critic for b in BASELINES]
+    assert [decide_critic("state", b) == "state" for b in BASELINES] == [
+        registry.estimator("baseline", b).uses_critic for b in BASELINES]  # the run plan reads the registry
 
 
 @pytest.mark.parametrize("key, family", [("advantage.baseline", "baseline"), ("learner.grouping", "grouping"),

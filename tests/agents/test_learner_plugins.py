@@ -99,7 +99,8 @@ def test_a_plugin_that_fails_to_import_is_one_config_line_that_keeps_its_cause(t
 
 
 def test_learner_options_are_strict_typed_and_saved(tmp_path):
-    cfg = small_config(tmp_path, algorithm="test_counting", learner={"group_size": 4})
+    cfg = small_config(tmp_path, algorithm="test_counting", learner={"group_size": 4},
+                       **{"schedule.episodes_per_update": 4})  # whole groups (the run plan checks it on load)
     assert cfg.learner == CountingOptions(group_size=4)
     saved = config_to_dict(cfg)
     assert saved["learner"] == {"group_size": 4, "tag": "x"}
@@ -154,13 +155,11 @@ def test_grouped_sampling_gives_k_episodes_of_one_task_per_group(tmp_path, tiny)
     assert len(set(tasks_seen)) == 4  # the groups draw different tasks from the task order
 
 
-def test_episodes_per_update_must_be_a_multiple_of_the_group(tmp_path, tiny):
-    from marft_agents.run.trainer import prepare_trainer
-
-    cfg = small_config(tmp_path, algorithm="test_counting", learner={"group_size": 3},
-                       **{"schedule.episodes_per_update": 4})
+def test_episodes_per_update_must_be_a_multiple_of_the_group(tmp_path):
+    # the run plan decides the group size when the config is read: one line before any model loads
     with pytest.raises(ConfigError, match="multiple of the learner's group_size"):
-        prepare_trainer(cfg, model_and_tokenizer=tiny)
+        small_config(tmp_path, algorithm="test_counting", learner={"group_size": 3},
+                     **{"schedule.episodes_per_update": 4})
 
 
 def test_single_agent_limit_comes_from_the_class(tmp_path):

@@ -164,7 +164,7 @@ def test_log_lines_during_the_updates_go_above_the_progress_bar(tmp_path, monkey
 
     import tqdm
 
-    from marft_agents.run.session import run_session
+    from marft_agents.run.session import SessionOptions, run_session
     from marft_agents.run.trainer import prepare_trainer
 
     written = []
@@ -175,9 +175,9 @@ def test_log_lines_during_the_updates_go_above_the_progress_bar(tmp_path, monkey
     try:
         cfg = small_config(tmp_path, **{"schedule.num_updates": 1})
         with prepare_trainer(cfg, False, _tiny()) as trainer:
-            run_session(trainer, eval_before=False, tensorboard=False, plot=False, progress=True,
-                        handle_signals=False,
-                        callbacks=[lambda update, metrics: logging.getLogger("marft.test").warning("mid-run line")])
+            run_session(trainer, SessionOptions(
+                eval_before=False, tensorboard=False, plot=False, progress=True, handle_signals=False,
+                callbacks=[lambda update, metrics: logging.getLogger("marft.test").warning("mid-run line")]))
     finally:
         logging.root.removeHandler(console)
     assert any("mid-run line" in line for line in written)

@@ -515,8 +515,8 @@ def test_the_importance_weight_is_one_on_policy_and_truncates_at_the_cap():
 
 
 def test_the_learner_weighs_its_policy_units_by_the_truncated_ratio():
-    learner = types.SimpleNamespace(ppo=types.SimpleNamespace(recompute_old_logprobs=True, behaviour_is_cap=2.0,
-                                                              logprob_reduction="sum"))
+    learner = types.SimpleNamespace(ppo=types.SimpleNamespace(behaviour_is_cap=2.0, logprob_reduction="sum"),
+                                    plan=types.SimpleNamespace(rescores_old_logprobs=True))  # the run plan's rescoring
     samples = _samples([[-1.0, -2.0], [-1.0]], [[-2.0, -3.0], [-1.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
     surrogate = torch.zeros(2, 2)  # token units
@@ -529,5 +529,5 @@ def test_the_learner_weighs_its_policy_units_by_the_truncated_ratio():
     learner.ppo.behaviour_is_cap = None  # off: the gap is reported, the weights are unchanged
     weight, stats = BaseLearner._behaviour_correction(learner, samples, mask, surrogate, mask, norm)
     assert weight is mask and set(stats) == {"rollout/behaviour_logprob_gap"}
-    learner.ppo.recompute_old_logprobs = False  # old = behaviour by construction: nothing to do
+    learner.plan.rescores_old_logprobs = False  # old = behaviour by construction: nothing to do
     assert BaseLearner._behaviour_correction(learner, samples, mask, surrogate, mask, norm) == (mask, {})

@@ -1,0 +1,182 @@
+"""The run plan: the decisions of a training run that read several config sections, made once.
+
+A config's sections each hold settings; some choices of a run depend on several of them and on
+the learner's declared capabilities together (the baseline ``auto`` stands for depends on the
+learner and the grouped sampling, the group size on the baseline and the critic, ...).
+:meth:`marft_agents.config.TrainConfig.plan` resolves them into one frozen :class:`RunPlan`,
+each decision in one function of this module, in this order:
+
+1. :func:`decide_baseline`: ``advantage.baseline`` (``auto`` -> ``group`` or ``critic``), one
+   the learner implements.
+2. :func:`decide_critic`: what the critic values (the learner's ``value_mode``), or None when
+   the baseline runs without one: no critic adapter or value head is built, no value recorded
+   at collection, no critic pass or optimizer.
+3. :func:`decide_group_size`: the episodes per task group the collector plays (the learner's
+   own ``learner.group_size`` option, else ``schedule.group_size`` or its automatic value).
+4. :func:`decide_rescoring`: which log-probs are rescored before the update (the learner's own
+   pass, ``ppo.recompute_old_logprobs``; the sampling loop's, ``sampling.recompute_logprobs``)
+   and what a sampler that scores elsewhere (``SCORED_ELSEWHERE``) requires.
+
+Every consumer reads the plan and re-derives none of it: the learners (``learners/base.py``,
+``learners/grpo.py``), the trainer (``build_policy``'s critic, the collector's group size and
+values, the rescoring warning) and the data-parallel split (``runtime/distributed.py``).
+A bad combination raises :class:`~marft_agents.config_schema.ConfigError` (one line).
+Plain data: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from marft_agents.config_schema import ConfigError
+from marft_agents.settings.advantage import (AUTO_BASELINE, DEFAULT_BASELINE, GROUP_BASELINES, resolve_baseline,
+                                              resolve_group_size)
+from marft_agents.settings.estimators import estimator
+from marft_agents.settings.sampling import SCORED_ELSEWHERE
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The resolved cross-field decisions of one run (module docstring)."""
+
+    baseline: str
+    """The advantage baseline (never ``auto``)."""
+    critic_values: str | None
+    """What the critic values (``"state"`` / ``"token"``); None: no critic is built or run."""
+    group_size: int
+    """Episodes per task group the collector plays (1: every episode its own task)."""
+    rescores_old_logprobs: bool
+    """The learner rescores the old log-probs on its own micro-batches before the first epoch."""
+    sampler_rescores: bool
+    """The sampling loop rescores its log-probs with the training forward pass."""
+
+    @property
+    def builds_critic(self) -> bool:
+        """Whether the run has a critic (adapter, value head, optimizer, critic passes)."""
+        return self.critic_values is not None
+
+
+@dataclass(frozen=True)
+class LearnerTraits:
+    """What the plan reads of the learner: its declared capabilities and its options object."""
+
+    algorithm: str
+    value_mode: str | None
+    baselines: tuple[str, ...]
+    trains: bool
+    options: object | None
+    """The config's ``learner:`` options (a dataclass instance or None)."""
+
+
+@dataclass(frozen=True)
+class GroupSetting:
+    """What the config says about task groups: ``schedule.group_size`` (None: automatic), the
+    deprecated ``critic.ceiling_group_size`` (None when unset or without a critic) and
+    ``schedule.episodes_per_update``."""
+
+    group_size: int | None
+    deprecated: int | None
+    episodes_per_update: int
+
+
+@dataclass(frozen=True)
+class RescoringSetting:
+    """What the config says about rescoring: ``sampling.engine``, ``ppo.recompute_old_logprobs``,
+    ``sampling.recompute_logprobs`` and ``ppo.behaviour_is_cap``."""
+
+    engine: str
+    learner_rescores: bool
+    sampler_rescores: bool
+    behaviour_is_cap: float | None
+
+
+def decide_baseline(choice: str, learner: LearnerTraits, groups: GroupSetting) -> str:
+    """Step 1: ``choice`` itself, or for ``auto`` :data:`~marft_agents.settings.advantage.DEFAULT_BASELINE`
+    where the learner implements it and grouped sampling is on, else ``critic``; refused unless
+    the learner implements it."""
+    if choice == AUTO_BASELINE:
+        try:
+            k = resolve_group_size(groups.group_size, groups.episodes_per_update, quiet=True,
+                                   uses_groups=learner.value_mode is not None or DEFAULT_BASELINE in learner.baselines,
+                                   deprecated=groups.deprecated)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        choice = resolve_baseline(AUTO_BASELINE, learner.baselines, k)
+    if choice not in learner.baselines:
+        raise ConfigError(f"advantage.baseline: algorithm {learner.algorithm!r} implements "
+                          f"{', '.join(learner.baselines)}, got {choice!r}")
+    return choice
+
+
+def decide_critic(value_mode: str | None, baseline: str) -> str | None:
+    """Step 2: the learner's ``value_mode`` when the baseline uses a critic, else None."""
+    return value_mode if estimator("baseline", baseline).uses_critic else None
+
+
+def decide_group_size(learner: LearnerTraits, groups: GroupSetting, baseline: str, critic_values: str | None,
+                      quiet: bool = True) -> int:
+    """Step 3: a learner option ``group_size`` (GRPO's, a plugin's) where the learner declares
+    one (``schedule.group_size`` must then be unset or equal); 1 for a learner that trains
+    nothing; else ``schedule.group_size`` resolved for what reads groups (a critic's ceiling, a
+    group baseline: :func:`~marft_agents.settings.advantage.resolve_group_size`; ``quiet``: no
+    log line when grouped sampling is off). A group baseline needs groups of 2 or more; the
+    update collects whole groups."""
+    own = getattr(learner.options, "group_size", None)
+    if isinstance(own, int) and not isinstance(own, bool):
+        if groups.group_size is not None and groups.group_size != own:
+            raise ConfigError(f"algorithm {learner.algorithm} sets its group size with learner.group_size ({own}); "
+                              f"remove schedule.group_size ({groups.group_size})")
+        k = own
+    else:
+        reads_groups = critic_values is not None or baseline in GROUP_BASELINES
+        try:
+            k = resolve_group_size(groups.group_size, groups.episodes_per_update, uses_groups=reads_groups,
+                                   deprecated=groups.deprecated if reads_groups else None, quiet=quiet)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        k = k if learner.trains else 1
+    if baseline in GROUP_BASELINES and k < 2:
+        raise ConfigError(f"advantage.baseline: {baseline} compares the episodes of a task group; set "
+                          f"schedule.group_size >= 2 (a divisor of schedule.episodes_per_update "
+                          f"{groups.episodes_per_update})")
+    if k < 1 or groups.episodes_per_update % k:
+        raise ConfigError(f"schedule.episodes_per_update ({groups.episodes_per_update}) must be a multiple of the "
+                          f"learner's group_size ({k}, algorithm {learner.algorithm!r}): each update collects whole "
+                          "groups of episodes of one task")
+    return k
+
+
+def decide_rescoring(trains: bool, setting: RescoringSetting) -> tuple[bool, bool]:
+    """Step 4: ``(learner rescores, sampler rescores)``. For training: a sampler whose log-probs
+    are not the learner's pass (``SCORED_ELSEWHERE``, read without importing the engine) needs
+    the learner's rescoring and cannot run the loops' own; the importance weight
+    (``ppo.behaviour_is_cap``) compares the two, so it needs the learner's rescoring too."""
+    engine, learner_rescores, sampler_rescores = setting.engine, setting.learner_rescores, setting.sampler_rescores
+    behaviour_is_cap = setting.behaviour_is_cap
+    if not trains:
+        return learner_rescores, sampler_rescores
+    if behaviour_is_cap is not None and not behaviour_is_cap > 0:
+        raise ConfigError(f"ppo.behaviour_is_cap must be > 0 or null (off), got {behaviour_is_cap}")
+    if behaviour_is_cap is not None and not learner_rescores:
+        raise ConfigError("ppo.behaviour_is_cap weighs the learner's old log-probs against the sampler's, so it "
+                          "needs ppo.recompute_old_logprobs: true (otherwise the two are the same numbers)")
+    if engine in SCORED_ELSEWHERE and not learner_rescores:
+        raise ConfigError(f"sampling.engine {engine!r} samples with other kernels than the "
+                          "learner's forward pass, so PPO ratios would not start at 1; set "
+                          "ppo.recompute_old_logprobs: true")
+    if engine in SCORED_ELSEWHERE and sampler_rescores:
+        raise ConfigError(f"sampling.recompute_logprobs rescores with the loops' own pass, which sampling.engine "
+                          f"{engine!r} does not run; set it to false (ppo.recompute_old_logprobs "
+                          "rescores in the learner)")
+    return learner_rescores, sampler_rescores
+
+
+def resolve_plan(learner: LearnerTraits, groups: GroupSetting, baseline_choice: str, rescoring: RescoringSetting,
+                 quiet: bool = True) -> RunPlan:
+    """The four decisions in order (module docstring)."""
+    baseline = decide_baseline(baseline_choice, learner, groups)
+    critic_values = decide_critic(learner.value_mode, baseline)
+    group_size = decide_group_size(learner, groups, baseline, critic_values, quiet=quiet)
+    rescores, sampler = decide_rescoring(learner.trains, rescoring)
+    return RunPlan(baseline=baseline, critic_values=critic_values, group_size=group_size,
+                   rescores_old_logprobs=rescores, sampler_rescores=sampler)
