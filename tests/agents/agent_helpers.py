@@ -142,3 +142,24 @@ class FakePolicy:
 
     def adapter_parameters(self, name):
         return [torch.nn.Parameter(torch.zeros(1))]
+
+
+CLI_CONFIG = {
+    "algorithm": "mappo_action",
+    "env": {"id": "marft/Arithmetic-v0", "kwargs": {"level": 1, "profile": "dual", "horizon": 1}, "num_envs": 2},
+    "schedule": {"num_updates": 1, "episodes_per_update": 2, "minibatch_size": 2},
+    "eval": {"n_problems": 2, "num_envs": 2},
+}
+"""A valid one-update config for the CLI's error tests (each test breaks one part of a copy)."""
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """A user error must be reported before the (slow) model load: loading fails the test."""
+    import marft_agents.model.loading as models
+
+    def refuse(cfg):
+        raise AssertionError("the model was loaded before the user error was reported")
+
+    monkeypatch.setattr(models, "load_model_and_tokenizer", refuse)
+

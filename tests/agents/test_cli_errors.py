@@ -10,25 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import marft_agents.model.loading as models
+from agent_helpers import CLI_CONFIG, no_model_load  # noqa: F401 (a fixture)
 from marft_agents.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-GOOD = {
-    "algorithm": "mappo_action",
-    "env": {"id": "marft/Arithmetic-v0", "kwargs": {"level": 1, "profile": "dual", "horizon": 1}, "num_envs": 2},
-    "schedule": {"num_updates": 1, "episodes_per_update": 2, "minibatch_size": 2},
-    "eval": {"n_problems": 2, "num_envs": 2},
-}
-
-
-@pytest.fixture
-def no_model_load(monkeypatch):
-    """A user error must be reported before the (slow) model load: loading fails the test."""
-    def refuse(cfg):
-        raise AssertionError("the model was loaded before the user error was reported")
-
-    monkeypatch.setattr(models, "load_model_and_tokenizer", refuse)
+GOOD = CLI_CONFIG
 
 
 def _config(tmp_path: Path, text: str | None = None, **changes) -> str:

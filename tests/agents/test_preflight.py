@@ -8,25 +8,11 @@ import pytest
 import yaml
 
 import marft_agents.env_check as env_check
-import marft_agents.model.loading as models
+from agent_helpers import CLI_CONFIG, no_model_load  # noqa: F401 (a fixture)
 from marft_agents.cli import main
 from marft_agents.config_schema import ConfigError
 
-GOOD = {
-    "algorithm": "mappo_action",
-    "env": {"id": "marft/Arithmetic-v0", "kwargs": {"level": 1, "profile": "dual", "horizon": 1}, "num_envs": 2},
-    "schedule": {"num_updates": 1, "episodes_per_update": 2, "minibatch_size": 2},
-    "eval": {"n_problems": 2, "num_envs": 2},
-}
-
-
-@pytest.fixture
-def no_model_load(monkeypatch):
-    """Loading the model fails the test: every error here comes before it."""
-    def refuse(cfg):
-        raise AssertionError("the model loader was called before the user error was reported")
-
-    monkeypatch.setattr(models, "load_model_and_tokenizer", refuse)
+GOOD = CLI_CONFIG
 
 
 def _config(tmp_path, **sections) -> str:
