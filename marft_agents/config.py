@@ -40,7 +40,7 @@ import yaml
 
 from marft_agents.config_schema import ConfigError, build_dataclass, field_docs, join_key, type_name
 from marft_agents.learners.registry import Capabilities, UnknownLearnerError, learner_capabilities
-from marft_agents.run_plan import GroupSetting, LearnerTraits, RescoringSetting, RunPlan, resolve_plan
+from marft_agents.run_plan import GroupSetting, LearnerTraits, RescoringSetting, RunPlan, WhoTrains, resolve_plan
 from marft_agents.settings.advantage import AdvantageConfig
 from marft_agents.settings.credit import CREDIT_STRATEGIES, CreditStrategy
 from marft_agents.settings.critic import CriticConfig
@@ -503,7 +503,7 @@ class TrainConfig:
 
     def plan(self, quiet: bool = True) -> RunPlan:
         """The run's cross-field decisions, resolved once (:mod:`marft_agents.run_plan`): the
-        baseline, the critic, the group size, the rescoring. Every consumer (learner, trainer,
+        baseline, the critic, the group size, the rescoring, who trains when. Every consumer (learner, trainer,
         collector, the data-parallel split) reads them from here; ``quiet``: no log line when
         grouped sampling is off (the learner asks with ``quiet=False``, once). ``ConfigError`` on a
         combination that cannot run."""
@@ -513,7 +513,9 @@ class TrainConfig:
                               s.episodes_per_update)
         rescoring = RescoringSetting(self.sampling.engine, p.recompute_old_logprobs, self.sampling.recompute_logprobs,
                                      p.behaviour_is_cap)
-        return resolve_plan(learner, groups, self.advantage.baseline, rescoring, quiet=quiet)
+        who = WhoTrains(tuple(p.train_agents) if p.train_agents is not None else None,
+                        tuple(self.scripted_seats or {}), p.agent_iteration_interval)
+        return resolve_plan(learner, groups, self.advantage.baseline, rescoring, who, quiet=quiet)
 
     def _check_learner(self) -> Capabilities:
         """``algorithm`` names a registered learner; ``learner`` becomes its options object.

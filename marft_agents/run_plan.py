@@ -16,9 +16,12 @@ each decision in one function of this module, in this order:
 4. :func:`decide_rescoring`: which log-probs are rescored before the update (the learner's own
    pass, ``ppo.recompute_old_logprobs``; the sampling loop's, ``sampling.recompute_logprobs``)
    and what a sampler that scores elsewhere (``SCORED_ELSEWHERE``) requires.
+5. :func:`decide_schedule`: who trains at each update (``ppo.train_agents`` less the
+   ``scripted_seats``; all of them at once, or with ``ppo.agent_iteration_interval = k > 0`` one
+   at a time, each for k updates, rotating): an :class:`AgentSchedule`.
 
 Every consumer reads the plan and re-derives none of it: the learners (``learners/base.py``,
-``learners/grpo.py``), the trainer (``build_policy``'s critic, the collector's group size and
+``learners/grpo.py``; ``trainable_agents`` is the plan's schedule), the trainer (``build_policy``'s critic, the collector's group size and
 values, the rescoring warning) and the data-parallel split (``runtime/distributed.py``).
 A bad combination raises :class:`~marft_agents.config_schema.ConfigError` (one line).
 Plain data: no torch.
@@ -36,6 +39,35 @@ from marft_agents.settings.sampling import SCORED_ELSEWHERE
 
 
 @dataclass(frozen=True)
+class AgentSchedule:
+    """Who trains at each update: the agents of ``train_agents`` (None: all) but the
+    ``scripted`` seats (their utterances were not sampled), in profile order; all at once when
+    ``interval`` is 0 (simultaneous), else one at a time, each for ``interval`` updates,
+    rotating (agent-by-agent)."""
+
+    train_agents: tuple[str, ...] | None
+    scripted: tuple[str, ...]
+    interval: int
+
+    @property
+    def agent_by_agent(self) -> bool:
+        """Whether one agent trains at a time (the rotation) rather than all at once."""
+        return self.interval > 0
+
+    def trainable(self, agent_ids: list[str], update: int) -> list[str]:
+        """The agents of ``agent_ids`` whose adapters train at ``update`` (0-based); ValueError
+        when ``train_agents`` names an agent the env does not have."""
+        chosen = self.train_agents
+        if chosen is not None and set(chosen) - set(agent_ids):
+            raise ValueError(f"ppo.train_agents names {sorted(set(chosen) - set(agent_ids))}, not agents of "
+                             f"this env; its agents: {', '.join(agent_ids)}")
+        pool = [a for a in agent_ids if (chosen is None or a in chosen) and a not in self.scripted]
+        if not self.agent_by_agent:
+            return pool
+        return [pool[(update // self.interval) % len(pool)]]
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """The resolved cross-field decisions of one run (module docstring)."""
 
@@ -49,6 +81,8 @@ class RunPlan:
     """The learner rescores the old log-probs on its own micro-batches before the first epoch."""
     sampler_rescores: bool
     """The sampling loop rescores its log-probs with the training forward pass."""
+    schedule: AgentSchedule
+    """Who trains at each update (simultaneous or agent-by-agent)."""
 
     @property
     def builds_critic(self) -> bool:
@@ -88,6 +122,16 @@ class RescoringSetting:
     learner_rescores: bool
     sampler_rescores: bool
     behaviour_is_cap: float | None
+
+
+@dataclass(frozen=True)
+class WhoTrains:
+    """What the config says about who trains: ``ppo.train_agents`` (None: all), the
+    ``scripted_seats``' names and ``ppo.agent_iteration_interval``."""
+
+    train_agents: tuple[str, ...] | None
+    scripted_seats: tuple[str, ...]
+    interval: int
 
 
 def decide_baseline(choice: str, learner: LearnerTraits, groups: GroupSetting) -> str:
@@ -171,12 +215,19 @@ def decide_rescoring(trains: bool, setting: RescoringSetting) -> tuple[bool, boo
     return learner_rescores, sampler_rescores
 
 
+def decide_schedule(who: WhoTrains) -> AgentSchedule:
+    """Step 5: the agents ``ppo.train_agents`` names (None: all) less the scripted seats, all at
+    once for ``agent_iteration_interval`` 0, else one at a time for that many updates each."""
+    chosen = tuple(who.train_agents) if who.train_agents is not None else None
+    return AgentSchedule(train_agents=chosen, scripted=tuple(who.scripted_seats), interval=who.interval)
+
+
 def resolve_plan(learner: LearnerTraits, groups: GroupSetting, baseline_choice: str, rescoring: RescoringSetting,
-                 quiet: bool = True) -> RunPlan:
-    """The four decisions in order (module docstring)."""
+                 who: WhoTrains, quiet: bool = True) -> RunPlan:
+    """The five decisions in order (module docstring)."""
     baseline = decide_baseline(baseline_choice, learner, groups)
     critic_values = decide_critic(learner.value_mode, baseline)
     group_size = decide_group_size(learner, groups, baseline, critic_values, quiet=quiet)
     rescores, sampler = decide_rescoring(learner.trains, rescoring)
     return RunPlan(baseline=baseline, critic_values=critic_values, group_size=group_size,
-                   rescores_old_logprobs=rescores, sampler_rescores=sampler)
+                   rescores_old_logprobs=rescores, sampler_rescores=sampler, schedule=decide_schedule(who))

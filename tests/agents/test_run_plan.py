@@ -101,3 +101,19 @@ def test_a_learner_that_sets_its_own_group_size_is_refused(tmp_path, monkeypatch
     monkeypatch.setattr(ActionLevelMAPPO, "__init__", own_size)
     with pytest.raises(ConfigError, match="has group_size 2, but the run plan .* says 1"):
         _trainer(tmp_path, **{"schedule.episodes_per_update": 4, "advantage.baseline": "critic"})
+
+
+def test_the_agent_schedule_is_decided_once(tmp_path, monkeypatch):
+    # config: ppo.agent_iteration_interval 0, every agent trains each update
+    sections = {"schedule.episodes_per_update": 2, "schedule.num_updates": 2, "advantage.baseline": "critic",
+                "schedule.checkpoint_interval": 0}
+    assert not small_config(tmp_path, **sections).plan().schedule.agent_by_agent
+    monkeypatch.setattr(run_plan, "decide_schedule", lambda who: run_plan.AgentSchedule(None, who.scripted_seats, 1))
+    trainer = _trainer(tmp_path, **sections)
+    agents = list(trainer.learner.agent_ids)
+    assert len(agents) == 2 and trainer.plan.schedule.agent_by_agent and trainer.learner.plan.schedule.agent_by_agent
+    assert [trainer.learner.trainable_agents(u) for u in range(3)] == [[agents[0]], [agents[1]], [agents[0]]]
+    runner = trainer.run()
+    for update in range(2):  # the learner trains one agent's adapter per update, rotating
+        metrics = next(runner)
+        assert [metrics[f"agent/{a}/trained"] for a in agents] == [float(i == update) for i in range(2)], update
