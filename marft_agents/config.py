@@ -34,7 +34,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import yaml
 
@@ -614,8 +614,8 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     return build_dataclass(TrainConfig, data, "").validate()
 
 
-def config_to_dict(cfg: Any) -> dict[str, Any]:
-    """Plain-data (YAML-safe) view of a config dataclass."""
+def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """Plain-data (YAML-safe) view of a run config (what config.yaml and the records hold)."""
     return _deep_copy(dataclasses.asdict(cfg))
 
 
@@ -627,7 +627,13 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
-def describe_config(cfg: Any = None, where: str = "") -> list[tuple[str, str, Any, str]]:
+class _Dataclass(Protocol):
+    """A dataclass instance (a config or one of its sections)."""
+
+    __dataclass_fields__: typing.ClassVar[dict[str, Any]]
+
+
+def describe_config(cfg: _Dataclass | None = None, where: str = "") -> list[tuple[str, str, Any, str]]:
     """``(dotted key, type, value, docstring)`` of every field, sections flattened, in order.
 
     ``cfg`` defaults to ``TrainConfig()``, so the values are the defaults (``marft config --show``).

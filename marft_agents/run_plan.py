@@ -30,12 +30,15 @@ Plain data: no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from marft_agents.config_schema import ConfigError
 from marft_agents.settings.advantage import (AUTO_BASELINE, DEFAULT_BASELINE, GROUP_BASELINES, resolve_baseline,
                                               resolve_group_size)
 from marft_agents.settings.estimators import estimator
-from marft_agents.settings.sampling import SCORED_ELSEWHERE
+from marft_agents.settings.critic import CriticConfig
+from marft_agents.settings.sampling import SCORED_ELSEWHERE, SamplingConfig
+from marft_agents.settings.vllm import VLLMConfig
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,30 @@ class RunPlan:
     def builds_critic(self) -> bool:
         """Whether the run has a critic (adapter, value head, optimizer, critic passes)."""
         return self.critic_values is not None
+
+
+class RunConfig(Protocol):
+    """What the parts below the run config (the learners, the engines' settings) read of a
+    run's :class:`marft_agents.config.TrainConfig`, which they cannot import (it sits above them,
+    ``tests/test_import_graph.py``): its sections and :meth:`plan`. ``ppo`` and ``schedule`` are
+    declared in ``config.py`` itself, so they are named here without their types."""
+
+    seed: int
+    output_dir: str
+    learner: Any
+    """The learner's options object (a dataclass instance or None)."""
+    ppo: Any
+    """``PPOConfig``."""
+    schedule: Any
+    """``ScheduleConfig``."""
+    critic: CriticConfig | None
+    sampling: SamplingConfig
+    vllm: VLLMConfig
+    scripted_seats: dict[str, str]
+
+    def plan(self, quiet: bool = True) -> RunPlan:
+        """The run's resolved decisions."""
+        ...
 
 
 @dataclass(frozen=True)

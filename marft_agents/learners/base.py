@@ -104,7 +104,7 @@ from marft_agents.learners.samples import (
 )
 from marft_agents.learners.value_fit import ValueFit
 from marft_agents.episodes import Rollout
-from marft_agents.run_plan import RunPlan
+from marft_agents.run_plan import RunConfig, RunPlan
 
 __all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask", "sample_from_decision"]
 
@@ -144,7 +144,7 @@ class BaseLearner(LogprobTargets):
     share of each minibatch with the global minibatch's normalisers, and the gradients are
     summed across ranks before clipping."""
 
-    def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]):
+    def __init__(self, policy: Any, cfg: RunConfig, agent_ids: Sequence[str]):
         self.policy, self.cfg = policy, cfg
         self.ppo, self.schedule = cfg.ppo, cfg.schedule
         self.kl_coef = float(self.ppo.kl_coef)
