@@ -191,7 +191,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     cfg.resolve_hardware()
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
-    model, tokenizer = load_model_and_tokenizer(cfg.model)
+    model, tokenizer = load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
     with build_policy(cfg, model, tokenizer, agent_ids) as policy:  # the block's end closes the sampling engine
         if checkpoint is not None:
             policy.load_adapter_state_dict(load_adapters(checkpoint))

@@ -40,12 +40,13 @@ import yaml
 
 from marft_agents.config_schema import ConfigError, build_dataclass, field_docs, join_key, type_name
 from marft_agents.learners.registry import Capabilities, UnknownLearnerError, learner_capabilities
-from marft_agents.run_plan import GroupSetting, LearnerTraits, RescoringSetting, RunPlan, WhoTrains, resolve_plan
+from marft_agents.run_plan import (GroupSetting, LearnerTraits, RescoringSetting, ResolvedHardware, RunPlan, WhoTrains,
+                                   resolve_plan)
 from marft_agents.settings.advantage import AdvantageConfig
 from marft_agents.settings.credit import CREDIT_STRATEGIES, CreditStrategy
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
-from marft_agents.settings.model import (
+from marft_agents.settings.model import (  # noqa: F401 (AUTO_DTYPE: re-exported, baselines/grid.py)
     AUTO_DEVICE,
     AUTO_DTYPE,
     DTYPE_NAMES,
@@ -340,6 +341,8 @@ class TrainConfig:
     output_dir: str = "runs/default"
     """Where checkpoints (and the lead's logs) go."""
 
+    _hardware = None  # not a field (config.yaml holds model.*): (the model settings it was decided for, ResolvedHardware)
+
     def _check_scripted_seats(self) -> None:
         seats, chosen = self.scripted_seats, self.ppo.train_agents
         if not isinstance(seats, dict) or not all(isinstance(k, str) and isinstance(v, str) and ":" in v
@@ -474,22 +477,30 @@ class TrainConfig:
                               f"'cuda:1', got {device!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
 
     def resolve_hardware(self) -> TrainConfig:
-        """Replace ``model.device`` and ``model.dtype`` "auto" by what they stand for on this
-        machine, so that every record and checkpoint names the device and dtype the run used
-        ("cuda" stays "cuda": each rank's current GPU); returns self. Loads torch to probe the
-        device, so it runs where the model is about to load (the trainer, ``marft eval``,
-        ``marft score``), not in :meth:`validate`."""
-        from marft_agents.model.loading import auto_dtype, resolve_device  # loads torch
+        """Decide the device, dtype and threads of this run once
+        (:func:`marft_agents.model.loading.decide_hardware`), which :meth:`plan` carries from then
+        on (``plan().hardware``); returns self. ``model.device`` and ``model.dtype`` "auto" are
+        written over with what they stand for, so that every record and checkpoint's config.yaml
+        names the device and dtype the run used ("cuda" stays "cuda": each rank's current GPU).
+        Loads torch to probe the device (and may time bf16 on a CPU), so it runs where the model
+        is about to load (the trainer, ``marft eval``, ``marft score``), not in :meth:`validate`;
+        a second call keeps the first decision unless ``model`` changed since."""
+        from marft_agents.model import loading  # loads torch
 
-        try:
-            device = resolve_device(self.model.device)
-        except ValueError as err:
-            raise ConfigError(f"model.{err}") from None
-        if self.model.device == AUTO_DEVICE:
-            self.model.device = device.type
-        if self.model.dtype == AUTO_DTYPE:
-            self.model.dtype = auto_dtype(self.model.device)
+        if self._hardware is None or self._hardware[0] != (self.model.device, self.model.dtype, self.model.threads):
+            try:
+                loading.resolve_device(self.model.device)
+            except ValueError as err:
+                raise ConfigError(f"model.{err}") from None
+            hardware = loading.decide_hardware(self.model)
+            self.model.device, self.model.dtype = hardware.device, hardware.dtype
+            self._hardware = ((hardware.device, hardware.dtype, self.model.threads), hardware)
         return self
+
+    @property
+    def hardware(self) -> ResolvedHardware | None:
+        """The device, dtype and threads :meth:`resolve_hardware` decided (None before)."""
+        return self._hardware[1] if self._hardware is not None else None
 
     def _capabilities(self) -> Capabilities:
         """The capabilities the learner ``algorithm`` declares (read without importing a shipped
@@ -515,7 +526,8 @@ class TrainConfig:
                                      p.behaviour_is_cap)
         who = WhoTrains(tuple(p.train_agents) if p.train_agents is not None else None,
                         tuple(self.scripted_seats or {}), p.agent_iteration_interval)
-        return resolve_plan(learner, groups, self.advantage.baseline, rescoring, who, quiet=quiet)
+        return resolve_plan(learner, groups, self.advantage.baseline, rescoring, who, quiet=quiet,
+                            hardware=self.hardware)
 
     def _check_learner(self) -> Capabilities:
         """``algorithm`` names a registered learner; ``learner`` becomes its options object.

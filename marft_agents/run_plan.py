@@ -20,6 +20,14 @@ each decision in one function of this module, in this order:
    ``scripted_seats``; all of them at once, or with ``ppo.agent_iteration_interval = k > 0`` one
    at a time, each for k updates, rotating): an :class:`AgentSchedule`.
 
+The device, dtype and threads (:class:`ResolvedHardware`) need torch and may time the CPU, so
+they are decided apart, once, where the model is about to load
+(:func:`marft_agents.model.loading.decide_hardware`, called by ``TrainConfig.resolve_hardware``),
+and the plan carries them from then on: the model loads with them
+(``load_model_and_tokenizer(..., hardware=)``), the trainer's bf16 warning reads them, and
+``model.device`` / ``model.dtype`` are written over with them, so that config.yaml and the records
+(which the grid reports read) name the resolved device and dtype as before.
+
 Every consumer reads the plan and re-derives none of it: the learners (``learners/base.py``,
 ``learners/grpo.py``; ``trainable_agents`` is the plan's schedule), the trainer (``build_policy``'s critic, the collector's group size and
 values, the rescoring warning) and the data-parallel split (``runtime/distributed.py``).
@@ -71,6 +79,24 @@ class AgentSchedule:
 
 
 @dataclass(frozen=True)
+class ResolvedHardware:
+    """What the run computes with on this machine, decided once where the model is about to load
+    (:func:`marft_agents.model.loading.decide_hardware`: it loads torch and may time bf16 against
+    float32), never "auto": model loading, the trainer and the records read it."""
+
+    device: str
+    """The torch device string (``model.device`` "auto" -> ``"cuda"`` or ``"cpu"``)."""
+    dtype: str
+    """The dtype name (``model.dtype`` "auto" -> ``"bfloat16"`` or ``"float32"``)."""
+    threads: int
+    """Torch's intra-op threads (torch's current count when ``sets_threads`` is False)."""
+    sets_threads: bool
+    """True: marft sets ``threads`` (``torch.set_num_threads``); False: an explicit setting stands."""
+    line: str
+    """The start-up line saying all of it and why (``float32 on cpu (...), 1 thread (...)``)."""
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """The resolved cross-field decisions of one run (module docstring)."""
 
@@ -86,6 +112,9 @@ class RunPlan:
     """The sampling loop rescores its log-probs with the training forward pass."""
     schedule: AgentSchedule
     """Who trains at each update (simultaneous or agent-by-agent)."""
+    hardware: ResolvedHardware | None = None
+    """The device, dtype and threads (:meth:`~marft_agents.config.TrainConfig.resolve_hardware`);
+    None until they are resolved (validation loads no torch)."""
 
     @property
     def builds_critic(self) -> bool:
@@ -250,11 +279,12 @@ def decide_schedule(who: WhoTrains) -> AgentSchedule:
 
 
 def resolve_plan(learner: LearnerTraits, groups: GroupSetting, baseline_choice: str, rescoring: RescoringSetting,
-                 who: WhoTrains, quiet: bool = True) -> RunPlan:
-    """The five decisions in order (module docstring)."""
+                 who: WhoTrains, quiet: bool = True, hardware: ResolvedHardware | None = None) -> RunPlan:
+    """The five decisions in order (module docstring), with the ``hardware`` resolved before."""
     baseline = decide_baseline(baseline_choice, learner, groups)
     critic_values = decide_critic(learner.value_mode, baseline)
     group_size = decide_group_size(learner, groups, baseline, critic_values, quiet=quiet)
     rescores, sampler = decide_rescoring(learner.trains, rescoring)
     return RunPlan(baseline=baseline, critic_values=critic_values, group_size=group_size,
-                   rescores_old_logprobs=rescores, sampler_rescores=sampler, schedule=decide_schedule(who))
+                   rescores_old_logprobs=rescores, sampler_rescores=sampler, schedule=decide_schedule(who),
+                   hardware=hardware)

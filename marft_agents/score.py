@@ -116,7 +116,7 @@ def evaluate_config(cfg: TrainConfig, env_id: str, env_kwargs: dict[str, Any], n
 
     agent_ids = list(_envs().make(env_id, **env_kwargs).possible_agents)
     cfg.resolve_hardware()  # the record names the device and dtype used, not "auto"
-    model, tokenizer = models.load_model_and_tokenizer(cfg.model)
+    model, tokenizer = models.load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
     # The adapters training built (a critic only for learners that use values), as `marft eval`
     # does: a checkpoint of a critic-less learner (grpo, value_mode None) then loads strictly.
     policy = build_policy(cfg, model, tokenizer, agent_ids)

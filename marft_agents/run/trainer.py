@@ -228,13 +228,14 @@ class Trainer:
         """The run's resolved decisions (:mod:`marft_agents.run_plan`), which the learner, the
         collector and the data-parallel split read."""
         trains = learner_trains(cfg.algorithm)
-        if (trains and cfg.model.dtype != "float32" and not self.plan.rescores_old_logprobs
+        hardware = self.plan.hardware  # the device, dtype and threads resolve_hardware decided
+        if (trains and hardware.dtype != "float32" and not self.plan.rescores_old_logprobs
                 and not self.plan.sampler_rescores):
             # In bfloat16, cached-decoding log-probs differ from the training forward pass (other
             # kernels, other padding) by far more than the clip range allows, so PPO ratios would
             # not start at 1.
             log.warning("model.dtype is %s but ppo.recompute_old_logprobs is false: PPO ratios will "
-                        "start away from 1; set ppo.recompute_old_logprobs: true", cfg.model.dtype)
+                        "start away from 1; set ppo.recompute_old_logprobs: true", hardware.dtype)
         seed_everything(cfg.seed)
         self.envs = [marft_envs.make(cfg.env.id, **cfg.env.kwargs) for _ in range(cfg.env.num_envs)]
         self.agent_ids = list(self.envs[0].possible_agents)
@@ -243,7 +244,7 @@ class Trainer:
             log.warning("env horizon is %d rounds but ppo.gamma is 1.0: a task solved after failed rounds is "
                         "worth as much as a first-try success; set ppo.gamma < 1 (e.g. 0.9) to prefer the "
                         "latter", horizon)
-        model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model)
+        model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model, hardware=hardware)
         self.policy = build_policy(cfg, model, tokenizer, self.agent_ids)
         self.scripted = scripted_seats(cfg, self.agent_ids)
         if trains and set(self.agent_ids) <= set(self.scripted):

@@ -117,3 +117,38 @@ def test_the_agent_schedule_is_decided_once(tmp_path, monkeypatch):
     for update in range(2):  # the learner trains one agent's adapter per update, rotating
         metrics = next(runner)
         assert [metrics[f"agent/{a}/trained"] for a in agents] == [float(i == update) for i in range(2)], update
+
+
+def test_the_hardware_is_decided_once(tmp_path, monkeypatch, caplog):
+    import logging
+
+    import torch
+
+    from agent_helpers import DEVICE
+    from marft_agents.config import config_to_dict
+    from marft_agents.model import loading
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    asked: list[str] = []
+
+    def bf16_here(model_cfg):  # the config says float32
+        asked.append(model_cfg.dtype)
+        return run_plan.ResolvedHardware(device=str(DEVICE), dtype="bfloat16", threads=torch.get_num_threads(),
+                                         sets_threads=False, line="bfloat16 as the test says")
+
+    monkeypatch.setattr(loading, "decide_hardware", bf16_here)
+    cfg = small_config(tmp_path, **{"model.name_or_path": str(tmp_path / "m"), "model.dtype": "float32",
+                                    "advantage.baseline": "critic"})
+    assert cfg.plan().hardware is None  # validation decides no hardware (no torch)
+    with caplog.at_level(logging.INFO):
+        trainer = Trainer(cfg)  # loads the saved model itself
+    assert asked == ["float32"]  # once: the model loads with the plan's hardware, not a second decision
+    assert trainer.plan.hardware.dtype == trainer.learner.plan.hardware.dtype == "bfloat16"
+    assert next(trainer.policy.model.parameters()).dtype == torch.bfloat16
+    assert "bfloat16 as the test says" in caplog.text  # the start-up line
+    assert "model.dtype is bfloat16 but ppo.recompute_old_logprobs is false" in caplog.text
+    # config.yaml and the records name the resolved dtype, as before
+    assert config_to_dict(trainer.cfg)["model"]["dtype"] == "bfloat16"
