@@ -267,7 +267,7 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     if run.kind in ABLATIONS and ABLATIONS[run.kind].plays_every_seat:
         cfg = dataclasses.replace(cfg, scripted_seats={})
     cfg.resolve_hardware()  # the record names the device and dtype used, not "auto"
-    model, tokenizer = models.load_model_and_tokenizer(cfg.model)
+    model, tokenizer = models.load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
     with build_policy(cfg, model, tokenizer, env_agents(cfg)) as policy:  # the block's end closes the sampling engine
         return _evaluate_policy(spec, run, cfg, policy, commit, code_state, started)
 
@@ -341,7 +341,7 @@ def seed_dtype_clash(spec: GridSpec, run: GridRun, replaced: list[GridRun] = ())
     A grid's contrasts pair runs by seed, so a seed whose runs differ in dtype (``model.dtype: auto``
     is bfloat16 on some CPUs and float32 on others) would mix bf16's rounding into a difference
     between cells. Records that name no resolved dtype (made before records named it) are not read."""
-    here = run_config(spec, run).resolve_hardware().model.dtype
+    here = run_config(spec, run).resolve_hardware().hardware.dtype
     left_out = {r.name for r in replaced} | {run.name}
     others: dict[str, list[str]] = {}
     for path in sorted(records_dir(spec).glob("*.json")):

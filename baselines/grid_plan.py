@@ -166,7 +166,7 @@ def pilot(spec: GridSpec, run: GridRun, episodes: int) -> dict[str, Any]:
     cfg = run_config(spec, run)
     cfg.resolve_hardware()  # as a run would: the device and dtype "auto" means here
     agent_ids = list(marft_envs.make(cfg.env.id, **cfg.env.kwargs).possible_agents)
-    model, tokenizer = models.load_model_and_tokenizer(cfg.model)
+    model, tokenizer = models.load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
     with build_policy(cfg, model, tokenizer, agent_ids) as policy, warnings.catch_warnings():
         if cfg.init_adapters is not None:
             policy.load_adapter_state_dict(start_state(load_adapters(cfg.init_adapters), policy))

@@ -655,7 +655,7 @@ def prepare_start(spec: GridSpec, run: GridRun) -> dict[str, Any]:
 
     cfg = dataclasses.replace(run_config(spec, run), init_adapters=None)
     cfg.resolve_hardware()
-    model, tokenizer = models.load_model_and_tokenizer(cfg.model)
+    model, tokenizer = models.load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
     seed_everything(cfg.seed)
     with build_policy(cfg, model, tokenizer, start_layout(cfg)["agents"]) as policy:
         fresh = policy.adapter_state_dict()

@@ -38,7 +38,7 @@ import re
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 # Only torch-free modules at import time: without the ``agents`` extra (torch, transformers, peft)
 # ``marft envs`` and ``marft score`` with a scripted policy still work, and the subcommands that
@@ -48,6 +48,9 @@ from typing import Any, NoReturn
 from marft_agents import hints
 from marft_agents.cli_args import UsageError, parse_overrides
 from marft_agents.config_schema import ConfigError
+
+if TYPE_CHECKING:  # the config loads where a command needs it
+    from marft_agents.config import TrainConfig
 
 USER_ERROR_EXIT = 2
 INTERRUPTED_EXIT = 130
@@ -133,7 +136,7 @@ def _resume_hint(args: argparse.Namespace) -> str:
     return hints.resume_hint(args.config, args.set, args.output_dir, flags)
 
 
-def _refuse_used_output_dir(cfg: Any, args: argparse.Namespace) -> None:
+def _refuse_used_output_dir(cfg: TrainConfig, args: argparse.Namespace) -> None:
     """A fresh run into an ``output_dir`` with checkpoints is refused (before the model loads),
     saying how to continue it, or, when that run is finished, how to start over."""
     from marft_agents.run.checkpoint import latest_checkpoint
@@ -188,7 +191,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     cfg.resolve_hardware()
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
-    model, tokenizer = load_model_and_tokenizer(cfg.model)
+    model, tokenizer = load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
     with build_policy(cfg, model, tokenizer, agent_ids) as policy:  # the block's end closes the sampling engine
         if checkpoint is not None:
             policy.load_adapter_state_dict(load_adapters(checkpoint))

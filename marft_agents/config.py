@@ -34,18 +34,19 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import yaml
 
 from marft_agents.config_schema import ConfigError, build_dataclass, field_docs, join_key, type_name
 from marft_agents.learners.registry import Capabilities, UnknownLearnerError, learner_capabilities
-from marft_agents.run_plan import GroupSetting, LearnerTraits, RescoringSetting, RunPlan, resolve_plan
+from marft_agents.run_plan import (GroupSetting, LearnerTraits, RescoringSetting, ResolvedHardware, RunPlan, WhoTrains,
+                                   resolve_plan)
 from marft_agents.settings.advantage import AdvantageConfig
 from marft_agents.settings.credit import CREDIT_STRATEGIES, CreditStrategy
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
-from marft_agents.settings.model import (
+from marft_agents.settings.model import (  # noqa: F401 (AUTO_DTYPE: re-exported, baselines/grid.py)
     AUTO_DEVICE,
     AUTO_DTYPE,
     DTYPE_NAMES,
@@ -340,6 +341,8 @@ class TrainConfig:
     output_dir: str = "runs/default"
     """Where checkpoints (and the lead's logs) go."""
 
+    _hardware = None  # not a field (config.yaml holds model.*): (the model settings it was decided for, ResolvedHardware)
+
     def _check_scripted_seats(self) -> None:
         seats, chosen = self.scripted_seats, self.ppo.train_agents
         if not isinstance(seats, dict) or not all(isinstance(k, str) and isinstance(v, str) and ":" in v
@@ -474,22 +477,30 @@ class TrainConfig:
                               f"'cuda:1', got {device!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
 
     def resolve_hardware(self) -> TrainConfig:
-        """Replace ``model.device`` and ``model.dtype`` "auto" by what they stand for on this
-        machine, so that every record and checkpoint names the device and dtype the run used
-        ("cuda" stays "cuda": each rank's current GPU); returns self. Loads torch to probe the
-        device, so it runs where the model is about to load (the trainer, ``marft eval``,
-        ``marft score``), not in :meth:`validate`."""
-        from marft_agents.model.loading import auto_dtype, resolve_device  # loads torch
+        """Decide the device, dtype and threads of this run once
+        (:func:`marft_agents.model.loading.decide_hardware`), which :meth:`plan` carries from then
+        on (``plan().hardware``); returns self. ``model.device`` and ``model.dtype`` "auto" are
+        written over with what they stand for, so that every record and checkpoint's config.yaml
+        names the device and dtype the run used ("cuda" stays "cuda": each rank's current GPU).
+        Loads torch to probe the device (and may time bf16 on a CPU), so it runs where the model
+        is about to load (the trainer, ``marft eval``, ``marft score``), not in :meth:`validate`;
+        a second call keeps the first decision unless ``model`` changed since."""
+        from marft_agents.model import loading  # loads torch
 
-        try:
-            device = resolve_device(self.model.device)
-        except ValueError as err:
-            raise ConfigError(f"model.{err}") from None
-        if self.model.device == AUTO_DEVICE:
-            self.model.device = device.type
-        if self.model.dtype == AUTO_DTYPE:
-            self.model.dtype = auto_dtype(self.model.device)
+        if self._hardware is None or self._hardware[0] != (self.model.device, self.model.dtype, self.model.threads):
+            try:
+                loading.resolve_device(self.model.device)
+            except ValueError as err:
+                raise ConfigError(f"model.{err}") from None
+            hardware = loading.decide_hardware(self.model)
+            self.model.device, self.model.dtype = hardware.device, hardware.dtype
+            self._hardware = ((hardware.device, hardware.dtype, self.model.threads), hardware)
         return self
+
+    @property
+    def hardware(self) -> ResolvedHardware | None:
+        """The device, dtype and threads :meth:`resolve_hardware` decided (None before)."""
+        return self._hardware[1] if self._hardware is not None else None
 
     def _capabilities(self) -> Capabilities:
         """The capabilities the learner ``algorithm`` declares (read without importing a shipped
@@ -503,7 +514,7 @@ class TrainConfig:
 
     def plan(self, quiet: bool = True) -> RunPlan:
         """The run's cross-field decisions, resolved once (:mod:`marft_agents.run_plan`): the
-        baseline, the critic, the group size, the rescoring. Every consumer (learner, trainer,
+        baseline, the critic, the group size, the rescoring, who trains when. Every consumer (learner, trainer,
         collector, the data-parallel split) reads them from here; ``quiet``: no log line when
         grouped sampling is off (the learner asks with ``quiet=False``, once). ``ConfigError`` on a
         combination that cannot run."""
@@ -513,7 +524,10 @@ class TrainConfig:
                               s.episodes_per_update)
         rescoring = RescoringSetting(self.sampling.engine, p.recompute_old_logprobs, self.sampling.recompute_logprobs,
                                      p.behaviour_is_cap)
-        return resolve_plan(learner, groups, self.advantage.baseline, rescoring, quiet=quiet)
+        who = WhoTrains(tuple(p.train_agents) if p.train_agents is not None else None,
+                        tuple(self.scripted_seats or {}), p.agent_iteration_interval)
+        return resolve_plan(learner, groups, self.advantage.baseline, rescoring, who, quiet=quiet,
+                            hardware=self.hardware)
 
     def _check_learner(self) -> Capabilities:
         """``algorithm`` names a registered learner; ``learner`` becomes its options object.
@@ -612,8 +626,8 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     return build_dataclass(TrainConfig, data, "").validate()
 
 
-def config_to_dict(cfg: Any) -> dict[str, Any]:
-    """Plain-data (YAML-safe) view of a config dataclass."""
+def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """Plain-data (YAML-safe) view of a run config (what config.yaml and the records hold)."""
     return _deep_copy(dataclasses.asdict(cfg))
 
 
@@ -625,7 +639,13 @@ def _deep_copy(value: Any) -> Any:
     return value
 
 
-def describe_config(cfg: Any = None, where: str = "") -> list[tuple[str, str, Any, str]]:
+class _Dataclass(Protocol):
+    """A dataclass instance (a config or one of its sections)."""
+
+    __dataclass_fields__: typing.ClassVar[dict[str, Any]]
+
+
+def describe_config(cfg: _Dataclass | None = None, where: str = "") -> list[tuple[str, str, Any, str]]:
     """``(dotted key, type, value, docstring)`` of every field, sections flattened, in order.
 
     ``cfg`` defaults to ``TrainConfig()``, so the values are the defaults (``marft config --show``).

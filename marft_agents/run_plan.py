@@ -16,9 +16,20 @@ each decision in one function of this module, in this order:
 4. :func:`decide_rescoring`: which log-probs are rescored before the update (the learner's own
    pass, ``ppo.recompute_old_logprobs``; the sampling loop's, ``sampling.recompute_logprobs``)
    and what a sampler that scores elsewhere (``SCORED_ELSEWHERE``) requires.
+5. :func:`decide_schedule`: who trains at each update (``ppo.train_agents`` less the
+   ``scripted_seats``; all of them at once, or with ``ppo.agent_iteration_interval = k > 0`` one
+   at a time, each for k updates, rotating): an :class:`AgentSchedule`.
+
+The device, dtype and threads (:class:`ResolvedHardware`) need torch and may time the CPU, so
+they are decided apart, once, where the model is about to load
+(:func:`marft_agents.model.loading.decide_hardware`, called by ``TrainConfig.resolve_hardware``),
+and the plan carries them from then on: the model loads with them
+(``load_model_and_tokenizer(..., hardware=)``), the trainer's bf16 warning reads them, and
+``model.device`` / ``model.dtype`` are written over with them, so that config.yaml and the records
+(which the grid reports read) name the resolved device and dtype as before.
 
 Every consumer reads the plan and re-derives none of it: the learners (``learners/base.py``,
-``learners/grpo.py``), the trainer (``build_policy``'s critic, the collector's group size and
+``learners/grpo.py``; ``trainable_agents`` is the plan's schedule), the trainer (``build_policy``'s critic, the collector's group size and
 values, the rescoring warning) and the data-parallel split (``runtime/distributed.py``).
 A bad combination raises :class:`~marft_agents.config_schema.ConfigError` (one line).
 Plain data: no torch.
@@ -27,12 +38,62 @@ Plain data: no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from marft_agents.config_schema import ConfigError
 from marft_agents.settings.advantage import (AUTO_BASELINE, DEFAULT_BASELINE, GROUP_BASELINES, resolve_baseline,
                                               resolve_group_size)
 from marft_agents.settings.estimators import estimator
-from marft_agents.settings.sampling import SCORED_ELSEWHERE
+from marft_agents.settings.critic import CriticConfig
+from marft_agents.settings.sampling import SCORED_ELSEWHERE, SamplingConfig
+from marft_agents.settings.vllm import VLLMConfig
+
+
+@dataclass(frozen=True)
+class AgentSchedule:
+    """Who trains at each update: the agents of ``train_agents`` (None: all) but the
+    ``scripted`` seats (their utterances were not sampled), in profile order; all at once when
+    ``interval`` is 0 (simultaneous), else one at a time, each for ``interval`` updates,
+    rotating (agent-by-agent)."""
+
+    train_agents: tuple[str, ...] | None
+    scripted: tuple[str, ...]
+    interval: int
+
+    @property
+    def agent_by_agent(self) -> bool:
+        """Whether one agent trains at a time (the rotation) rather than all at once."""
+        return self.interval > 0
+
+    def trainable(self, agent_ids: list[str], update: int) -> list[str]:
+        """The agents of ``agent_ids`` whose adapters train at ``update`` (0-based); ValueError
+        when ``train_agents`` names an agent the env does not have."""
+        chosen = self.train_agents
+        if chosen is not None and set(chosen) - set(agent_ids):
+            raise ValueError(f"ppo.train_agents names {sorted(set(chosen) - set(agent_ids))}, not agents of "
+                             f"this env; its agents: {', '.join(agent_ids)}")
+        pool = [a for a in agent_ids if (chosen is None or a in chosen) and a not in self.scripted]
+        if not self.agent_by_agent:
+            return pool
+        return [pool[(update // self.interval) % len(pool)]]
+
+
+@dataclass(frozen=True)
+class ResolvedHardware:
+    """What the run computes with on this machine, decided once where the model is about to load
+    (:func:`marft_agents.model.loading.decide_hardware`: it loads torch and may time bf16 against
+    float32), never "auto": model loading, the trainer and the records read it."""
+
+    device: str
+    """The torch device string (``model.device`` "auto" -> ``"cuda"`` or ``"cpu"``)."""
+    dtype: str
+    """The dtype name (``model.dtype`` "auto" -> ``"bfloat16"`` or ``"float32"``)."""
+    threads: int
+    """Torch's intra-op threads (torch's current count when ``sets_threads`` is False)."""
+    sets_threads: bool
+    """True: marft sets ``threads`` (``torch.set_num_threads``); False: an explicit setting stands."""
+    line: str
+    """The start-up line saying all of it and why (``float32 on cpu (...), 1 thread (...)``)."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +110,40 @@ class RunPlan:
     """The learner rescores the old log-probs on its own micro-batches before the first epoch."""
     sampler_rescores: bool
     """The sampling loop rescores its log-probs with the training forward pass."""
+    schedule: AgentSchedule
+    """Who trains at each update (simultaneous or agent-by-agent)."""
+    hardware: ResolvedHardware | None = None
+    """The device, dtype and threads (:meth:`~marft_agents.config.TrainConfig.resolve_hardware`);
+    None until they are resolved (validation loads no torch)."""
 
     @property
     def builds_critic(self) -> bool:
         """Whether the run has a critic (adapter, value head, optimizer, critic passes)."""
         return self.critic_values is not None
+
+
+class RunConfig(Protocol):
+    """What the parts below the run config (the learners, the engines' settings) read of a
+    run's :class:`marft_agents.config.TrainConfig`, which they cannot import (it sits above them,
+    ``tests/test_import_graph.py``): its sections and :meth:`plan`. ``ppo`` and ``schedule`` are
+    declared in ``config.py`` itself, so they are named here without their types."""
+
+    seed: int
+    output_dir: str
+    learner: Any
+    """The learner's options object (a dataclass instance or None)."""
+    ppo: Any
+    """``PPOConfig``."""
+    schedule: Any
+    """``ScheduleConfig``."""
+    critic: CriticConfig | None
+    sampling: SamplingConfig
+    vllm: VLLMConfig
+    scripted_seats: dict[str, str]
+
+    def plan(self, quiet: bool = True) -> RunPlan:
+        """The run's resolved decisions."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -88,6 +178,16 @@ class RescoringSetting:
     learner_rescores: bool
     sampler_rescores: bool
     behaviour_is_cap: float | None
+
+
+@dataclass(frozen=True)
+class WhoTrains:
+    """What the config says about who trains: ``ppo.train_agents`` (None: all), the
+    ``scripted_seats``' names and ``ppo.agent_iteration_interval``."""
+
+    train_agents: tuple[str, ...] | None
+    scripted_seats: tuple[str, ...]
+    interval: int
 
 
 def decide_baseline(choice: str, learner: LearnerTraits, groups: GroupSetting) -> str:
@@ -171,12 +271,20 @@ def decide_rescoring(trains: bool, setting: RescoringSetting) -> tuple[bool, boo
     return learner_rescores, sampler_rescores
 
 
+def decide_schedule(who: WhoTrains) -> AgentSchedule:
+    """Step 5: the agents ``ppo.train_agents`` names (None: all) less the scripted seats, all at
+    once for ``agent_iteration_interval`` 0, else one at a time for that many updates each."""
+    chosen = tuple(who.train_agents) if who.train_agents is not None else None
+    return AgentSchedule(train_agents=chosen, scripted=tuple(who.scripted_seats), interval=who.interval)
+
+
 def resolve_plan(learner: LearnerTraits, groups: GroupSetting, baseline_choice: str, rescoring: RescoringSetting,
-                 quiet: bool = True) -> RunPlan:
-    """The four decisions in order (module docstring)."""
+                 who: WhoTrains, quiet: bool = True, hardware: ResolvedHardware | None = None) -> RunPlan:
+    """The five decisions in order (module docstring), with the ``hardware`` resolved before."""
     baseline = decide_baseline(baseline_choice, learner, groups)
     critic_values = decide_critic(learner.value_mode, baseline)
     group_size = decide_group_size(learner, groups, baseline, critic_values, quiet=quiet)
     rescores, sampler = decide_rescoring(learner.trains, rescoring)
     return RunPlan(baseline=baseline, critic_values=critic_values, group_size=group_size,
-                   rescores_old_logprobs=rescores, sampler_rescores=sampler)
+                   rescores_old_logprobs=rescores, sampler_rescores=sampler, schedule=decide_schedule(who),
+                   hardware=hardware)

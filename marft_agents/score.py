@@ -32,12 +32,15 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Heavy imports (torch via marft_agents.evaluation.problem_set, the env registry) happen inside the functions:
 # ``marft_agents.cli`` imports this module to build its parser, and ``marft --help`` stays fast.
 
 from marft_agents.evaluation.scripted import SCRIPTED_PREFIX, ScriptedPolicy, ScriptedPolicyError, load_scripted, load_seats
+
+if TYPE_CHECKING:  # the config loads where a command needs it
+    from marft_agents.config import TrainConfig
 
 
 FORMER_NAME = "bench"
@@ -103,7 +106,7 @@ def evaluate_scripted(fn: ScriptedPolicy, env_id: str, env_kwargs: dict[str, Any
                       per_task=per_task)
 
 
-def evaluate_config(cfg: Any, env_id: str, env_kwargs: dict[str, Any], n_problems: int, seed: int,
+def evaluate_config(cfg: TrainConfig, env_id: str, env_kwargs: dict[str, Any], n_problems: int, seed: int,
                     checkpoint: Path | None) -> Any:
     """Load the config's model (untrained adapters, or ``checkpoint``'s) and evaluate it once."""
     from marft_agents.model import loading as models
@@ -113,7 +116,7 @@ def evaluate_config(cfg: Any, env_id: str, env_kwargs: dict[str, Any], n_problem
 
     agent_ids = list(_envs().make(env_id, **env_kwargs).possible_agents)
     cfg.resolve_hardware()  # the record names the device and dtype used, not "auto"
-    model, tokenizer = models.load_model_and_tokenizer(cfg.model)
+    model, tokenizer = models.load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
     # The adapters training built (a critic only for learners that use values), as `marft eval`
     # does: a checkpoint of a critic-less learner (grpo, value_mode None) then loads strictly.
     policy = build_policy(cfg, model, tokenizer, agent_ids)
@@ -132,7 +135,7 @@ def _updates_of(checkpoint: Path | None) -> int | None:
     return json.loads(meta.read_text()).get("update") if meta.is_file() else None
 
 
-def _config_dict(cfg: Any) -> dict[str, Any]:
+def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
     from marft_agents.config import config_to_dict
 
     return config_to_dict(cfg)

@@ -125,7 +125,7 @@ def tiny_loader(monkeypatch):
 
     torch.set_num_threads(1)
     monkeypatch.setattr(models, "load_model_and_tokenizer",
-                        lambda cfg: tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
+                        lambda cfg, hardware=None: tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1))
 
 
 def _tiny_config(tmp_path: Path) -> Path:

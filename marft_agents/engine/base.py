@@ -54,6 +54,7 @@ import torch
 from marft_agents.engine import GenRequest, Generation, sample
 from marft_agents.engine.attention import training_passes
 from marft_agents.engine.layout import effective_prefix_len
+from marft_agents.run_plan import RunConfig
 from marft_agents.settings.sampling import SamplingConfig
 from marft_agents.settings.vllm import VLLMConfig
 
@@ -79,7 +80,7 @@ class EngineSettings:
     """The run folder (the vLLM engine exports adapter versions under it by default)."""
 
     @classmethod
-    def of(cls, cfg: Any, model_folder: str | None = None) -> EngineSettings:
+    def of(cls, cfg: RunConfig, model_folder: str | None = None) -> EngineSettings:
         """The engine settings of a run config (a ``TrainConfig``): three of its sections, no more,
         and where its model's weights were read from."""
         return cls(sampling=cfg.sampling, vllm=cfg.vllm, model_folder=model_folder, output_dir=str(cfg.output_dir))

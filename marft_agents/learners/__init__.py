@@ -16,6 +16,8 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
+from marft_agents.run_plan import RunConfig
+
 _LAZY = {
     "ActionLevelMAPPO": "marft_agents.learners.mappo_action",
     "BUILTIN_LEARNERS": "marft_agents.learners.registry",
@@ -40,7 +42,7 @@ _LAZY = {
 }
 
 
-def make_learner(name: str, policy: Any, cfg: Any, agent_ids: Sequence[str]) -> Any:
+def make_learner(name: str, policy: Any, cfg: RunConfig, agent_ids: Sequence[str]) -> Any:
     """Build the learner registered as ``name`` for ``agent_ids`` (checks its ``max_agents``, and
     that the learner built has every member of :class:`Learner`, ``group_size`` included)."""
     from marft_agents.learners.interface import check_learner_instance

@@ -42,7 +42,8 @@ the surrogate is a mean over the learner's units. The KL term is the k2 form
 
 What else the update loop guarantees
 ------------------------------------
-* **Who trains.** ``agent_iteration_interval = 0``: every agent's adapter trains each update.
+* **Who trains** (the run plan's schedule, :func:`marft_agents.run_plan.decide_schedule`).
+  ``agent_iteration_interval = 0``: every agent's adapter trains each update.
   ``k > 0``: agent-by-agent training, one agent's adapter trains for ``k`` updates while the
   others are frozen (no gradients, no optimizer step), then the next agent, rotating. The critic
   trains every update; the policy waits for ``critic_warmup_updates`` updates (value-only
@@ -103,7 +104,7 @@ from marft_agents.learners.samples import (
 )
 from marft_agents.learners.value_fit import ValueFit
 from marft_agents.episodes import Rollout
-from marft_agents.run_plan import RunPlan
+from marft_agents.run_plan import RunConfig, RunPlan
 
 __all__ = ["BaseLearner", "PolicyUnits", "Sample", "pad_stack", "response_mask", "sample_from_decision"]
 
@@ -143,7 +144,7 @@ class BaseLearner(LogprobTargets):
     share of each minibatch with the global minibatch's normalisers, and the gradients are
     summed across ranks before clipping."""
 
-    def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]):
+    def __init__(self, policy: Any, cfg: RunConfig, agent_ids: Sequence[str]):
         self.policy, self.cfg = policy, cfg
         self.ppo, self.schedule = cfg.ppo, cfg.schedule
         self.kl_coef = float(self.ppo.kl_coef)
@@ -158,7 +159,8 @@ class BaseLearner(LogprobTargets):
             self.optimizers[name] = self._make_optimizer(name, self.schedule.actor_lr)
         self.critic_cfg = getattr(cfg, "critic", None)
         self.plan: RunPlan = cfg.plan(quiet=False)
-        """The run's resolved decisions (:mod:`marft_agents.run_plan`): baseline, critic, groups, rescoring."""
+        """The run's resolved decisions (:mod:`marft_agents.run_plan`): baseline, critic, groups, rescoring,
+        who trains when."""
         self.baseline = self.plan.baseline
         self.critic_values: str | None = self.plan.critic_values
         """What this run's critic values: the declared ``value_mode``, or None when the baseline
@@ -206,20 +208,10 @@ class BaseLearner(LogprobTargets):
 
     # -- schedule ------------------------------------------------------------------------------
     def trainable_agents(self, update: int) -> list[str]:
-        """Agents whose adapters train at ``update`` (0-based): ``ppo.train_agents`` (when unset,
-        all but the ``scripted_seats``, whose utterances were not sampled), in profile order; with
-        ``agent_iteration_interval = k > 0`` one of them at a time, each for ``k`` updates,
-        rotating."""
-        chosen = self.ppo.train_agents
-        if chosen is not None and set(chosen) - set(self.agent_ids):
-            raise ValueError(f"ppo.train_agents names {sorted(set(chosen) - set(self.agent_ids))}, not agents of "
-                             f"this env; its agents: {', '.join(self.agent_ids)}")
-        scripted = getattr(self.cfg, "scripted_seats", None) or {}
-        pool = [a for a in self.agent_ids if (chosen is None or a in chosen) and a not in scripted]
-        k = self.ppo.agent_iteration_interval
-        if k <= 0:
-            return pool
-        return [pool[(update // k) % len(pool)]]
+        """Agents whose adapters train at ``update`` (0-based): the run plan's schedule
+        (:class:`marft_agents.run_plan.AgentSchedule`: ``ppo.train_agents`` but the
+        ``scripted_seats``, all at once or one at a time with ``agent_iteration_interval``)."""
+        return self.plan.schedule.trainable(self.agent_ids, update)
 
     # -- the update ----------------------------------------------------------------------------
     def update(self, rollout: Rollout, update: int) -> dict[str, float]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from marft_agents.episodes import Rollout
 from marft_agents.learners.registry import EVAL_ONLY, declared_by
+from marft_agents.run_plan import RunConfig
 
 
 @declared_by(EVAL_ONLY)
@@ -23,7 +24,7 @@ class EvalOnly:
     data_parallel: Any = None
     """Set under torch.distributed; unused: nothing to synchronise in an update that trains nothing."""
 
-    def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]):
+    def __init__(self, policy: Any, cfg: RunConfig, agent_ids: Sequence[str]):
         self.policy, self.cfg, self.agent_ids = policy, cfg, list(agent_ids)
 
     def trainable_agents(self, update: int) -> list[str]:

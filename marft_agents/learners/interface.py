@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from marft_agents.episodes import VALUE_MODES, Rollout
+from marft_agents.run_plan import RunConfig
 
 CLASS_MEMBERS: tuple[str, ...] = ("value_mode", "options_class")
 """Members of :class:`Learner` read from the class, before any learner exists."""
@@ -87,7 +88,7 @@ class Learner(Protocol):
     records the group in ``EpisodeRecord.group`` / ``Decision.group``. 1 = every episode its own
     task. ``schedule.episodes_per_update`` must be a multiple of it."""
 
-    def __init__(self, policy: Any, cfg: Any, agent_ids: Sequence[str]) -> None:
+    def __init__(self, policy: Any, cfg: RunConfig, agent_ids: Sequence[str]) -> None:
         """``policy``: the ``MultiAgentPolicy`` (adapters per agent or shared, critic only if
         ``value_mode`` is set); ``cfg``: the whole ``TrainConfig`` (``cfg.learner`` = the built
         options); ``agent_ids``: the env's agents in profile order."""

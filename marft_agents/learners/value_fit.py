@@ -37,12 +37,13 @@ from marft_agents.episodes import Rollout
 from marft_agents.learners.critic_health import GAIN_KEY, CriticWatch, GainWatch, critic_health
 from marft_agents.learners.head_refit import Batch, RefitBuffer, refit_head
 from marft_agents.learners.samples import Sample, episode_minibatches, pad_stack, response_mask
+from marft_agents.run_plan import RunConfig
 
 
 class ValueFit:
     """Fits and diagnoses the critic of one learner (see the module docstring)."""
 
-    def __init__(self, policy: Any, cfg: Any, value_mode: str, rng: np.random.Generator, baseline: str = "critic"):
+    def __init__(self, policy: Any, cfg: RunConfig, value_mode: str, rng: np.random.Generator, baseline: str = "critic"):
         """``cfg``: the run's ``TrainConfig`` (``critic``, ``ppo``, ``schedule``); ``rng``: the
         update loop's generator (shared: one stream of draws per update); ``baseline``: the run's
         ``advantage.baseline``, for the gain's residual."""

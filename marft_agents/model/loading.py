@@ -63,6 +63,7 @@ from transformers import (
 from marft_agents.engine import cpu_support
 from marft_agents.engine.cpu_support import THREADS_VARIABLE, ThreadChoice, apply_threads, choose_threads
 from marft_agents.files import make_ordinary
+from marft_agents.run_plan import ResolvedHardware
 from marft_agents.model.source import (  # noqa: F401 (HUB_PROBE_TIMEOUT_S: part of this module's API)
     HUB_PROBE_TIMEOUT_S,
     ModelNotFoundError,
@@ -439,21 +440,37 @@ def setup_line(dtype: torch.dtype, device: torch.device, threads: ThreadChoice,
     return f"{name} on {device}{why}, {count} ({threads.why}){override}"
 
 
-def load_model_and_tokenizer(
-    cfg: ModelConfig | None = None,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer as described by ``cfg`` (eval mode, on its device)."""
-    cfg = cfg or ModelConfig()
-    dtype = resolve_dtype(auto_dtype(cfg.device) if cfg.dtype == AUTO_DTYPE else cfg.dtype)
+def decide_hardware(cfg: ModelConfig) -> ResolvedHardware:
+    """The device, dtype and threads ``cfg`` runs with here, and the start-up line (decided once:
+    ``TrainConfig.resolve_hardware`` keeps it in the run plan). "auto" device: cuda when
+    available, else cpu; "auto" dtype: :func:`auto_dtype` (on a CPU, :func:`cpu_bf16`, asked once
+    for the dtype and the line); threads: :func:`~marft_agents.engine.cpu_support.choose_threads`.
+    ``ValueError`` for a device torch does not know or a bad thread setting."""
     device = resolve_device(cfg.device)
+    if cfg.threads < 0:
+        raise ValueError(f"model.threads must be >= 0 (0 = chosen for the machine), got {cfg.threads}")
+    asks_cpu = device.type == "cpu" and cfg.dtype in (AUTO_DTYPE, "float32", "bfloat16")
+    bf16 = cpu_bf16() if asks_cpu else None
+    name = cfg.dtype if cfg.dtype != AUTO_DTYPE else bf16.dtype if bf16 is not None else auto_dtype(device.type)
+    threads = choose_threads(cfg.threads)
+    return ResolvedHardware(device=device.type if cfg.device == AUTO_DEVICE else cfg.device, dtype=name,
+                            threads=threads.threads, sets_threads=threads.apply,
+                            line=setup_line(resolve_dtype(name), device, threads, bf16))
+
+
+def load_model_and_tokenizer(
+    cfg: ModelConfig | None = None, hardware: ResolvedHardware | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer as described by ``cfg`` (eval mode), with the device,
+    dtype and threads of ``hardware`` (the run plan's; decided here when None)."""
+    cfg = cfg or ModelConfig()
     attn_error = attn_implementation_error(cfg.attn_implementation)
     if attn_error:
         raise ValueError(attn_error)
-    if cfg.threads < 0:
-        raise ValueError(f"model.threads must be >= 0 (0 = chosen for the machine), got {cfg.threads}")
-    threads = choose_threads(cfg.threads)
-    apply_threads(threads)
-    log.info(setup_line(dtype, device, threads))
+    hardware = hardware or decide_hardware(cfg)
+    dtype, device = resolve_dtype(hardware.dtype), torch.device(hardware.device)
+    apply_threads(ThreadChoice(hardware.threads, hardware.line, hardware.sets_threads))
+    log.info(hardware.line)
     converting = cfg.name_or_path in PACKAGED_GGUF and not _is_converted(model_cache_dir(cfg) / cfg.name_or_path)
     source = _source_folder(cfg)
     kwargs: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code}

@@ -2,11 +2,12 @@
 
 So that a run started from Python and one started from the command line leave the same files:
 
-1. **baseline**: unless the run is past update 0, the untrained policy is evaluated first, logged
-   at step 0 (the learning curve starts from it) and kept as ``best/`` (if training never beats
-   the base model, the best adapters are the base); ``summary.json`` gets ``eval_before`` at once,
-   so a crash mid-training keeps it. A resumed run reads it back (from ``summary.json``, or from
-   the step-0 row of ``metrics.jsonl`` when the run died before writing the summary);
+1. **the evaluation before training**: unless the run is past update 0, the untrained policy is
+   evaluated first, logged at step 0 (the learning curve starts from it) and kept as ``best/``
+   (if training never beats the base model, the best adapters are the base); ``summary.json``
+   gets ``eval_before`` at once, so a crash mid-training keeps it. A resumed run reads it back
+   (from ``summary.json``, or from the step-0 row of ``metrics.jsonl`` when the run died before
+   writing the summary);
 2. **updates**: each update's metrics go to :class:`~marft_agents.run.metrics.MetricsLogger`; a resumed
    run first drops the rows logged after its checkpoint, so re-run updates appear once;
 3. **signals**: SIGINT (Ctrl-C) and SIGTERM (what schedulers and ``timeout`` send) ask the trainer
@@ -122,7 +123,7 @@ def stop_on_signals(trainer: Any, enabled: bool = True) -> Iterator[None]:
         restore()
 
 
-def _recorded_baseline(out: Path, summary: dict[str, Any]) -> dict[str, Any] | None:
+def _recorded_eval_before(out: Path, summary: dict[str, Any]) -> dict[str, Any] | None:
     """``eval_before`` of an earlier call of this run (summary.json, else the step-0 metrics row)."""
     if "eval_before" in summary:
         return summary["eval_before"]
@@ -143,7 +144,7 @@ class SessionOptions:
 
     resume: bool = False
     """The trainer was restored from a checkpoint: keep the metrics logged up to it and the
-    recorded baseline."""
+    recorded evaluation before training."""
     eval_before: bool = True
     """Evaluate the untrained policy first (step 0), unless the run is past update 0."""
     tensorboard: bool = True
@@ -188,7 +189,7 @@ class _Session:
 
 def run_session(trainer: Any, options: SessionOptions = SessionOptions()) -> RunOutcome:
     """Run ``trainer`` (built by ``prepare_trainer``, restored when ``options.resume``) as the
-    module docstring says: the baseline, the updates, the stop or the final evaluation, the
+    module docstring says: the evaluation before training, the updates, the stop or the final evaluation, the
     summary and the plot."""
     # Under torchrun every rank runs the session (evaluations and updates are collective), but
     # only rank 0 writes metrics, summary.json and the plot, and speaks.
@@ -201,13 +202,13 @@ def run_session(trainer: Any, options: SessionOptions = SessionOptions()) -> Run
     summary_path = out / SUMMARY_FILE
     summary = json.loads(summary_path.read_text()) if options.resume and summary_path.exists() else {}
     summary.pop("eval_after", None)  # describes an earlier end of the run; this call writes its own
-    # Resume: keep what was logged up to the checkpoint (step 0 = the baseline); fresh: nothing.
+    # Resume: keep what was logged up to the checkpoint (step 0 = the evaluation before training); fresh: nothing.
     logger = (MetricsLogger(out, tensorboard=options.tensorboard,
                             keep_until=trainer.counters["update"] if options.resume else -1) if main else _NoMetrics())
     session = _Session(trainer, options, main, out, summary, logger)
     try:
         with stop_on_signals(trainer, options.handle_signals):
-            _baseline(session)
+            _eval_before(session)
             history = _updates(session)
             stopped_by, final = _stop_or_final_eval(session)
     finally:
@@ -218,13 +219,13 @@ def run_session(trainer: Any, options: SessionOptions = SessionOptions()) -> Run
     return RunOutcome(history=history, summary=summary, final_eval=final, stopped_by=stopped_by, plot=png)
 
 
-def _baseline(session: _Session) -> None:
+def _eval_before(session: _Session) -> None:
     """Step 1: the evaluation before training (read back on a resume), logged at step 0 and kept
     as ``best/``; ``summary.json`` gets it at once, so a crash mid-training keeps it."""
     trainer, options, summary = session.trainer, session.options, session.summary
-    baseline = _recorded_baseline(session.out, summary) if options.resume else None
-    if baseline is not None:
-        summary["eval_before"] = baseline
+    recorded = _recorded_eval_before(session.out, summary) if options.resume else None
+    if recorded is not None:
+        summary["eval_before"] = recorded
     elif options.eval_before and trainer.counters["update"] == 0:
         result = trainer.evaluate(progress="eval before training" if options.progress else None)
         trainer.keep_if_best(result)  # if training never beats the base model, best/ is the base

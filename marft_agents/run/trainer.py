@@ -2,7 +2,7 @@
 
 ``train(cfg)`` runs ``cfg.schedule.num_updates`` updates (fewer when a budget of the schedule,
 seconds, episodes or sampled tokens, runs out first: :meth:`Trainer.budget_spent`) inside the
-run session that ``marft train`` also uses (baseline evaluation first, metric files,
+run session that ``marft train`` also uses (the evaluation before training first, metric files,
 summary.json, plot, SIGINT/SIGTERM handling: :mod:`marft_agents.run.session`) and returns a
 :class:`TrainResult`; ``iter_train(cfg)`` is the bare loop as a generator that yields each
 update's metrics. One update:
@@ -121,7 +121,7 @@ def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequen
     from marft_agents.engine.base import EngineSettings
     from marft_agents.model.policy import MultiAgentPolicy
 
-    # the run plan's critic: none (no adapter, no value head) for a critic-free learner or baseline
+    # the run plan's critic: none (no adapter, no value head) for a critic-free learner or advantage baseline
     policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
                               critic=cfg.critic if cfg.plan().builds_critic else None,
                               gradient_checkpointing=cfg.schedule.gradient_checkpointing)
@@ -149,7 +149,7 @@ EVAL_SET_FIELDS = ("n_problems", "seed", "greedy", "samples_per_problem", "env_k
 """The ``eval`` fields that decide what an evaluation measures: which problems (``n_problems``,
 ``seed``, the env keywords such as ``split``) and how they are decoded (``greedy``,
 ``samples_per_problem``). A resumed run
-compares its evaluations (``best/``, the step-0 baseline) with those before the interruption, so
+compares its evaluations (``best/``, the evaluation before training at step 0) with those before the interruption, so
 these must not change on resume; the others (``interval``, ``at_end``, ``num_envs``,
 ``keep_best``) may."""
 
@@ -189,13 +189,13 @@ def eval_setting_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> l
 
 def check_eval_setting_unchanged(saved: dict[str, Any] | None, cfg: TrainConfig, where: str | Path) -> None:
     """Refuse (``ConfigError``, one line) to resume the run saved at ``where`` with another
-    evaluation setting: its best adapters and baseline were measured on the old one, so a "best"
+    evaluation setting: its best adapters and its evaluation before training were measured on the old one, so a "best"
     picked across both would compare accuracies on different problem sets."""
     changes = eval_setting_changes(saved, config_to_dict(cfg))
     if changes:
         raise ConfigError(
             f"cannot resume {where}: the evaluation setting changed ({'; '.join(changes)}), so its "
-            "evaluations (best/, the baseline) would be compared with ones on a different problem set; "
+            "evaluations (best/, the one before training) would be compared with ones on a different problem set; "
             "restore the old value(s) (in the config or with --set) to resume, or start a new run in "
             "another output_dir (--output-dir)")
 
@@ -228,13 +228,14 @@ class Trainer:
         """The run's resolved decisions (:mod:`marft_agents.run_plan`), which the learner, the
         collector and the data-parallel split read."""
         trains = learner_trains(cfg.algorithm)
-        if (trains and cfg.model.dtype != "float32" and not self.plan.rescores_old_logprobs
+        hardware = self.plan.hardware  # the device, dtype and threads resolve_hardware decided
+        if (trains and hardware.dtype != "float32" and not self.plan.rescores_old_logprobs
                 and not self.plan.sampler_rescores):
             # In bfloat16, cached-decoding log-probs differ from the training forward pass (other
             # kernels, other padding) by far more than the clip range allows, so PPO ratios would
             # not start at 1.
             log.warning("model.dtype is %s but ppo.recompute_old_logprobs is false: PPO ratios will "
-                        "start away from 1; set ppo.recompute_old_logprobs: true", cfg.model.dtype)
+                        "start away from 1; set ppo.recompute_old_logprobs: true", hardware.dtype)
         seed_everything(cfg.seed)
         self.envs = [marft_envs.make(cfg.env.id, **cfg.env.kwargs) for _ in range(cfg.env.num_envs)]
         self.agent_ids = list(self.envs[0].possible_agents)
@@ -243,7 +244,7 @@ class Trainer:
             log.warning("env horizon is %d rounds but ppo.gamma is 1.0: a task solved after failed rounds is "
                         "worth as much as a first-try success; set ppo.gamma < 1 (e.g. 0.9) to prefer the "
                         "latter", horizon)
-        model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model)
+        model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model, hardware=hardware)
         self.policy = build_policy(cfg, model, tokenizer, self.agent_ids)
         self.scripted = scripted_seats(cfg, self.agent_ids)
         if trains and set(self.agent_ids) <= set(self.scripted):

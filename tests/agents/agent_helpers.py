@@ -93,9 +93,10 @@ def tiny_on_device(**kwargs):
     return model.to(DEVICE), tokenizer
 
 
-def load_tiny_model(cfg):
+def load_tiny_model(cfg, hardware=None):
     """A stand-in for ``models.load_model_and_tokenizer`` (tests monkeypatch it): the tiny model
-    of the ``tiny`` fixture, on the configured ``cfg.device`` like the real loader."""
+    of the ``tiny`` fixture, on the configured ``cfg.device`` like the real loader (``hardware``,
+    the run plan's, is not read: the tiny model is built in float32)."""
     from marft_agents.model.loading import resolve_device
     from marft_agents.model.tiny_models import tiny_model_and_tokenizer
 
@@ -158,7 +159,7 @@ def no_model_load(monkeypatch):
     """A user error must be reported before the (slow) model load: loading fails the test."""
     import marft_agents.model.loading as models
 
-    def refuse(cfg):
+    def refuse(cfg, hardware=None):
         raise AssertionError("the model was loaded before the user error was reported")
 
     monkeypatch.setattr(models, "load_model_and_tokenizer", refuse)

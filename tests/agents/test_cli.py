@@ -130,7 +130,7 @@ def test_resume_with_another_evaluation_set_is_one_line_before_the_model_loads(t
     assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard"]) == 0
     capsys.readouterr()
 
-    def refuse(cfg):
+    def refuse(cfg, hardware=None):
         raise AssertionError("the model was loaded before the changed evaluation set was refused")
 
     monkeypatch.setattr(models, "load_model_and_tokenizer", refuse)

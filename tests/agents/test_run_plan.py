@@ -101,3 +101,54 @@ def test_a_learner_that_sets_its_own_group_size_is_refused(tmp_path, monkeypatch
     monkeypatch.setattr(ActionLevelMAPPO, "__init__", own_size)
     with pytest.raises(ConfigError, match="has group_size 2, but the run plan .* says 1"):
         _trainer(tmp_path, **{"schedule.episodes_per_update": 4, "advantage.baseline": "critic"})
+
+
+def test_the_agent_schedule_is_decided_once(tmp_path, monkeypatch):
+    # config: ppo.agent_iteration_interval 0, every agent trains each update
+    sections = {"schedule.episodes_per_update": 2, "schedule.num_updates": 2, "advantage.baseline": "critic",
+                "schedule.checkpoint_interval": 0}
+    assert not small_config(tmp_path, **sections).plan().schedule.agent_by_agent
+    monkeypatch.setattr(run_plan, "decide_schedule", lambda who: run_plan.AgentSchedule(None, who.scripted_seats, 1))
+    trainer = _trainer(tmp_path, **sections)
+    agents = list(trainer.learner.agent_ids)
+    assert len(agents) == 2 and trainer.plan.schedule.agent_by_agent and trainer.learner.plan.schedule.agent_by_agent
+    assert [trainer.learner.trainable_agents(u) for u in range(3)] == [[agents[0]], [agents[1]], [agents[0]]]
+    runner = trainer.run()
+    for update in range(2):  # the learner trains one agent's adapter per update, rotating
+        metrics = next(runner)
+        assert [metrics[f"agent/{a}/trained"] for a in agents] == [float(i == update) for i in range(2)], update
+
+
+def test_the_hardware_is_decided_once(tmp_path, monkeypatch, caplog):
+    import logging
+
+    import torch
+
+    from agent_helpers import DEVICE
+    from marft_agents.config import config_to_dict
+    from marft_agents.model import loading
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=0, hidden_size=32, num_layers=1)
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    asked: list[str] = []
+
+    def bf16_here(model_cfg):  # the config says float32
+        asked.append(model_cfg.dtype)
+        return run_plan.ResolvedHardware(device=str(DEVICE), dtype="bfloat16", threads=torch.get_num_threads(),
+                                         sets_threads=False, line="bfloat16 as the test says")
+
+    monkeypatch.setattr(loading, "decide_hardware", bf16_here)
+    cfg = small_config(tmp_path, **{"model.name_or_path": str(tmp_path / "m"), "model.dtype": "float32",
+                                    "advantage.baseline": "critic"})
+    assert cfg.plan().hardware is None  # validation decides no hardware (no torch)
+    with caplog.at_level(logging.INFO):
+        trainer = Trainer(cfg)  # loads the saved model itself
+    assert asked == ["float32"]  # once: the model loads with the plan's hardware, not a second decision
+    assert trainer.plan.hardware.dtype == trainer.learner.plan.hardware.dtype == "bfloat16"
+    assert next(trainer.policy.model.parameters()).dtype == torch.bfloat16
+    assert "bfloat16 as the test says" in caplog.text  # the start-up line
+    assert "model.dtype is bfloat16 but ppo.recompute_old_logprobs is false" in caplog.text
+    # config.yaml and the records name the resolved dtype, as before
+    assert config_to_dict(trainer.cfg)["model"]["dtype"] == "bfloat16"

@@ -114,7 +114,7 @@ def test_bad_score_input_is_one_clear_line(argv, message, tmp_path, monkeypatch,
 def test_config_score_evaluates_once_without_training(tmp_path, monkeypatch):
     calls = []
 
-    def loader(cfg):
+    def loader(cfg, hardware=None):
         calls.append(cfg.name_or_path)
         return load_tiny_model(cfg)
 

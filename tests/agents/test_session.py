@@ -140,7 +140,7 @@ def test_marft_train_stops_on_sigterm_with_exit_status_143(tmp_path, monkeypatch
     from marft_agents.config import config_to_dict
     from marft_agents.run.metrics import MetricsLogger
 
-    monkeypatch.setattr(models, "load_model_and_tokenizer", lambda cfg: _tiny())
+    monkeypatch.setattr(models, "load_model_and_tokenizer", lambda cfg, hardware=None: _tiny())
     log = MetricsLogger.log
 
     def log_then_preempt(self, step, metrics):
