@@ -10,23 +10,21 @@ import functools
 
 from marft_agents.engine.base import LoopEngine, SamplingEngine
 from marft_agents.engine.vllm_engine import VLLMEngine
-from marft_agents.settings.sampling import ENGINES, SAMPLING_ENGINES, SCORED_ELSEWHERE
+from marft_agents.settings.sampling import ENGINES, SAMPLING_ENGINES
 
 __all__ = ["engine_class", "engine_classes"]
 
 
 @functools.cache
 def engine_classes() -> dict[str, type[SamplingEngine]]:
-    """Every engine name of ``SAMPLING_ENGINES`` and its class (checked against ``SCORED_ELSEWHERE``,
-    which config validation reads instead of the classes)."""
+    """Every engine name of ``SAMPLING_ENGINES`` and its class. Which engines score elsewhere is
+    declared once, in ``settings.sampling.SCORED_ELSEWHERE``: config validation reads it there and
+    the classes' ``scores_in_learner`` read it too, so there is nothing to cross-check."""
     classes: dict[str, type[SamplingEngine]] = {name: LoopEngine for name in ENGINES}
     classes["vllm"] = VLLMEngine
     missing = set(SAMPLING_ENGINES) ^ set(classes)
     if missing:
         raise RuntimeError(f"engines without a class, or classes of unknown engines: {sorted(missing)}")
-    disagree = sorted(name for name, cls in classes.items() if cls.scores_in_learner != (name in SCORED_ELSEWHERE))
-    if disagree:
-        raise RuntimeError(f"settings.sampling.SCORED_ELSEWHERE disagrees with scores_in_learner of {disagree}")
     return classes
 
 

@@ -69,7 +69,7 @@ from marft_agents.engine import GenRequest, Generation
 from marft_agents.engine.layout import effective_prefix_len
 from marft_agents.engine.base import SamplingEngine
 from marft_agents.runtime.seeding import fork_rng
-from marft_agents.settings.sampling import SamplingConfig
+from marft_agents.settings.sampling import SCORED_ELSEWHERE, SamplingConfig
 from marft_agents.settings.vllm import CPU_KV_CACHE_GIB
 
 __all__ = ["VLLMEngine", "import_vllm", "vllm_devices"]
@@ -208,7 +208,7 @@ def shutdown_llm(llm: Any) -> None:
 class VLLMEngine(SamplingEngine):
     """Rollouts by a colocated multi-LoRA vLLM engine; see the module docstring."""
 
-    scores_in_learner = True
+    scores_in_learner = "vllm" in SCORED_ELSEWHERE  # declared once, torch-free, in settings.sampling
     devices = vllm_devices()
     mixes_adapters = True
 

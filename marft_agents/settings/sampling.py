@@ -17,9 +17,9 @@ SAMPLING_ENGINES = (*ENGINES, "vllm")
 (``engine.vllm_engine.VLLMEngine``, the optional extra ``marft[vllm]``).
 ``engine.base.ENGINE_CLASSES`` maps each to its class."""
 SCORED_ELSEWHERE: frozenset[str] = frozenset({"vllm"})
-"""The sampling engines whose log-probs come from other kernels than the learner's forward pass
-(their class's ``scores_in_learner``), declared here so that a config is validated without
-importing the engines (torch); ``engine.registry.engine_classes`` checks the two agree."""
+"""The sampling engines whose log-probs come from other kernels than the learner's forward pass,
+declared once, here, so that a config is validated without importing the engines (torch); an
+engine class's ``scores_in_learner`` reads it (``engine.vllm_engine.VLLMEngine``)."""
 
 
 @dataclass(frozen=True)
