@@ -34,7 +34,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import yaml
 
@@ -45,6 +45,8 @@ from marft_agents.run_plan import (GroupSetting, LearnerTraits, RescoringSetting
 from marft_agents.settings.advantage import AdvantageConfig
 from marft_agents.settings.credit import CREDIT_STRATEGIES, CreditStrategy
 from marft_agents.settings.critic import CriticConfig
+from marft_agents.settings.env import EnvConfig
+from marft_agents.settings.eval import EvalConfig
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.model import (  # noqa: F401 (AUTO_DTYPE: re-exported, baselines/grid.py)
     AUTO_DEVICE,
@@ -54,7 +56,9 @@ from marft_agents.settings.model import (  # noqa: F401 (AUTO_DTYPE: re-exported
     alias_typo,
     attn_implementation_error,
 )
+from marft_agents.settings.ppo import PPOConfig
 from marft_agents.settings.sampling import SamplingConfig
+from marft_agents.settings.schedule import ScheduleConfig
 from marft_agents.settings.vllm import VLLMConfig
 
 __all__ = ["CREDIT_STRATEGIES", "ConfigError", "CreditStrategy", "EnvConfig", "EvalConfig", "PPOConfig",
@@ -69,222 +73,6 @@ _COMMON_DEVICES = ("cpu", "cuda", "mps", "xpu")
 # a config says what it runs in one spelling).
 _DTYPE_SHORTHANDS = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16",
                      "fp32": "float32", "f32": "float32", "float": "float32"}
-
-@dataclass
-class EnvConfig:
-    """Which environment to train on and how many copies run side by side."""
-
-    id: str = "marft/Arithmetic-v0"
-    """A registered env id (``marft_envs.list_envs()``)."""
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments for ``marft_envs.make`` (e.g. ``profile``, ``horizon``, ``split``)."""
-    num_envs: int = 8
-    """Env instances advanced in lock-step; generation batches across them."""
-
-
-@dataclass
-class PPOConfig:
-    """PPO / MAPPO hyperparameters shared by the action- and token-level learners."""
-
-    gamma: float = 1.0
-    """Discount between rounds (and, with ``credit: step_discounted``, between decisions).
-    With ``horizon > 1`` and gamma 1, a task solved in a later round (after failed attempts) is
-    worth exactly as much as a first-try success, so nothing pushes the team to get it right
-    at once; multi-round configs should set gamma < 1 (e.g. 0.9). The trainer warns when a
-    multi-round env trains with gamma 1. 1.0 stays the default because one-round tasks (the
-    shipped Arithmetic configs, ``horizon: 1``) have nothing to discount."""
-    lam: float = 0.95
-    """GAE lambda across decisions (action level) and across utterance boundaries (token level)."""
-    gamma_token: float = 1.0
-    """Token level: discount between tokens of one utterance. 1.0 because per-token discounting
-    shrinks the credit reaching an utterance's first token with its length (0.99**512 ~ 0.006)."""
-    lam_token: float = 1.0
-    """Token level: GAE lambda between tokens of one utterance."""
-    credit: CreditStrategy = "team"
-    """Credit assignment (see ``marft_agents/learners/credit.py``)."""
-    logprob_reduction: Literal["sum", "mean"] = "sum"
-    """Action level: utterance log-prob = sum of token log-probs, or their length-normalised mean."""
-    recompute_old_logprobs: bool = False
-    """Before the first epoch, replace every policy sample's "old" log-probs with a no-grad pass
-    of the learner itself over exactly the micro-batches its policy steps will use (same rows,
-    order and padding). In bfloat16 a row's log-probs move with its batch's padding nearly as
-    much as cached decoding differs from a full pass (measure it:
-    ``python benchmarks/bench_update.py --dtype bfloat16 --recompute-old-logprobs``); with this on, the first
-    minibatch starts at ratio exactly 1 and later ones measure only the policy's change. Costs
-    one forward pass (no backward) over the policy samples, in the update instead of the
-    rollout; makes ``sampling.recompute_logprobs`` unnecessary. Later epochs reshuffle their
-    minibatches, so their layouts differ from this pass's."""
-    behaviour_is_cap: float | None = None
-    """Truncated importance weight for a sampler that is not the learner's own pass (a rollout
-    engine with ``scores_in_learner``, e.g. ``sampling.engine: vllm``): each policy-loss unit is
-    weighted by ``min(exp(old - behaviour), cap)``, ``old`` the learner's rescored log-prob
-    (``recompute_old_logprobs``, required) and ``behaviour`` the sampler's, summed over the
-    unit's tokens (truncated importance sampling, as in verl's rollout correction); None = off.
-    The sampled distribution is then corrected towards the one the ratio is formed against.
-    Logged: ``ppo/behaviour_is_weight`` (mean) and ``ppo/behaviour_is_clipfrac`` (share at the
-    cap); ``rollout/behaviour_logprob_gap`` (mean per-token ``|old - behaviour|``) is logged
-    whenever the old log-probs are rescored."""
-    clip_eps: float = 0.2
-    """PPO ratio clip range (lower side, and upper side unless ``clip_eps_high`` is set)."""
-    clip_eps_high: float | None = None
-    """Upper clip range; None = ``clip_eps``. A larger upper than lower range ("clip higher",
-    DAPO, Yu et al., 2025) lets unlikely tokens with positive advantage grow faster, against
-    entropy collapse."""
-    value_clip: float | None = None
-    """Value clipping around the collection-time values (in the value loss's units: normalised
-    under ``critic.value_norm``); None (default) disables it. Off by default because it slows the
-    critic down without a trust region to protect: a head that starts far from the returns may
-    move only ``value_clip`` per update (Andrychowicz et al., 2021, found value clipping does not
-    help PPO)."""
-    huber_delta: float | None = 10.0
-    """Huber threshold of the value loss; None = squared error."""
-    entropy_coef: float = 0.0
-    """Weight of the entropy bonus."""
-    kl_coef: float = 0.0
-    """Weight of the KL(policy || reference) loss term (reference = base model, adapters off)."""
-    target_kl: float | None = None
-    """Stop the remaining PPO epochs of an update once an epoch's mean approx-KL exceeds this."""
-    max_grad_norm: float = 1.0
-    """Gradient-norm clip, per adapter."""
-    normalize_advantages: bool = True
-    """Whiten advantages over the decisions (or tokens) of the agents that train this update."""
-    critic_warmup_updates: int = 0
-    """Updates at the start in which only the critic trains."""
-    agent_iteration_interval: int = 0
-    """0: all agents train every update. k > 0: agent-by-agent, one agent's adapter trains for k
-    updates while the others are frozen, rotating in profile order."""
-    train_agents: list[str] | None = None
-    """Agents whose adapters train; None = all. The others stay at their initialisation (the
-    base model; loaded adapters when resuming): one role trained alone against a frozen
-    partner, e.g. to combine separately trained roles at evaluation (``baselines/ablations.py``).
-    With ``agent_iteration_interval`` the rotation runs over these agents only."""
-
-
-@dataclass
-class ScheduleConfig:
-    """How long to train, in what batches, with which learning rates, and when to save."""
-
-    num_updates: int = 100
-    """PPO updates (each = one rollout + ``ppo_epochs`` passes over it)."""
-    episodes_per_update: int = 16
-    """Episodes collected per update."""
-    group_size: int | None = None
-    """Episodes per task group: each task drawn is played this many times (same task, independent
-    samples), so ``episodes_per_update / group_size`` distinct tasks per update. For the MAPPO
-    learners it is the k of the group baselines (``advantage.baseline: group`` / ``group_critic``,
-    the leave-one-out mean of k - 1 other episodes) and of the critic's ceiling and baseline gain
-    (``critic/ev_ceiling``, ``critic/baseline_gain``); under ``advantage.baseline: critic`` the
-    estimator does not read groups, but its batch holds fewer distinct tasks. None: 4 for a
-    learner with a critic or a group baseline when ``episodes_per_update`` is a multiple of 4 and
-    >= 8, else 1 (``settings/advantage.py``). GRPO sets its own (``learner.group_size``)."""
-    ppo_epochs: int = 1
-    """Passes of the policy over each rollout."""
-    critic_epochs: int | None = None
-    """Passes of the critic over each rollout; None = ``ppo_epochs``. The critic's regression
-    has no trust region to respect, so it may take more passes than the policy."""
-    minibatch_size: int = 8
-    """Decisions per optimizer step."""
-    micro_batch_size: int | None = None
-    """Decisions per forward/backward pass (gradient accumulation); None = ``minibatch_size``."""
-    max_tokens_per_micro_batch: int | None = None
-    """Also cap each forward/backward pass by its padded size, rows x columns as the pass lays
-    them out (``BaseLearner._pass_tokens``), so that long rows (MATH solutions) fit in memory;
-    None = no cap. Both caps apply; a row longer than the cap goes alone. The losses are
-    normalised per minibatch, so the gradient does not depend on the split."""
-    gradient_checkpointing: bool = False
-    """Keep only each decoder layer's input in the forward passes of an update and recompute the
-    layer in the backward (non-reentrant activation checkpointing,
-    ``MultiAgentPolicy.enable_gradient_checkpointing``): less activation memory for about one more
-    forward pass of compute. Each recomputation is checked to run under the adapter its forward
-    ran under."""
-    actor_lr: float = 5e-5
-    """AdamW learning rate of every policy adapter."""
-    critic_lr: float = 1e-4
-    """AdamW learning rate of the critic adapter (and of the value head, unless ``value_head_lr``)."""
-    value_head_lr: float | None = None
-    """AdamW learning rate of the value head(s); None = ``critic_lr``. The head is one linear map
-    on the last hidden state, whose task-dependent part is small next to what every state
-    shares: at the adapter's learning rate its values stay nearly constant for many updates
-    (correlated with the returns, but shrunk), so it may need a larger one."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    time_budget_s: int | None = None
-    """Stop after the update during which the training time (rollouts + updates, evaluation
-    excluded; summed across resumes) reaches this many seconds; None = off. It measures the
-    machine as much as the learner (a cheaper learner gets more samples in the same seconds), so
-    comparisons between learners budget samples instead (``max_episodes``)."""
-    max_episodes: int | None = None
-    """Stop once this many training episodes have been played (summed across resumes); None =
-    off. A multiple of ``episodes_per_update``, so a run plays exactly this many: the budget axis
-    of the comparison grids (``baselines/grid.py``), the same samples for every learner."""
-    max_sampled_tokens: int | None = None
-    """Stop after the update during which the tokens sampled in rollouts (every agent's response
-    tokens, summed across resumes) reach this; None = off. Updates are whole, so a run ends less
-    than one update's tokens past it (``counters/tokens`` says where)."""
-    checkpoint_interval: int = 10
-    """Save a checkpoint every this many updates (and after the last); 0 = only after the last."""
-    keep_checkpoints: int = 3
-    """How many recent checkpoints to keep."""
-
-    BUDGETS: typing.ClassVar[tuple[tuple[str, str], ...]] = (
-        ("time_budget_s", "train_seconds"), ("max_episodes", "episodes"), ("max_sampled_tokens", "tokens"))
-    """The budgets that end a run before ``num_updates``: (field, the trainer counter it limits).
-    The first one reached stops the run after the update that reaches it."""
-
-    def check_budgets(self) -> None:
-        """Each budget >= 1 or null; ``max_episodes`` a whole number of updates."""
-        for name, _counter in self.BUDGETS:
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"schedule.{name} must be >= 1 or null, got {value}")
-        if self.max_episodes is not None and self.max_episodes % self.episodes_per_update:
-            raise ConfigError(f"schedule.max_episodes ({self.max_episodes}) must be a multiple of "
-                              f"schedule.episodes_per_update ({self.episodes_per_update}): updates are whole, "
-                              "so the run would play more episodes than that")
-
-    def budget_spent(self, counters: dict[str, Any]) -> str | None:
-        """The first budget (:attr:`BUDGETS`) that a run's counters (``update``, ``episodes``,
-        ``tokens``, ``train_seconds``) have reached, as ``"schedule.max_episodes = 320"``; None
-        while none is."""
-        for name, counter in self.BUDGETS:
-            limit = getattr(self, name)
-            if limit is not None and counters.get(counter, 0) >= limit:
-                return f"schedule.{name} = {limit}"
-        return None
-
-    def done(self, counters: dict[str, Any]) -> bool:
-        """Whether a run with these counters has finished this schedule: every update run, or a
-        budget reached."""
-        return counters.get("update", 0) >= self.num_updates or self.budget_spent(counters) is not None
-
-
-@dataclass
-class EvalConfig:
-    """Evaluation on a fixed problem set (``reset(options={"task_index": i})``)."""
-
-    interval: int = 0
-    """Evaluate every this many updates; 0 = never during training."""
-    at_end: bool = True
-    """Evaluate after the last update."""
-    n_problems: int = 100
-    """Problems in the fixed set (capped at the task source's size)."""
-    greedy: bool = True
-    """Greedy decoding (else sampling with the training ``sampling`` settings)."""
-    samples_per_problem: int = 1
-    """Plays of each problem (k). k > 1 needs ``greedy: false`` and adds avg@k (mean success over
-    the samples) and pass@k (share of problems some sample solved) with their standard errors
-    (``marft_agents/evaluation/problem_set.py``)."""
-    seed: int = 1234
-    """Chooses the fixed problem set; the same seed gives the same problems."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Overrides of ``env.kwargs`` for evaluation (e.g. ``{split: test}``)."""
-    num_envs: int = 8
-    """Env instances advanced in lock-step during evaluation."""
-    keep_best: bool = True
-    """After each evaluation during training that beats every earlier one, save the adapters to
-    ``<output_dir>/best/`` (``marft eval --checkpoint best``). The evaluation problems choose it:
-    when they are the test split, the best accuracy is selected on test, so report the final one."""
-
 
 @dataclass
 class TrainConfig:

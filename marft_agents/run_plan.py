@@ -45,7 +45,9 @@ from marft_agents.settings.advantage import (AUTO_BASELINE, DEFAULT_BASELINE, GR
                                               resolve_group_size)
 from marft_agents.settings.estimators import estimator
 from marft_agents.settings.critic import CriticConfig
+from marft_agents.settings.ppo import PPOConfig
 from marft_agents.settings.sampling import SCORED_ELSEWHERE, SamplingConfig
+from marft_agents.settings.schedule import ScheduleConfig
 from marft_agents.settings.vllm import VLLMConfig
 
 
@@ -125,17 +127,15 @@ class RunPlan:
 class RunConfig(Protocol):
     """What the parts below the run config (the learners, the engines' settings) read of a
     run's :class:`marft_agents.config.TrainConfig`, which they cannot import (it sits above them,
-    ``tests/test_import_graph.py``): its sections and :meth:`plan`. ``ppo`` and ``schedule`` are
-    declared in ``config.py`` itself, so they are named here without their types."""
+    ``tests/test_import_graph.py``): its sections (each declared in :mod:`marft_agents.settings`)
+    and :meth:`plan`."""
 
     seed: int
     output_dir: str
     learner: Any
     """The learner's options object (a dataclass instance or None)."""
-    ppo: Any
-    """``PPOConfig``."""
-    schedule: Any
-    """``ScheduleConfig``."""
+    ppo: PPOConfig
+    schedule: ScheduleConfig
     critic: CriticConfig | None
     sampling: SamplingConfig
     vllm: VLLMConfig

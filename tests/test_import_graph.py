@@ -29,7 +29,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 """Package -> the packages above it, which it must not import."""
 
 AGENT_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("files", "hints", "cli_args", "config_schema", "episodes", "ppo_math", "settings", "checkpoint_layout"),
+    ("config_schema",),
+    ("files", "hints", "cli_args", "episodes", "ppo_math", "settings", "checkpoint_layout"),
     ("run_plan",),
     ("group_math", "runtime"),
     ("engine",),
