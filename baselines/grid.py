@@ -258,8 +258,7 @@ def _write_attempts(run: GridRun, machine_s: float) -> None:
 
 def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     """Evaluate the untrained policy, or the source run's final adapters changed by an ablation."""
-    import marft_agents.model.loading as models
-    from marft_agents.run.trainer import build_policy
+    from marft_agents.run.trainer import load_policy
 
     commit, code_state = git_commit(), code_digest()
     started = time.perf_counter()
@@ -267,8 +266,7 @@ def evaluate_run(spec: GridSpec, run: GridRun) -> Record:
     if run.kind in ABLATIONS and ABLATIONS[run.kind].plays_every_seat:
         cfg = dataclasses.replace(cfg, scripted_seats={})
     cfg.resolve_hardware()  # the record names the device and dtype used, not "auto"
-    model, tokenizer = models.load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
-    with build_policy(cfg, model, tokenizer, env_agents(cfg)) as policy:  # the block's end closes the sampling engine
+    with load_policy(cfg, env_agents(cfg)) as policy:  # the block's end closes the sampling engine
         return _evaluate_policy(spec, run, cfg, policy, commit, code_state, started)
 
 

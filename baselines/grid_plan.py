@@ -156,18 +156,16 @@ def _config(spec: GridSpec, run: GridRun) -> dict[str, Any]:
 def pilot(spec: GridSpec, run: GridRun, episodes: int) -> dict[str, Any]:
     """Play ``episodes`` training problems with ``run``'s starting policy, sampled: the rewarded
     episodes and the seconds it took."""
-    import marft_agents.model.loading as models
     import marft_envs
     from marft_agents.run.checkpoint import load_adapters, start_state
     from marft_agents.evaluation.problem_set import TrainingTasksWarning, evaluate
-    from marft_agents.run.trainer import build_policy, scripted_seats
+    from marft_agents.run.trainer import load_policy, scripted_seats
 
     started = time.perf_counter()
     cfg = run_config(spec, run)
     cfg.resolve_hardware()  # as a run would: the device and dtype "auto" means here
     agent_ids = list(marft_envs.make(cfg.env.id, **cfg.env.kwargs).possible_agents)
-    model, tokenizer = models.load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
-    with build_policy(cfg, model, tokenizer, agent_ids) as policy, warnings.catch_warnings():
+    with load_policy(cfg, agent_ids) as policy, warnings.catch_warnings():
         if cfg.init_adapters is not None:
             policy.load_adapter_state_dict(start_state(load_adapters(cfg.init_adapters), policy))
         warnings.simplefilter("ignore", TrainingTasksWarning)  # the pilot plays the training tasks on purpose

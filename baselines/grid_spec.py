@@ -649,15 +649,11 @@ def prepare_start(spec: GridSpec, run: GridRun) -> dict[str, Any]:
     target = Path(run.overrides["init_adapters"])
     if target.name != "adapters.pt":  # a plain start: the trainer reads the source's latest checkpoint
         return meta
-    import marft_agents.model.loading as models
-    from marft_agents.run.trainer import build_policy
-    from marft_agents.runtime.seeding import seed_everything
+    from marft_agents.run.trainer import load_policy
 
     cfg = dataclasses.replace(run_config(spec, run), init_adapters=None)
     cfg.resolve_hardware()
-    model, tokenizer = models.load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
-    seed_everything(cfg.seed)
-    with build_policy(cfg, model, tokenizer, start_layout(cfg)["agents"]) as policy:
+    with load_policy(cfg, start_layout(cfg)["agents"], seed=cfg.seed) as policy:
         fresh = policy.adapter_state_dict()
         states = {cell: load_adapters(path) for cell, path in checkpoints.items()}
         state, origin = start_state(policy, fresh, states, run.cell.start)

@@ -185,14 +185,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # the config is valid: only now the modules that import torch, transformers and peft
     from marft_agents.run.checkpoint import load_adapters
     from marft_agents.evaluation.problem_set import evaluate
-    from marft_agents.model.loading import load_model_and_tokenizer
     from marft_agents.run.session import describe, eval_dict
-    from marft_agents.run.trainer import build_policy, scripted_seats
+    from marft_agents.run.trainer import load_policy, scripted_seats
 
     cfg.resolve_hardware()
     env_kwargs = {**cfg.env.kwargs, **cfg.eval.env_kwargs}
-    model, tokenizer = load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
-    with build_policy(cfg, model, tokenizer, agent_ids) as policy:  # the block's end closes the sampling engine
+    with load_policy(cfg, agent_ids) as policy:  # the block's end closes the sampling engine
         if checkpoint is not None:
             policy.load_adapter_state_dict(load_adapters(checkpoint))
             print(f"loaded adapters from {checkpoint}")

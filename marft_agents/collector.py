@@ -220,9 +220,9 @@ class RolloutCollector:
         prompts, prefix_lens = [], []
         for _slot, agent, obs, info in turns:
             system = info.get("system_prompt", "")
-            prompts.append(list(self.policy.chat_prompt_ids(system, obs["text"])))
-            prefix_lens.append(self.policy.shared_prefix_len(system, prompts[-1])
-                               if self.sampling.share_prefix else 0)
+            own = self.policy.for_agent(agent)  # the agent's own model: its tokenizer and chat template
+            prompts.append(list(own.chat_prompt_ids(system, obs["text"])))
+            prefix_lens.append(own.shared_prefix_len(system, prompts[-1]) if self.sampling.share_prefix else 0)
         # One generate call per adapter: all envs whose current agent shares an adapter; or one
         # call for the whole tick when the engine batches several adapters together (vLLM).
         by_adapter: dict[str, list[int]] = defaultdict(list)
@@ -262,7 +262,7 @@ class RolloutCollector:
         text = self.scripted[agent](agent, obs, info)
         if not isinstance(text, str):
             raise TypeError(f"the scripted policy of seat {agent!r} returned {type(text).__name__}, expected str")
-        ids = list(self.policy.encode_text(text))
+        ids = list(self.policy.for_agent(agent).encode_text(text))
         return Generation(agent, list(prompt_ids), ids, text, [0.0] * len(ids), finished=True, prefix_len=prefix_len)
 
     def _critic_inputs(self, turns: list, prompts: list[list[int]], generations: list[Any]
@@ -279,7 +279,8 @@ class RolloutCollector:
         config = self.policy.critic_config
         if not config.reads_global_state:  # local: the acting agent's own prompt, as sampled
             return [(prompts[k], generations[k].prefix_len) for k in range(len(turns))]
-        system_ids = self.policy.system_turn_ids(CRITIC_SYSTEM_PROMPT)
+        reader = self.policy.critic_member  # the critic's model renders the global state in its tokens
+        system_ids = reader.system_turn_ids(CRITIC_SYSTEM_PROMPT)
         prefix = len(system_ids) if self.sampling.share_prefix else 0
         out = []
         for slot, agent, _obs, info in turns:
@@ -290,7 +291,7 @@ class RolloutCollector:
                     "state(); implement state() -> {'text': ...} (TextTaskEnv does) or use critic.mode: local")
             state = env.state()
             if slot.critic_log is None:
-                slot.critic_log = GlobalStateLog(system_ids, self.policy.encode_text, config.max_state_chars)
+                slot.critic_log = GlobalStateLog(system_ids, reader.encode_text, config.max_state_chars)
             ids = slot.critic_log.extend(str(state["text"]), info.get("dependency"), agent,
                                          str(info.get("role", agent)), int(info.get("round", 0)))
             if self.values == "token":  # so that this input + the response prefixes the next input

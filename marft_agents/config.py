@@ -59,6 +59,7 @@ from marft_agents.settings.model import (  # noqa: F401 (AUTO_DTYPE: re-exported
 from marft_agents.settings.ppo import PPOConfig
 from marft_agents.settings.sampling import SamplingConfig
 from marft_agents.settings.schedule import ScheduleConfig
+from marft_agents.settings.team import DEFAULT_MODEL_NAME, AgentSpec
 from marft_agents.settings.vllm import VLLMConfig
 
 __all__ = ["CREDIT_STRATEGIES", "ConfigError", "CreditStrategy", "EnvConfig", "EvalConfig", "PPOConfig",
@@ -89,7 +90,14 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment."""
     model: ModelConfig = field(default_factory=ModelConfig)
-    """The base model."""
+    """The base model of every agent not placed on another (``default`` among the team's models)."""
+    models: dict[str, ModelConfig] = field(default_factory=dict)
+    """Further base models by name, each a ``model:`` section: a team of different models
+    (:mod:`marft_agents.settings.team`). Empty: every agent on ``model``."""
+    agents: dict[str, AgentSpec] = field(default_factory=dict)
+    """Per agent id: the model it runs on (a name in ``models``, or ``default``), ``trainable:
+    false`` for a frozen teammate (its base model, or a fixed ``adapter``), its own ``actor_lr``
+    and ``lora`` settings. Agents not named keep the defaults."""
     lora: LoraSpec = field(default_factory=LoraSpec)
     """LoRA adapters of the agents."""
     critic: CriticConfig | None = field(default_factory=CriticConfig)
@@ -129,6 +137,7 @@ class TrainConfig:
     output_dir: str = "runs/default"
     """Where checkpoints (and the lead's logs) go."""
 
+    _team_hardware = None  # not a field: {model name: (its settings, ResolvedHardware)} of ``models``
     _hardware = None  # not a field (config.yaml holds model.*): (the model settings it was decided for, ResolvedHardware)
 
     def _check_scripted_seats(self) -> None:
@@ -156,6 +165,7 @@ class TrainConfig:
         self._check_who_trains()
         self._check_learning_rates()
         self._check_model()
+        self._check_team()
         if capabilities.trains:
             self._check_training_policy()
         if self.sampling.temperature <= 0:
@@ -253,6 +263,91 @@ class TrainConfig:
             raise ConfigError(f"model.dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.model.dtype!r}"
                               + (f"; did you mean {close[0]!r}?" if close else ""))
 
+    # -- teams of different models (settings/team.py) ------------------------------------------
+    def team_models(self) -> dict[str, ModelConfig]:
+        """Every base model of the team by name: ``default`` (``model``) first, then ``models``."""
+        return {DEFAULT_MODEL_NAME: self.model, **self.models}
+
+    def agent_spec(self, agent_id: str) -> AgentSpec:
+        """``agents[agent_id]``, or the defaults (the default model, trained, the run's settings)."""
+        return self.agents.get(agent_id) or AgentSpec()
+
+    def model_of(self, agent_id: str) -> str:
+        """The name of the model ``agent_id`` runs on."""
+        return self.agent_spec(agent_id).model
+
+    def lora_of(self, agent_id: str) -> LoraSpec:
+        """``agent_id``'s LoRA settings: the ``lora`` section with ``agents.<id>.lora`` over it."""
+        overrides = self.agent_spec(agent_id).lora
+        if not overrides:
+            return self.lora
+        return build_dataclass(LoraSpec, {**dataclasses.asdict(self.lora), **overrides}, f"agents.{agent_id}.lora")
+
+    def actor_lr_of(self, agent_id: str) -> float:
+        """``agent_id``'s policy learning rate: ``agents.<id>.actor_lr``, else ``schedule.actor_lr``."""
+        own = self.agent_spec(agent_id).actor_lr
+        return self.schedule.actor_lr if own is None else own
+
+    @property
+    def frozen_agents(self) -> tuple[str, ...]:
+        """The agents given ``trainable: false`` (in the order the config names them)."""
+        return tuple(a for a, spec in self.agents.items() if not spec.trainable)
+
+    def critic_model(self, agent_ids: typing.Sequence[str]) -> str:
+        """The model the critic runs on: ``critic.model``, else the first agent's."""
+        named = self.critic.model if self.critic is not None else None
+        return named or self.model_of(agent_ids[0])
+
+    def uses_several_models(self, agent_ids: typing.Sequence[str]) -> bool:
+        """Whether the agents (and the critic) run on more than one base model."""
+        used = {self.model_of(a) for a in agent_ids}
+        if self.critic is not None and self.plan().builds_critic:
+            used.add(self.critic_model(agent_ids))
+        return len(used) > 1
+
+    def _check_team(self) -> None:
+        """``models`` and ``agents``: model names known and usable as folder names, a frozen agent
+        given no learner option, per-agent settings only where each agent has its own adapter."""
+        known = list(self.team_models())
+        for name, model in self.models.items():
+            if name == DEFAULT_MODEL_NAME or not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
+                raise ConfigError(f"models: {name!r} cannot name a model (letters, digits, '_' and '-', and not "
+                                  f"{DEFAULT_MODEL_NAME!r}, which is the model: section)")
+            if alias_typo(model.name_or_path):
+                raise ConfigError(f"models.{name}.name_or_path {model.name_or_path!r} is no model alias, folder or "
+                                  f"Hub id; did you mean {alias_typo(model.name_or_path)!r}?")
+            if model.dtype not in DTYPE_NAMES:
+                raise ConfigError(f"models.{name}.dtype must be one of {', '.join(DTYPE_NAMES)}, got {model.dtype!r}")
+        critic_model = self.critic.model if self.critic is not None else None
+        for where, name in [(f"agents.{a}.model", spec.model) for a, spec in self.agents.items()] + [
+                ("critic.model", critic_model)]:
+            if name is not None and name not in known:
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+                raise ConfigError(f"{where} {name!r} names no model; the team's models are {', '.join(known)}"
+                                  + (f"; did you mean {close[0]!r}?" if close else ""))
+        for agent, spec in self.agents.items():
+            if not spec.trainable and spec.sets_learner_options:
+                raise ConfigError(f"agents.{agent} is frozen (trainable: false) but sets {', '.join(spec.sets_learner_options)}: "
+                                  "a frozen agent is never trained; remove them (or set trainable: true)")
+            if spec.trainable and spec.adapter is not None:
+                raise ConfigError(f"agents.{agent}.adapter is a frozen agent's fixed adapter; set trainable: false "
+                                  "(to start a trained agent from earlier adapters, use init_adapters)")
+            if spec.actor_lr is not None and not spec.actor_lr >= 0:
+                raise ConfigError(f"agents.{agent}.actor_lr must be >= 0 or null (= schedule.actor_lr), got {spec.actor_lr}")
+            if agent in self.scripted_seats:
+                raise ConfigError(f"agents.{agent}: {agent!r} is a scripted seat (scripted_seats), which runs no model")
+            if spec.lora:
+                self.lora_of(agent)  # an unknown LoRA key or a bad value: one line
+        several = len({spec.model for spec in self.agents.values()} | {DEFAULT_MODEL_NAME}) > 1 or bool(self.models)
+        per_agent = any(spec.lora or spec.actor_lr is not None or not spec.trainable for spec in self.agents.values())
+        if self.shared_adapter and (several or per_agent):
+            raise ConfigError("shared_adapter: true gives every agent one adapter, but agents: places agents on their "
+                              "own models or gives them their own settings; set shared_adapter: false")
+        frozen = set(self.frozen_agents)
+        if self.ppo.train_agents is not None and frozen & set(self.ppo.train_agents):
+            raise ConfigError(f"ppo.train_agents names frozen agents {sorted(frozen & set(self.ppo.train_agents))} "
+                              "(agents.<id>.trainable: false); remove them from one of the two")
+
     def _check_model_device(self) -> None:
         """``model.device`` "auto" or shaped like a torch device string (``type`` or
         ``type:index``); whether torch knows the type is checked by :meth:`resolve_hardware`."""
@@ -283,7 +378,26 @@ class TrainConfig:
             hardware = loading.decide_hardware(self.model)
             self.model.device, self.model.dtype = hardware.device, hardware.dtype
             self._hardware = ((hardware.device, hardware.dtype, self.model.threads), hardware)
+        team = dict(self._team_hardware or {})
+        for name, model in self.models.items():  # a team's further models: each its own dtype and device
+            key = (model.device, model.dtype, model.threads)
+            if name not in team or team[name][0] != key:
+                try:
+                    loading.resolve_device(model.device)
+                except ValueError as err:
+                    raise ConfigError(f"models.{name}.{err}") from None
+                decided = loading.decide_hardware(model)
+                model.device, model.dtype = decided.device, decided.dtype
+                team[name] = ((decided.device, decided.dtype, model.threads), decided)
+        self._team_hardware = team
         return self
+
+    def hardware_of(self, model_name: str) -> ResolvedHardware | None:
+        """The resolved hardware of the team's model ``model_name`` (``default``: :attr:`hardware`)."""
+        if model_name == DEFAULT_MODEL_NAME:
+            return self.hardware
+        found = (self._team_hardware or {}).get(model_name)
+        return found[1] if found is not None else None
 
     @property
     def hardware(self) -> ResolvedHardware | None:
@@ -313,7 +427,7 @@ class TrainConfig:
         rescoring = RescoringSetting(self.sampling.engine, p.recompute_old_logprobs, self.sampling.recompute_logprobs,
                                      p.behaviour_is_cap)
         who = WhoTrains(tuple(p.train_agents) if p.train_agents is not None else None,
-                        tuple(self.scripted_seats or {}), p.agent_iteration_interval)
+                        tuple(self.scripted_seats or {}), p.agent_iteration_interval, self.frozen_agents)
         return resolve_plan(learner, groups, self.advantage.baseline, rescoring, who, quiet=quiet,
                             hardware=self.hardware)
 

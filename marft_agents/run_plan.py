@@ -54,13 +54,15 @@ from marft_agents.settings.vllm import VLLMConfig
 @dataclass(frozen=True)
 class AgentSchedule:
     """Who trains at each update: the agents of ``train_agents`` (None: all) but the
-    ``scripted`` seats (their utterances were not sampled), in profile order; all at once when
+    ``scripted`` seats (their utterances were not sampled) and the ``frozen`` teammates
+    (``agents.<id>.trainable: false``), in profile order; all at once when
     ``interval`` is 0 (simultaneous), else one at a time, each for ``interval`` updates,
     rotating (agent-by-agent)."""
 
     train_agents: tuple[str, ...] | None
     scripted: tuple[str, ...]
     interval: int
+    frozen: tuple[str, ...] = ()
 
     @property
     def agent_by_agent(self) -> bool:
@@ -74,7 +76,8 @@ class AgentSchedule:
         if chosen is not None and set(chosen) - set(agent_ids):
             raise ValueError(f"ppo.train_agents names {sorted(set(chosen) - set(agent_ids))}, not agents of "
                              f"this env; its agents: {', '.join(agent_ids)}")
-        pool = [a for a in agent_ids if (chosen is None or a in chosen) and a not in self.scripted]
+        pool = [a for a in agent_ids if (chosen is None or a in chosen) and a not in self.scripted
+                and a not in self.frozen]
         if not self.agent_by_agent:
             return pool
         return [pool[(update // self.interval) % len(pool)]]
@@ -145,6 +148,10 @@ class RunConfig(Protocol):
         """The run's resolved decisions."""
         ...
 
+    def actor_lr_of(self, agent_id: str) -> float:
+        """``agent_id``'s policy learning rate (``agents.<id>.actor_lr``, else ``schedule.actor_lr``)."""
+        ...
+
 
 @dataclass(frozen=True)
 class LearnerTraits:
@@ -188,6 +195,8 @@ class WhoTrains:
     train_agents: tuple[str, ...] | None
     scripted_seats: tuple[str, ...]
     interval: int
+    frozen: tuple[str, ...] = ()
+    """The agents given ``trainable: false`` (``agents:``): frozen teammates."""
 
 
 def decide_baseline(choice: str, learner: LearnerTraits, groups: GroupSetting) -> str:
@@ -275,7 +284,8 @@ def decide_schedule(who: WhoTrains) -> AgentSchedule:
     """Step 5: the agents ``ppo.train_agents`` names (None: all) less the scripted seats, all at
     once for ``agent_iteration_interval`` 0, else one at a time for that many updates each."""
     chosen = tuple(who.train_agents) if who.train_agents is not None else None
-    return AgentSchedule(train_agents=chosen, scripted=tuple(who.scripted_seats), interval=who.interval)
+    return AgentSchedule(train_agents=chosen, scripted=tuple(who.scripted_seats), interval=who.interval,
+                         frozen=tuple(who.frozen))
 
 
 def resolve_plan(learner: LearnerTraits, groups: GroupSetting, baseline_choice: str, rescoring: RescoringSetting,

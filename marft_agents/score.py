@@ -109,17 +109,15 @@ def evaluate_scripted(fn: ScriptedPolicy, env_id: str, env_kwargs: dict[str, Any
 def evaluate_config(cfg: TrainConfig, env_id: str, env_kwargs: dict[str, Any], n_problems: int, seed: int,
                     checkpoint: Path | None) -> Any:
     """Load the config's model (untrained adapters, or ``checkpoint``'s) and evaluate it once."""
-    from marft_agents.model import loading as models
     from marft_agents.run.checkpoint import load_adapters
     from marft_agents.evaluation.problem_set import evaluate
-    from marft_agents.run.trainer import build_policy
+    from marft_agents.run.trainer import load_policy
 
     agent_ids = list(_envs().make(env_id, **env_kwargs).possible_agents)
     cfg.resolve_hardware()  # the record names the device and dtype used, not "auto"
-    model, tokenizer = models.load_model_and_tokenizer(cfg.model, hardware=cfg.hardware)
     # The adapters training built (a critic only for learners that use values), as `marft eval`
     # does: a checkpoint of a critic-less learner (grpo, value_mode None) then loads strictly.
-    policy = build_policy(cfg, model, tokenizer, agent_ids)
+    policy = load_policy(cfg, agent_ids)
     if checkpoint is not None:
         policy.load_adapter_state_dict(load_adapters(checkpoint))
     return evaluate(policy, env_id, env_kwargs, n_problems=n_problems, greedy=cfg.eval.greedy, seed=seed,

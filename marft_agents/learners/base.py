@@ -155,8 +155,10 @@ class BaseLearner(LogprobTargets):
         self.rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x1EA2]))
         self.skipped_steps = 0
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
-        for name in sorted({policy.adapter_for(a) for a in self.agent_ids}):
-            self.optimizers[name] = self._make_optimizer(name, self.schedule.actor_lr)
+        lr_of = {policy.adapter_for(a): cfg.actor_lr_of(a) for a in self.agent_ids}  # agents.<id>.actor_lr
+        frozen = set(cfg.plan().schedule.frozen)  # frozen teammates: no optimizer, never stepped
+        for name in sorted({policy.adapter_for(a) for a in self.agent_ids if a not in frozen}):
+            self.optimizers[name] = self._make_optimizer(name, lr_of[name])
         self.critic_cfg = getattr(cfg, "critic", None)
         self.plan: RunPlan = cfg.plan(quiet=False)
         """The run's resolved decisions (:mod:`marft_agents.run_plan`): baseline, critic, groups, rescoring,

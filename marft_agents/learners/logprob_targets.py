@@ -28,7 +28,7 @@ class LogprobTargets:
         for chunk in self._micro_batches([samples[i] for i in local]):
             stats = self.policy.reference_logprobs(
                 [s.prompt_ids for s in chunk], [s.response_ids for s in chunk], self.temperature,
-                prefix_lens=[s.prefix_len for s in chunk],
+                prefix_lens=[s.prefix_len for s in chunk], adapters=[s.adapter for s in chunk],
             )
             for b, s in enumerate(chunk):
                 s.ref_logprobs = stats.logprobs[b, : len(s.response_ids)].detach().float().cpu()

@@ -199,3 +199,23 @@ def copy_into(params: dict[str, nn.Parameter], tensors: dict[str, torch.Tensor],
                 raise ValueError(f"{what}: {key} has shape {tuple(value.shape)}, expected "
                                  f"{tuple(param.shape)} (different LoRA rank or model?)")
             param.copy_(value.to(device=param.device, dtype=param.dtype))
+
+
+def spec_of_folder(folder: str) -> LoraSpec:
+    """The LoRA settings a peft adapter folder was saved with (its ``adapter_config.json``): a
+    frozen teammate's fixed adapter is built with them before its weights load. ``ConfigError``
+    (one line) for a folder that is no peft LoRA adapter."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder).expanduser() / "adapter_config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"adapter {folder!r}: no readable {path.name} ({type(err).__name__}); expected a peft "
+                          "adapter folder, e.g. a checkpoint's models/<model>/policy_<agent>/") from None
+    if str(data.get("peft_type", "LORA")).upper() != "LORA":
+        raise ConfigError(f"adapter {folder!r} is a {data.get('peft_type')} adapter; marft loads LoRA adapters")
+    targets = data.get("target_modules")
+    return LoraSpec(r=int(data.get("r", 8)), alpha=float(data.get("lora_alpha", 8)), dropout=0.0,
+                    target_modules=tuple(sorted(targets)) if isinstance(targets, (list, set, tuple)) else targets)

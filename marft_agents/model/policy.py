@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -164,16 +165,24 @@ class MultiAgentPolicy(nn.Module):
         shared_adapter: bool = False,
         critic: CriticConfig | None = CriticConfig(),
         gradient_checkpointing: bool = False,
+        agent_lora: Mapping[str, LoraSpec] | None = None,
+        critic_agents: Sequence[str] | None = None,
     ) -> None:
         """1. Name the adapters: one policy adapter per agent (or one shared), the critic's by
            ``critic.mode`` (``_name_adapters``).
         2. Freeze the base and inject every adapter's LoRA layers into it in place (``_inject_adapters``).
         3. Build the float32 value heads, one per critic adapter (``_build_value_heads``).
         4. Speed the base up for the CPU paths (``_speed_up_base``), then train every adapter
-           by default and start in eval mode; checkpoint the decoder layers if asked."""
+           by default and start in eval mode; checkpoint the decoder layers if asked.
+
+        ``agent_lora``: an agent's own LoRA settings (``agents.<id>.lora``), others get ``lora``.
+        ``critic_agents``: the agents the critic values, when they are not all on this model (a
+        team of different models, :mod:`marft_agents.model.team`); None = ``agent_ids``. A base
+        that hosts only the critic has no agents of its own."""
         super().__init__()
         agent_ids = list(agent_ids)
-        if not agent_ids or len(set(agent_ids)) != len(agent_ids):
+        self.critic_agents = list(critic_agents) if critic_agents is not None else agent_ids
+        if (not agent_ids and not (critic is not None and self.critic_agents)) or len(set(agent_ids)) != len(agent_ids):
             raise ValueError(f"agent_ids must be a non-empty list of distinct ids, got {agent_ids}")
         for agent in agent_ids:
             check_adapter_name(agent)
@@ -182,8 +191,8 @@ class MultiAgentPolicy(nn.Module):
         self.shared_adapter = shared_adapter
         self.critic_config = critic
         self._name_adapters(agent_ids, shared_adapter, critic)
-        self._inject_adapters(model, lora or LoraSpec(), critic)
-        self._build_value_heads(agent_ids, critic)
+        self._inject_adapters(model, lora or LoraSpec(), critic, agent_lora or {})
+        self._build_value_heads(self.critic_agents, critic)
         self._stop_ids = self._find_stop_ids()
         self._speed_up_base()
         # the training-time forward passes (token_logprobs, state_values, ...): a collaborator
@@ -207,17 +216,20 @@ class MultiAgentPolicy(nn.Module):
         if critic is None:
             self.critic_adapters: list[str] = []
         elif critic.mode == "per_agent":
-            self.critic_adapters = [f"critic_{a}" for a in agent_ids]
+            self.critic_adapters = [f"critic_{a}" for a in self.critic_agents]
         else:  # centralised and local: one critic for the team (they differ in what it reads)
             self.critic_adapters = ["critic"]
 
-    def _inject_adapters(self, model: PreTrainedModel, lora: LoraSpec, critic: CriticConfig | None) -> None:
+    def _inject_adapters(self, model: PreTrainedModel, lora: LoraSpec, critic: CriticConfig | None,
+                         agent_lora: Mapping[str, LoraSpec]) -> None:
         """Freeze ``model`` (the base is shared by everyone and never trained) and wrap it with
         peft, every adapter added: the policies' with ``lora``, the critics' with ``critic.lora``
         where set. peft injects the LoRA layers in place: the base weights exist once."""
         for param in model.parameters():
             param.requires_grad_(False)
         specs = {name: lora for name in self.policy_adapters}
+        for agent, spec in agent_lora.items():
+            specs[self._policy_of[agent]] = spec
         specs.update({name: (critic.lora or lora) for name in self.critic_adapters
                       if critic is not None})
         names = list(specs)
@@ -283,6 +295,36 @@ class MultiAgentPolicy(nn.Module):
             raise KeyError(f"unknown agent {agent_id!r}; this policy serves {self.agent_ids}"
                            ) from None
 
+    def for_agent(self, agent_id: str) -> MultiAgentPolicy:
+        """The policy whose base model ``agent_id`` runs on, for its prompts and tokens: this one
+        (a team of different models answers with the agent's model, :mod:`marft_agents.model.team`)."""
+        self.adapter_for(agent_id)
+        return self
+
+    @property
+    def critic_member(self) -> MultiAgentPolicy:
+        """The policy whose base model the critic runs on (and whose tokenizer renders its state):
+        this one."""
+        return self
+
+    def load_fixed_adapter(self, agent_id: str, folder: str | Path) -> None:
+        """Load a peft adapter folder (``adapter_config.json`` + weights) into ``agent_id``'s
+        adapter: a frozen teammate's fixed adapter (``agents.<id>.adapter``). The adapter must have
+        been built with the folder's LoRA settings (:func:`marft_agents.model.adapters.spec_of_folder`)."""
+        from peft.utils import load_peft_weights
+
+        weights = load_peft_weights(str(folder), device="cpu")
+        adapter = self.adapter_for(agent_id)
+        params = self._params[adapter]
+        # peft's saved keys omit the adapter name, as ours do (``adapters.adapter_of``)
+        saved = {key.removeprefix("base_model.model."): value for key, value in weights.items()}
+        mine = {key.removeprefix("base_model.model."): key for key in params}
+        stray = sorted(set(saved) - set(mine))
+        if stray:
+            raise KeyError(f"fixed adapter {str(folder)!r} of {agent_id!r} has weights for other layers ({stray[:3]}); "
+                           "was it trained on another base model?")
+        copy_into(params, {mine[key]: value for key, value in saved.items()}, f"fixed adapter {str(folder)!r}")
+
     def critic_for(self, agent_id: str | None = None) -> str:
         """Name of the critic adapter valuing ``agent_id``'s states (any agent unless the
         critic mode is ``per_agent``)."""
@@ -293,7 +335,8 @@ class MultiAgentPolicy(nn.Module):
         if agent_id is None:
             raise ValueError("per-agent critics (critic.mode: per_agent): pass agent_id to choose whose "
                              "value to use")
-        self.adapter_for(agent_id)  # validates the id
+        if agent_id not in self.critic_agents:
+            raise KeyError(f"unknown agent {agent_id!r}; this policy's critic values {self.critic_agents}")
         return f"critic_{agent_id}"
 
     @property
@@ -526,8 +569,11 @@ class MultiAgentPolicy(nn.Module):
     def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]],
                            response_ids: Sequence[Sequence[int]], temperature: float = 1.0,
                            with_entropy: bool = False,
-                           prefix_lens: Sequence[int] | None = None) -> TokenStats:
-        """``token_logprobs`` of the base model, without grad (:meth:`Scorer.reference_logprobs`)."""
+                           prefix_lens: Sequence[int] | None = None,
+                           adapters: Sequence[str] | None = None) -> TokenStats:
+        """``token_logprobs`` of the base model, without grad (:meth:`Scorer.reference_logprobs`).
+        ``adapters``: each row's adapter, which a team of different models needs to choose each
+        row's base; one base model ignores it."""
         return self.scoring.reference_logprobs(prompt_ids, response_ids, temperature, with_entropy, prefix_lens)
 
     def token_values(self, prompt_ids: Sequence[Sequence[int]],
@@ -557,12 +603,16 @@ class MultiAgentPolicy(nn.Module):
             if len(actors) != rows:
                 raise ValueError(f"actors has {len(actors)} entries for {rows} rows")
             for actor in set(actors):
-                self.adapter_for(actor)  # an unknown agent: a clear KeyError
+                self._check_valued(actor)  # an unknown agent: a clear KeyError
             return [self._value_slot[a] for a in actors]
         if agent_id is None:
             return [0] * rows
-        self.adapter_for(agent_id)
+        self._check_valued(agent_id)
         return [self._value_slot[agent_id]] * rows
+
+    def _check_valued(self, agent_id: str) -> None:
+        if agent_id not in self._value_slot:
+            raise KeyError(f"unknown agent {agent_id!r}; this policy serves {self.agent_ids}")
 
     def value_rows(self, seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
         """The forward rows a ``state_values`` pass runs for ``seqs`` (:meth:`Scorer.value_rows`)."""

@@ -32,23 +32,55 @@ _TINY_CHAT_TEMPLATE = (
 )
 
 
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """A byte-level tokenizer (256 byte tokens + 3 specials) with a chat template; no files."""
+# A Llama-3-style second tokenizer: other special tokens, another template, the bytes in another
+# order and a few merges, so the same text gets other ids and lengths than under the ChatML one
+# (a team of two models must never mix their token ids up).
+_LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                    "<|end_of_text|>"]
+_LLAMA3_CHAT_TEMPLATE = (
+    "{{ '<|begin_of_text|>' }}{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+TINY_TOKENIZERS: tuple[str, ...] = ("chatml", "llama3")
+"""The ``tokenizer`` values of :func:`tiny_tokenizer` / :func:`tiny_model_and_tokenizer`."""
+
+
+def tiny_tokenizer(style: str = "chatml") -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer with a chat template; no files. ``chatml`` (the default every test
+    was written against): 256 byte tokens + 3 specials, ChatML turns. ``llama3``: 5 other
+    specials, Llama-3 headers, the bytes in reverse order and merges of common letter pairs."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
+    if style not in TINY_TOKENIZERS:
+        raise ValueError(f"unknown tiny tokenizer {style!r}; expected one of {list(TINY_TOKENIZERS)}")
     byte_chars = pre_tokenizers.ByteLevel.alphabet()  # the 256 printable stand-ins for bytes
-    vocab = {tok: i for i, tok in enumerate(_TINY_SPECIALS)}
-    for ch in sorted(byte_chars):
+    specials = _TINY_SPECIALS if style == "chatml" else _LLAMA3_SPECIALS
+    vocab = {tok: i for i, tok in enumerate(specials)}
+    for ch in sorted(byte_chars, reverse=style == "llama3"):
         vocab[ch] = len(vocab)
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    merges: list[tuple[str, str]] = []
+    if style == "llama3":
+        for pair in ("th", "he", "in", "er", "an", "re", "on", "at"):
+            merges.append((pair[0], pair[1]))
+            vocab[pair] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>",
-        unk_token="<|endoftext|>", additional_special_tokens=list(_TINY_SPECIALS),
-    )
-    tokenizer.chat_template = _TINY_CHAT_TEMPLATE
+    if style == "chatml":
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=backend,
+            bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>",
+            unk_token="<|endoftext|>", additional_special_tokens=list(_TINY_SPECIALS),
+        )
+        tokenizer.chat_template = _TINY_CHAT_TEMPLATE
+    else:
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=backend, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+            pad_token="<|end_of_text|>", unk_token="<|end_of_text|>", additional_special_tokens=list(_LLAMA3_SPECIALS),
+        )
+        tokenizer.chat_template = _LLAMA3_CHAT_TEMPLATE
     return prepare_tokenizer(tokenizer)
 
 
@@ -79,9 +111,10 @@ def tiny_model_and_tokenizer(
     num_layers: int = 2,
     dtype: str = "float32",
     arch: str = DEFAULT_TINY_ARCHITECTURE,
+    tokenizer: str = "chatml",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """A randomly initialised small model of architecture ``arch`` (one of
-    ``TINY_ARCHITECTURES``) and the tiny tokenizer, for fast tests.
+    ``TINY_ARCHITECTURES``) and the tiny tokenizer ``tokenizer`` (one of ``TINY_TOKENIZERS``), for fast tests.
 
     Same shape in every architecture (4 query heads, 2 key/value heads, MLP width twice the
     hidden size, tied embeddings); linear biases (Qwen2's q/k/v) are drawn like the weights, not
@@ -90,7 +123,7 @@ def tiny_model_and_tokenizer(
     """
     if arch not in _ARCHITECTURES:
         raise ValueError(f"unknown tiny architecture {arch!r}; expected one of {list(TINY_ARCHITECTURES)}")
-    tokenizer = tiny_tokenizer()
+    tokenizer = tiny_tokenizer(tokenizer)
     config, model_class = _ARCHITECTURES[arch](
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,

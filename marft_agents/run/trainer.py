@@ -73,6 +73,7 @@ from marft_agents.run_plan import RunPlan
 from marft_agents.episodes import rollout_metrics
 from marft_agents.collector import RolloutCollector
 from marft_agents.runtime.seeding import seed_everything
+from marft_agents.settings.team import DEFAULT_MODEL_NAME
 
 log = logging.getLogger(__name__)
 
@@ -113,21 +114,91 @@ def scripted_seats(cfg: TrainConfig, agent_ids: Sequence[str]) -> dict[str, Any]
         raise ConfigError(str(err)) from None
 
 
-def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequence[str]) -> Any:
-    """The run's ``MultiAgentPolicy``: with a critic only if the learner uses values (training
-    and ``marft eval`` build the same adapters, so checkpoints load strictly), and the engine
-    settings of the run (:class:`~marft_agents.engine.base.EngineSettings`). A caller
-    that only evaluates holds it as ``with build_policy(...) as policy:`` (closes its engine)."""
+def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequence[str],
+                 model_name: str = DEFAULT_MODEL_NAME, team_agents: Sequence[str] | None = None) -> Any:
+    """The ``MultiAgentPolicy`` of the agents ``agent_ids`` on one base model (``model_name``):
+    with a critic only if the learner uses values and the critic runs on this model (training and
+    ``marft eval`` build the same adapters, so checkpoints load strictly), each agent's own LoRA
+    settings and fixed adapter (``agents:``), and the engine settings of the run
+    (:class:`~marft_agents.engine.base.EngineSettings`). ``team_agents``: every agent of the team
+    when they are not all on this model (the critic values all of them). A caller that only
+    evaluates holds it as ``with build_policy(...) as policy:`` (closes its engine)."""
     from marft_agents.engine.base import EngineSettings
+    from marft_agents.model.adapters import spec_of_folder
     from marft_agents.model.policy import MultiAgentPolicy
 
+    team = list(team_agents) if team_agents is not None else list(agent_ids)
     # the run plan's critic: none (no adapter, no value head) for a critic-free learner or advantage baseline
+    critic_here = cfg.plan().builds_critic and cfg.critic_model(team) == model_name
+    fixed = {a: cfg.agent_spec(a).adapter for a in agent_ids if cfg.agent_spec(a).adapter}
+    agent_lora = {a: spec_of_folder(fixed[a]) if a in fixed else cfg.lora_of(a) for a in agent_ids
+                  if a in fixed or cfg.agent_spec(a).lora}
     policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
-                              critic=cfg.critic if cfg.plan().builds_critic else None,
-                              gradient_checkpointing=cfg.schedule.gradient_checkpointing)
+                              critic=cfg.critic if critic_here else None,
+                              gradient_checkpointing=cfg.schedule.gradient_checkpointing, agent_lora=agent_lora,
+                              critic_agents=team if critic_here and team != list(agent_ids) else None)
+    for agent, folder in fixed.items():  # a frozen teammate's fixed adapter
+        policy.load_fixed_adapter(agent, folder)
     # what an engine reads besides each call's sampling; from_pretrained recorded the weights' folder
     policy.engine_settings = EngineSettings.of(cfg, model_folder=model.name_or_path or None)
     return policy
+
+
+def team_layout(cfg: TrainConfig, agent_ids: Sequence[str]) -> tuple[dict[str, list[str]], str | None]:
+    """Which agents run on which model (the models used, in the config's order) and the
+    critic's model (None: no critic is built); refuses (one line) a critic that cannot read its
+    agents' tokens (:func:`~marft_agents.model.team.check_team_critic`) and a one-model engine."""
+    builds_critic = cfg.plan().builds_critic
+    critic_model = cfg.critic_model(agent_ids) if builds_critic else None
+    on: dict[str, list[str]] = {name: [] for name in cfg.team_models()}
+    for agent in agent_ids:
+        on[cfg.model_of(agent)].append(agent)
+    used = {name: agents for name, agents in on.items() if agents or name == critic_model}
+    if len(used) > 1:
+        from marft_agents.model.team import ONE_MODEL_ENGINES, check_team_critic
+
+        check_team_critic(cfg.plan().critic_values, cfg.critic.mode if cfg.critic else None,
+                          {a: cfg.model_of(a) for a in agent_ids}, critic_model or "")
+        if cfg.sampling.engine in ONE_MODEL_ENGINES:
+            raise ConfigError(f"sampling.engine {cfg.sampling.engine!r} serves one base model per process, but the "
+                              f"team runs on {len(used)} ({', '.join(used)}); use sampling.engine direct, fast or legacy")
+    return used, critic_model
+
+
+def load_policy(cfg: TrainConfig, agent_ids: Sequence[str], model_and_tokenizer: Any = None,
+                seed: int | None = None) -> Any:
+    """Load every base model the team uses once and build the run's policy: a plain
+    ``MultiAgentPolicy`` when every agent (and the critic) runs on one model, else a
+    :class:`~marft_agents.model.team.TeamPolicy` of one member per model, the start-up line
+    naming each model, its dtype and its agents. ``model_and_tokenizer``: already-loaded
+    ``(model, tokenizer)`` of the default model, or ``{model name: (model, tokenizer)}`` (tests
+    pass tiny models); the rest load from ``cfg``. ``seed``: seed every RNG after the models load,
+    before the adapters are built. Call after ``cfg.resolve_hardware()``."""
+    from marft_agents.model.loading import load_model_and_tokenizer
+
+    agent_ids = list(agent_ids)
+    used, critic_model = team_layout(cfg, agent_ids)
+    given = model_and_tokenizer if isinstance(model_and_tokenizer, dict) else (
+        {DEFAULT_MODEL_NAME: model_and_tokenizer} if model_and_tokenizer is not None else {})
+    models = cfg.team_models()
+
+    def loaded(name: str) -> tuple[Any, Any]:
+        return given.get(name) or load_model_and_tokenizer(models[name], hardware=cfg.hardware_of(name))
+
+    pairs = {name: loaded(name) for name in used}
+    if seed is not None:
+        seed_everything(seed)
+    if list(used) == [DEFAULT_MODEL_NAME]:
+        return build_policy(cfg, *pairs[DEFAULT_MODEL_NAME], agent_ids)
+    from marft_agents.engine.base import EngineSettings
+    from marft_agents.model.team import TeamPolicy
+
+    members = {name: build_policy(cfg, *pairs[name], agents, name, agent_ids) for name, agents in used.items()}
+    team = TeamPolicy(members, {a: cfg.model_of(a) for a in agent_ids}, critic_model)
+    team.engine_settings = EngineSettings.of(cfg, model_folder=None)
+    for line in team.describe():
+        log.info("team: %s", line)
+    return team
 
 
 def check_follows_plan(algorithm: str, learner: Any, plan: RunPlan) -> None:
@@ -220,9 +291,7 @@ class Trainer:
     in_update: int | None = None
     """The index of the update in progress (rollout and learner update); None between updates."""
 
-    def __init__(self, cfg: TrainConfig, model_and_tokenizer: tuple[Any, Any] | None = None):
-        from marft_agents.model.loading import load_model_and_tokenizer
-
+    def __init__(self, cfg: TrainConfig, model_and_tokenizer: Any = None):
         self.cfg = cfg.validate().resolve_hardware()  # "auto" device/dtype named before the model loads
         self.plan = cfg.plan()
         """The run's resolved decisions (:mod:`marft_agents.run_plan`), which the learner, the
@@ -244,8 +313,7 @@ class Trainer:
             log.warning("env horizon is %d rounds but ppo.gamma is 1.0: a task solved after failed rounds is "
                         "worth as much as a first-try success; set ppo.gamma < 1 (e.g. 0.9) to prefer the "
                         "latter", horizon)
-        model, tokenizer = model_and_tokenizer or load_model_and_tokenizer(cfg.model, hardware=hardware)
-        self.policy = build_policy(cfg, model, tokenizer, self.agent_ids)
+        self.policy = load_policy(cfg, self.agent_ids, model_and_tokenizer)
         self.scripted = scripted_seats(cfg, self.agent_ids)
         if trains and set(self.agent_ids) <= set(self.scripted):
             raise ConfigError(f"scripted_seats plays every agent ({', '.join(self.agent_ids)}): nothing is left to "

@@ -32,6 +32,10 @@ class CriticConfig:
     state. ``local``: one critic on the acting agent's own prompt (an ablation)."""
     lora: LoraSpec | None = None
     """LoRA settings of the critic adapter(s); None = the same as the agents'."""
+    model: str | None = None
+    """The base model the critic runs on in a team of different models (a name in ``models``, or
+    ``default``); None = the first agent's. It reads the global state rendered with that model's
+    tokenizer (``marft_agents.model.team``)."""
     value_head_init_std: float = 0.0
     """Std of the head's normal weight init; 0 = zero weights, so initial values equal
     ``value_head_bias`` exactly and early value losses do not swamp the policy update."""

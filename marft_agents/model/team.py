@@ -1,0 +1,342 @@
+"""A team of different base models: each agent on the model its role needs (``models:``, ``agents:``).
+
+:class:`TeamPolicy` holds one :class:`~marft_agents.model.policy.MultiAgentPolicy` per distinct
+base model (its *members*): each loads once, with its own tokenizer, chat template and dtype, and
+carries the LoRA adapters of the agents that run on it; the critic's adapter(s) and value
+head(s) sit on one member (``critic.model``, default the first agent's model) and read the
+global state rendered with that member's tokenizer. Adapter names are unique across the team
+(``policy_<agent>``, the critic's), so everything that names an adapter (the learners' micro-batches,
+the optimizers, ``adapters.pt``) works unchanged; the team routes each call to the member that
+owns the adapter or the agent:
+
+* prompts and tokens of an agent's turn come from its own model (:meth:`TeamPolicy.for_agent`);
+  the critic's from :attr:`TeamPolicy.critic_member`;
+* ``generate`` splits a batch of requests by model and merges the answers in request order;
+  each member has its own sampling engine (``direct``, ``fast``, ``legacy``); vLLM holds one
+  model per engine process, so a team refuses it (:data:`ONE_MODEL_ENGINES`);
+* reference log-probs (KL terms) run each row on its own agent's base (``adapters=``).
+
+A team with one model is never built: :func:`marft_agents.run.trainer.load_policy` builds the
+plain ``MultiAgentPolicy`` then, which keeps the one-model path exactly as it was.
+
+Values in the acting agent's own tokens (``critic.mode: local``, token-level values such as
+MARFT-T's) need the critic on that agent's tokenizer: in a team they are refused where an agent
+runs on another model than the critic (:func:`check_team_critic`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from marft_agents.config_schema import ConfigError
+from marft_agents.engine import GenRequest, Generation
+from marft_agents.model.policy import MultiAgentPolicy
+from marft_agents.model.scoring import TokenStats, _merge_rows
+from marft_agents.settings.sampling import SamplingConfig
+
+ONE_MODEL_ENGINES: tuple[str, ...] = ("vllm",)
+"""Sampling engines that serve one base model per process: a team of different models refuses them."""
+
+
+def check_team_critic(values: str | None, mode: str | None, agent_models: dict[str, str], critic_model: str) -> None:
+    """Refuse (one line) a critic that would read an agent's own tokens with another model's
+    tokenizer: ``critic.mode: local`` reads the acting agent's prompt, token-level values
+    (``values == "token"``) value each of its response tokens."""
+    if values is None:
+        return
+    elsewhere = sorted(a for a, m in agent_models.items() if m != critic_model)
+    if not elsewhere:
+        return
+    what = ("critic.mode: local reads the acting agent's own prompt" if mode == "local" else
+            "token-level values (value_mode token) value each of the acting agent's response tokens" if values == "token"
+            else None)
+    if what:
+        raise ConfigError(f"{what}, in that agent's tokens, but agents {', '.join(elsewhere)} run on another model "
+                          f"than the critic's ({critic_model!r}); use critic.mode: centralised or per_agent with an "
+                          "action-level learner (mappo_action), a group baseline, or put those agents on the critic's model")
+
+
+class TeamEngine:
+    """The sampling engines of a team's members as one: ``generate`` splits requests by model,
+    ``suspend`` / ``sync`` / ``close`` reach every member's engine."""
+
+    def __init__(self, team: TeamPolicy, name: str) -> None:
+        self.team, self.name = team, name
+        self.engines = {model: member.engine_for(name) for model, member in team.members.items()}
+
+    @property
+    def mixes_adapters(self) -> bool:
+        """Whether one call batches several adapters (every member's engine does)."""
+        return all(engine.mixes_adapters for engine in self.engines.values())
+
+    def generate(self, requests: Sequence[GenRequest], sampling: SamplingConfig,
+                 generator: torch.Generator | None = None) -> list[Generation]:
+        by_model: dict[str, list[int]] = {}
+        for k, request in enumerate(requests):
+            by_model.setdefault(self.team.model_of(request.agent_id), []).append(k)
+        out: list[Any] = [None] * len(requests)
+        for model in self.team.members:  # a fixed order: the RNG draws are reproducible
+            rows = by_model.get(model)
+            if rows:
+                for k, gen in zip(rows, self.engines[model].generate([requests[k] for k in rows], sampling, generator)):
+                    out[k] = gen
+        return out
+
+    def sync(self, version: int) -> None:
+        for engine in self.engines.values():
+            engine.sync(version)
+
+    @contextmanager
+    def suspend(self) -> Iterator[None]:
+        with ExitStack() as stack:
+            for engine in self.engines.values():
+                stack.enter_context(engine.suspend())
+            yield
+
+    def close(self) -> None:
+        for member in self.team.members.values():
+            member.close_engine()
+
+
+class TeamPolicy(nn.Module):
+    """Agents on different base models: one ``MultiAgentPolicy`` per model, one interface."""
+
+    shared_adapter = False
+    """Every agent has its own adapter in a team of different models."""
+
+    def __init__(self, members: dict[str, MultiAgentPolicy], model_of: dict[str, str],
+                 critic_model: str | None) -> None:
+        """``members``: model name -> the policy of the agents on that model (the critic's member
+        also carries the critic); ``model_of``: agent id -> model name, in the team's order;
+        ``critic_model``: the member with the critic (None: no critic)."""
+        super().__init__()
+        self.members = nn.ModuleDict(members)
+        self.agent_ids = list(model_of)
+        self._model_of = dict(model_of)
+        self._critic_model = critic_model
+        self._owner = {adapter: name for name, member in members.items() for adapter in member.adapter_names}
+        clash = [a for a in self._owner if sum(a in m.adapter_names for m in members.values()) > 1]
+        if clash:
+            raise ValueError(f"adapters {clash} exist on several models; adapter names must be unique in a team")
+        self.engine_settings: Any = None
+        self.weights_version = 0
+        self._engine: TeamEngine | None = None
+
+    # ------------------------------------------------------------------ structure
+
+    def model_of(self, agent_id: str) -> str:
+        """The name of the model ``agent_id`` runs on."""
+        try:
+            return self._model_of[agent_id]
+        except KeyError:
+            raise KeyError(f"unknown agent {agent_id!r}; this policy serves {self.agent_ids}") from None
+
+    def for_agent(self, agent_id: str) -> MultiAgentPolicy:
+        """The member ``agent_id`` runs on: its prompts, tokens and adapter."""
+        return self.members[self.model_of(agent_id)]
+
+    @property
+    def critic_member(self) -> MultiAgentPolicy:
+        """The member the critic runs on (its tokenizer renders the global state)."""
+        return self.members[self._critic_model or self._model_of[self.agent_ids[0]]]
+
+    def member_of_adapter(self, adapter: str) -> MultiAgentPolicy:
+        try:
+            return self.members[self._owner[adapter]]
+        except KeyError:
+            raise KeyError(f"unknown adapter {adapter!r}; adapters: {self.adapter_names}") from None
+
+    @property
+    def policy_adapters(self) -> list[str]:
+        return [self.adapter_for(a) for a in self.agent_ids]
+
+    @property
+    def critic_adapters(self) -> list[str]:
+        return list(self.critic_member.critic_adapters) if self._critic_model else []
+
+    @property
+    def adapter_names(self) -> list[str]:
+        return self.policy_adapters + self.critic_adapters
+
+    def adapter_for(self, agent_id: str) -> str:
+        return self.for_agent(agent_id).adapter_for(agent_id)
+
+    def critic_for(self, agent_id: str | None = None) -> str:
+        if not self._critic_model:
+            raise RuntimeError("this policy was built with critic=None: no value function")
+        return self.critic_member.critic_for(agent_id)
+
+    @property
+    def critic_config(self) -> Any:
+        return self.critic_member.critic_config if self._critic_model else None
+
+    @property
+    def value_heads(self) -> nn.ModuleDict:
+        return self.critic_member.value_heads if self._critic_model else nn.ModuleDict()
+
+    @property
+    def scoring(self) -> Any:
+        """The critic member's scorer: the value passes (log-probs go through :meth:`token_logprobs`)."""
+        return self.critic_member.scoring
+
+    @property
+    def device(self) -> torch.device:
+        """The first agent's model's device."""
+        return self.for_agent(self.agent_ids[0]).device
+
+    @property
+    def checkpointed_layers(self) -> int:
+        return sum(member.checkpointed_layers for member in self.members.values())
+
+    def enable_gradient_checkpointing(self) -> int:
+        return sum(member.enable_gradient_checkpointing() for member in self.members.values())
+
+    def describe(self) -> list[str]:
+        """One line per model: its name, class, dtype, device and the agents (and critic) on it."""
+        lines = []
+        for name, member in self.members.items():
+            agents = [a for a in self.agent_ids if self._model_of[a] == name]
+            extra = " + the critic" if name == self._critic_model else ""
+            lm = member.lm
+            lines.append(f"model {name!r} ({getattr(lm.config, 'name_or_path', '') or type(lm).__name__}, "
+                         f"{str(lm.dtype).removeprefix('torch.')} on {member.device}): "
+                         f"{', '.join(agents) or 'no agent'}{extra}")
+        return lines
+
+    # ------------------------------------------------------------------ training state
+
+    def set_trainable(self, agent_ids: set[str] | None, critic: bool) -> None:
+        for name, member in self.members.items():
+            mine = None if agent_ids is None else {a for a in agent_ids if self.model_of(a) == name}
+            if agent_ids is None and not member.agent_ids:
+                mine = set()
+            member.set_trainable(mine, critic=critic and name == self._critic_model)
+
+    def adapter_parameters(self, name: str) -> list[nn.Parameter]:
+        return self.member_of_adapter(name).adapter_parameters(name)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for member in self.members.values() for p in member.trainable_parameters()]
+
+    @contextmanager
+    def using(self, adapter: str | None) -> Iterator[None]:
+        if adapter is None:
+            raise ValueError("a team of different models has no single base model; use each member's using(None)")
+        with self.member_of_adapter(adapter).using(adapter):
+            yield
+
+    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every member's adapters and value heads in one flat dict (names are unique in a team)."""
+        state: dict[str, torch.Tensor] = {}
+        for member in self.members.values():
+            state.update(member.adapter_state_dict())
+        return state
+
+    def load_adapter_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load what :meth:`adapter_state_dict` produced, each key into the member owning its adapter."""
+        parts: dict[str, dict[str, torch.Tensor]] = {name: {} for name in self.members}
+        stray = []
+        for key, value in state.items():
+            adapter = key.split("/", 2)[1] if key.count("/") >= 2 else None
+            if adapter not in self._owner:
+                stray.append(key)
+                continue
+            parts[self._owner[adapter]][key] = value
+        if stray:
+            raise KeyError(f"state dict has keys for unknown adapters: {stray[:5]}; this policy has adapters "
+                           f"{self.adapter_names}")
+        for name, member in self.members.items():
+            member.load_adapter_state_dict(parts[name])
+
+    # ------------------------------------------------------------------ sampling
+
+    def engine_for(self, name: str) -> TeamEngine:
+        if name in ONE_MODEL_ENGINES:
+            raise ConfigError(f"sampling.engine {name!r} serves one base model per process, but this team runs "
+                              f"{len(self.members)} ({', '.join(self.members)}); use sampling.engine direct, fast or legacy")
+        if self._engine is None or self._engine.name != name:
+            self.close_engine()
+            self._engine = TeamEngine(self, name)
+        return self._engine
+
+    @property
+    def engine(self) -> TeamEngine:
+        if self._engine is not None:
+            return self._engine
+        sampling = getattr(self.engine_settings, "sampling", None) or SamplingConfig()
+        return self.engine_for(sampling.engine)
+
+    def sync_engine(self, version: int) -> None:
+        self.weights_version = version
+        for member in self.members.values():
+            member.sync_engine(version)
+
+    def close_engine(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+
+    def __enter__(self) -> TeamPolicy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close_engine()
+
+    def generate(self, requests: Sequence[GenRequest], sampling: SamplingConfig | None = None,
+                 generator: torch.Generator | None = None) -> list[Generation]:
+        sampling = sampling or SamplingConfig()
+        return self.engine_for(sampling.engine).generate(requests, sampling, generator)
+
+    # ------------------------------------------------------------------ scoring
+
+    def token_logprobs(self, adapter: str, prompt_ids: Sequence[Sequence[int]],
+                       response_ids: Sequence[Sequence[int]], temperature: float = 1.0,
+                       with_entropy: bool = True, prefix_lens: Sequence[int] | None = None) -> TokenStats:
+        return self.member_of_adapter(adapter).token_logprobs(adapter, prompt_ids, response_ids, temperature,
+                                                              with_entropy, prefix_lens)
+
+    def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
+                           temperature: float = 1.0, with_entropy: bool = False,
+                           prefix_lens: Sequence[int] | None = None,
+                           adapters: Sequence[str] | None = None) -> TokenStats:
+        """Each row's log-probs under its own agent's base model (``adapters``: each row's adapter),
+        merged in row order: ``[B, max T]``, right-padded with 0 / False."""
+        if adapters is None or len(adapters) != len(prompt_ids):
+            raise ValueError("a team of different models scores reference log-probs per row on that row's base: "
+                             "pass adapters= (one per row)")
+        rows: dict[str, list[int]] = {}
+        for b, adapter in enumerate(adapters):
+            rows.setdefault(self._owner[adapter], []).append(b)
+        parts = []
+        for name, idx in rows.items():
+            stats = self.members[name].reference_logprobs(
+                [prompt_ids[b] for b in idx], [response_ids[b] for b in idx], temperature, with_entropy,
+                None if prefix_lens is None else [prefix_lens[b] for b in idx])
+            parts.append((idx, stats))
+        return TokenStats(logprobs=_merge_rows([(idx, s.logprobs) for idx, s in parts]),
+                          entropy=None if not with_entropy else _merge_rows([(idx, s.entropy) for idx, s in parts]),
+                          mask=_merge_rows([(idx, s.mask) for idx, s in parts]))
+
+    def token_values(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.critic_member.token_values(*args, **kwargs)
+
+    def state_values(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.critic_member.state_values(*args, **kwargs)
+
+    def value_slots(self, *args: Any, **kwargs: Any) -> list[int]:
+        return self.critic_member.value_slots(*args, **kwargs)
+
+    def value_rows(self, seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
+        return self.critic_member.value_rows(seqs)
+
+
+def team_of(policy: Any) -> dict[str, MultiAgentPolicy]:
+    """Every base model's policy by model name: a team's members, or the one policy as ``default``."""
+    from marft_agents.settings.team import DEFAULT_MODEL_NAME
+
+    return dict(policy.members) if isinstance(policy, TeamPolicy) else {DEFAULT_MODEL_NAME: policy}
