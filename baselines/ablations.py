@@ -101,6 +101,11 @@ def combine_adapters(state: Mapping[str, Any], policy: Any,
     unknown = sorted(set(sources) - set(prefix))
     if unknown:
         raise ValueError(f"agents {unknown} are not agents of the policy {list(policy.agent_ids)}")
+    across = [f"{receiver} ({policy.model_of(receiver)}) <- {giver} ({policy.model_of(giver)})"
+              for receiver, (_, giver) in sources.items() if policy.model_of(receiver) != policy.model_of(giver)]
+    if across:
+        raise ValueError(f"an adapter cannot move to another base model: {', '.join(across)}; swap or combine "
+                         "only agents that run on the same model (agents: ... model:)")
     combined = {k: v for k, v in state.items() if not any(k.startswith(prefix[a]) for a in sources)}
     for receiver, (other, giver) in sources.items():
         adapter = _adapter_of(other, prefix[giver], giver)

@@ -319,7 +319,7 @@ def _evaluate_policy(spec: GridSpec, run: GridRun, cfg: TrainConfig, policy: Any
     return Record(
         name=run.name, env_id=cfg.env.id, env_kwargs=env_kwargs,
         algorithm=EVAL_ONLY if run.kind == "untrained" else cfg.algorithm,
-        model=cfg.model.name_or_path, eval_after=evaluation,
+        model=cfg.model.name_or_path, agent_models=cfg.agent_models(env_agents(cfg)), eval_after=evaluation,
         eval_curve=[{"update": 0, "episodes": 0, "sampled_tokens": 0, "accuracy": result.accuracy,
                      "stderr": result.stderr, "train_seconds": 0.0, **stage_figures(result.per_task)}]
         if run.kind == "untrained" else [],

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import marft_envs
 from leaderboards.build import build
 from leaderboards.records import (RECORDS_DIR, Record, code_digest, env_task_revision, eval_outcomes, git_commit,
                                   training_diagnostics, transcript_sample, write_record)
@@ -85,6 +86,7 @@ def build_record(cfg: TrainConfig, name: str, commit: str, code: str = "") -> Re
                      for update, kept in sorted(outcomes.items())],
         task_revision=env_task_revision(cfg.env.id, env_kwargs),
         config=config_to_dict(cfg),
+        agent_models=cfg.agent_models(list(marft_envs.make(cfg.env.id, **cfg.env.kwargs).possible_agents)),
         commit=commit,
         code=code,
     )

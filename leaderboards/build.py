@@ -128,7 +128,8 @@ def build(records_dir: Path = RECORDS_DIR) -> str:
             kwargs = ", ".join(f"{k}={v}" for k, v in sorted(r.get("env_kwargs", {}).items()))
             budget = r.get("budget", {})
             budget_txt = ", ".join(f"{k}={v}" for k, v in budget.items() if k in ("updates", "episodes", "wall_clock_s"))
-            lines.append(f"| {r['name']} | {r['algorithm']} | {kwargs} | {r['model']} | {_fmt(r.get('eval_before'))} "
+            model = "; ".join(f"{a}: {m}" for a, m in r["agent_models"].items()) if r.get("agent_models") else r["model"]
+            lines.append(f"| {r['name']} | {r['algorithm']} | {kwargs} | {model} | {_fmt(r.get('eval_before'))} "
                          f"| {_fmt(r['eval_after'])} | {_peak(r)} | {budget_txt} | {r.get('commit', '')} | {r.get('date', '')[:10]} |")
         lines.append("")
         lines += _seed_table(rows)

@@ -283,6 +283,15 @@ class TrainConfig:
             return self.lora
         return build_dataclass(LoraSpec, {**dataclasses.asdict(self.lora), **overrides}, f"agents.{agent_id}.lora")
 
+    def agent_models(self, agent_ids: typing.Sequence[str]) -> dict[str, str]:
+        """What a record names of a team: agent id -> its model's name or path, ``(frozen)`` after a
+        frozen teammate's; empty when every agent runs on ``model`` and trains (the one-model run)."""
+        if not self.models and not self.agents:
+            return {}
+        models = self.team_models()
+        return {a: models[self.model_of(a)].name_or_path + ("" if self.agent_spec(a).trainable else " (frozen)")
+                for a in agent_ids}
+
     def actor_lr_of(self, agent_id: str) -> float:
         """``agent_id``'s policy learning rate: ``agents.<id>.actor_lr``, else ``schedule.actor_lr``."""
         own = self.agent_spec(agent_id).actor_lr

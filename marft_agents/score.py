@@ -226,6 +226,7 @@ def run_score(policy: str, env_id: str | None = None, env_kwargs: dict[str, Any]
         env_kwargs=kwargs,
         algorithm="scripted" if scripted else (cfg.algorithm if ckpt is not None else "none"),
         model=policy if scripted else cfg.model.name_or_path,
+        agent_models={} if scripted else cfg.agent_models(list(marft_envs.make(env_id, **kwargs).possible_agents)),
         eval_after={"accuracy": result.accuracy, "stderr": result.stderr, "n": result.n,
                     "distinct": result.distinct, "mean_reward": result.mean_reward,
                     "greedy": True if scripted else cfg.eval.greedy, "seed": seed},

@@ -68,7 +68,7 @@ class Record:
     algorithm: str
     """``marft_a``, ``marft_t``, ``ppo`` or ``none`` (evaluation only)."""
     model: str
-    """Model name or path."""
+    """Model name or path (of ``model:``, every agent's unless ``agent_models`` says otherwise)."""
     eval_after: dict[str, Any]
     """``{"accuracy", "stderr", "n", "greedy"}`` after training (:meth:`EvalResult.figures
     <marft_agents.evaluation.problem_set.EvalResult.figures>`): with several samples per problem
@@ -112,6 +112,10 @@ class Record:
     revisions (``task_revisions``, e.g. Relay); None otherwise, or in records made before."""
     config: dict[str, Any] = field(default_factory=dict)
     """The full training config as run."""
+    agent_models: dict[str, str] = field(default_factory=dict)
+    """In a team of different models: each agent id -> the name or path of the model it ran on
+    (frozen teammates marked ``(frozen)``); empty when every agent ran on ``model``
+    (``TrainConfig.agent_models``)."""
     machine: dict[str, Any] = field(default_factory=dict)
     """Filled in automatically (:func:`machine_facts`): platform, CPU count, Python, and on Linux
     the CPU's model name and which of :data:`ISA_FLAGS` it has (records made before have neither):

@@ -60,6 +60,7 @@ from marft_agents.model.scoring import Scorer, TokenStats
 from marft_agents.settings.critic import CriticConfig
 from marft_agents.settings.lora import LoraSpec
 from marft_agents.settings.sampling import SamplingConfig
+from marft_agents.settings.team import DEFAULT_MODEL_NAME
 
 __all__ = ["AdapterSwitchError", "GenRequest", "Generation", "MultiAgentPolicy", "TokenStats"]
 
@@ -294,6 +295,11 @@ class MultiAgentPolicy(nn.Module):
         except KeyError:
             raise KeyError(f"unknown agent {agent_id!r}; this policy serves {self.agent_ids}"
                            ) from None
+
+    def model_of(self, agent_id: str) -> str:
+        """The name of the base model ``agent_id`` runs on: ``default``, the one model here."""
+        self.adapter_for(agent_id)
+        return DEFAULT_MODEL_NAME
 
     def for_agent(self, agent_id: str) -> MultiAgentPolicy:
         """The policy whose base model ``agent_id`` runs on, for its prompts and tokens: this one
@@ -629,6 +635,30 @@ class MultiAgentPolicy(nn.Module):
             for key, tensor in head.state_dict().items():
                 state[f"value_head/{name}/{key}"] = tensor.detach().cpu().clone()
         return state
+
+    def peft_files(self, model_name: str = DEFAULT_MODEL_NAME) -> dict[str, bytes]:
+        """Every agent's policy adapter as a peft adapter folder, ``{relative path: file bytes}``:
+        ``models/<model_name>/<adapter>/adapter_config.json`` + ``adapter_model.safetensors``,
+        what ``peft.PeftModel.from_pretrained(base, folder)`` loads and ``agents.<id>.adapter``
+        takes for a frozen teammate (checkpoints write them beside ``adapters.pt``, which stays
+        what a resume reads; the critic and its value head are in ``adapters.pt`` only)."""
+        import json
+
+        from peft.utils import get_peft_model_state_dict
+        from safetensors.torch import save as safetensors_bytes
+
+        files: dict[str, bytes] = {}
+        for adapter in self.policy_adapters:
+            config = self.model.peft_config[adapter].to_dict()
+            config.update(base_model_name_or_path=getattr(self.lm.config, "name_or_path", None) or None,
+                          inference_mode=True)
+            weights = get_peft_model_state_dict(self.model, adapter_name=adapter)
+            folder = f"models/{model_name}/{adapter}"
+            files[f"{folder}/adapter_config.json"] = json.dumps(
+                config, indent=2, default=lambda o: sorted(o) if isinstance(o, (set, frozenset)) else str(o)).encode()
+            files[f"{folder}/adapter_model.safetensors"] = safetensors_bytes(
+                {key: value.detach().cpu().contiguous() for key, value in weights.items()})
+        return files
 
     def load_adapter_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Load what ``adapter_state_dict`` produced (strict: same adapters, keys and shapes)."""

@@ -237,6 +237,14 @@ class TeamPolicy(nn.Module):
             state.update(member.adapter_state_dict())
         return state
 
+    def peft_files(self) -> dict[str, bytes]:
+        """Each member's policy adapters as peft folders under ``models/<model name>/``: one
+        folder per model (:meth:`MultiAgentPolicy.peft_files`)."""
+        files: dict[str, bytes] = {}
+        for name, member in self.members.items():
+            files.update(member.peft_files(name))
+        return files
+
     def load_adapter_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Load what :meth:`adapter_state_dict` produced, each key into the member owning its adapter."""
         parts: dict[str, dict[str, torch.Tensor]] = {name: {} for name in self.members}

@@ -21,6 +21,7 @@ adapters of the best evaluation of the run, written the same atomic way by
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -72,6 +73,10 @@ def _write_file(path: Path, writer) -> None:
         os.fsync(handle.fileno())
 
 
+def _write_bytes(data: bytes, handle: Any) -> None:
+    handle.write(data)
+
+
 def _json_writer(data: dict[str, Any]) -> Callable[[Any], Any]:
     return lambda f: f.write(json.dumps(data, indent=2, default=str).encode())
 
@@ -86,6 +91,7 @@ def _write_folder(target: Path, files: dict[str, Callable[[Any], Any]]) -> None:
     try:
         make_ordinary(tmp)  # mkdtemp's folder is private (0700); a checkpoint is an ordinary one
         for name, writer in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)  # "models/<model>/<adapter>/..."
             _write_file(tmp / name, writer)
         _move_into_place(tmp, target)
     finally:
@@ -114,6 +120,7 @@ def save_checkpoint(
     state: dict[str, Any],
     config: dict[str, Any] | None = None,
     keep_last: int = 3,
+    extra_files: dict[str, bytes] | None = None,
 ) -> Path:
     """Write checkpoint ``update`` atomically and prune all but the newest ``keep_last``.
 
@@ -122,6 +129,8 @@ def save_checkpoint(
         state: optimizer states, counters, RNG states ... (anything ``torch.save`` accepts).
         config: the run's configuration as a plain dict (saved as YAML for humans).
         keep_last: how many checkpoints to keep (>= 1).
+        extra_files: ``{relative path: bytes}`` written too (``policy.peft_files()``: a peft
+            adapter folder per model and agent, ``models/<model>/<adapter>/``).
     """
     if keep_last < 1:
         raise ValueError(f"keep_last must be >= 1, got {keep_last}")
@@ -134,6 +143,8 @@ def save_checkpoint(
     if config is not None:
         text = yaml.safe_dump(config, sort_keys=False)
         files["config.yaml"] = lambda f: f.write(text.encode("utf-8"))
+    for name, data in (extra_files or {}).items():
+        files[name] = functools.partial(_write_bytes, data)
     files["meta.json"] = _json_writer({"update": update, "counters": state.get("counters", {})})
     _write_folder(target, files)
     for old in list_checkpoints(output_dir)[:-keep_last]:

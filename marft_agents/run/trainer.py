@@ -356,6 +356,7 @@ class Trainer:
         self.last_checkpoint = save_checkpoint(
             self.output_dir, self.counters["update"], self.policy.adapter_state_dict(), state,
             config=config_to_dict(self.cfg), keep_last=self.cfg.schedule.keep_checkpoints,
+            extra_files=self.policy.peft_files(),
         )
         return self.last_checkpoint
 
