@@ -73,8 +73,10 @@ class _Slot:
     episode: int = -1
     round_decisions: list[int] = field(default_factory=list)
     active: bool = False
-    critic_log: Any = None
-    """The episode's ``GlobalStateLog`` (global-state critics), started at its first decision."""
+    critic_logs: dict[int, Any] = field(default_factory=dict)
+    """The episode's ``GlobalStateLog`` (global-state critics), started at its first decision: one
+    per model whose critic values the episode's decisions (by ``id`` of that model's policy; one
+    in a one-model run)."""
 
 
 class RolloutCollector:
@@ -196,7 +198,7 @@ class RolloutCollector:
         slot.env.reset(seed=seed, options=dict(options))
         slot.episode = len(rollout.episodes)
         slot.round_decisions = []
-        slot.critic_log = None
+        slot.critic_logs = {}
         slot.active = True
         task = getattr(getattr(slot.env, "unwrapped", slot.env), "task", None)
         rollout.episodes.append(EpisodeRecord(slot.index, getattr(task, "task_id", ""),
@@ -279,23 +281,24 @@ class RolloutCollector:
         config = self.policy.critic_config
         if not config.reads_global_state:  # local: the acting agent's own prompt, as sampled
             return [(prompts[k], generations[k].prefix_len) for k in range(len(turns))]
-        reader = self.policy.critic_member  # the critic's model renders the global state in its tokens
-        system_ids = reader.system_turn_ids(CRITIC_SYSTEM_PROMPT)
-        prefix = len(system_ids) if self.sampling.share_prefix else 0
         out = []
         for slot, agent, _obs, info in turns:
+            reader = self.policy.critic_reader(agent)  # the critic's model renders the global state in its tokens
+            system_ids = reader.system_turn_ids(CRITIC_SYSTEM_PROMPT)
+            prefix = len(system_ids) if self.sampling.share_prefix else 0
             env = getattr(slot.env, "unwrapped", slot.env)
             if not implements_state(env):
                 raise TypeError(
                     f"critic.mode {config.mode!r} values the global state, but env {type(env).__name__} has no "
                     "state(); implement state() -> {'text': ...} (TextTaskEnv does) or use critic.mode: local")
             state = env.state()
-            if slot.critic_log is None:
-                slot.critic_log = GlobalStateLog(system_ids, reader.encode_text, config.max_state_chars)
-            ids = slot.critic_log.extend(str(state["text"]), info.get("dependency"), agent,
+            log = slot.critic_logs.get(id(reader))
+            if log is None:
+                log = slot.critic_logs[id(reader)] = GlobalStateLog(system_ids, reader.encode_text, config.max_state_chars)
+            ids = log.extend(str(state["text"]), info.get("dependency"), agent,
                                          str(info.get("role", agent)), int(info.get("round", 0)))
             if self.values == "token":  # so that this input + the response prefixes the next input
-                slot.critic_log.add_response(generations[len(out)].response_ids, generations[len(out)].text)
+                log.add_response(generations[len(out)].response_ids, generations[len(out)].text)
             out.append((ids, prefix))
         return out
 

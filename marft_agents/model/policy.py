@@ -168,6 +168,7 @@ class MultiAgentPolicy(nn.Module):
         gradient_checkpointing: bool = False,
         agent_lora: Mapping[str, LoraSpec] | None = None,
         critic_agents: Sequence[str] | None = None,
+        critic_name: str = "critic",
     ) -> None:
         """1. Name the adapters: one policy adapter per agent (or one shared), the critic's by
            ``critic.mode`` (``_name_adapters``).
@@ -179,7 +180,8 @@ class MultiAgentPolicy(nn.Module):
         ``agent_lora``: an agent's own LoRA settings (``agents.<id>.lora``), others get ``lora``.
         ``critic_agents``: the agents the critic values, when they are not all on this model (a
         team of different models, :mod:`marft_agents.model.team`); None = ``agent_ids``. A base
-        that hosts only the critic has no agents of its own."""
+        that hosts only the critic has no agents of its own. ``critic_name``: the team critic's
+        adapter (``centralised`` / ``local``), unique in a team whose models each carry one."""
         super().__init__()
         agent_ids = list(agent_ids)
         self.critic_agents = list(critic_agents) if critic_agents is not None else agent_ids
@@ -191,6 +193,7 @@ class MultiAgentPolicy(nn.Module):
         self.agent_ids = agent_ids
         self.shared_adapter = shared_adapter
         self.critic_config = critic
+        self._critic_name = check_adapter_name(critic_name)
         self._name_adapters(agent_ids, shared_adapter, critic)
         self._inject_adapters(model, lora or LoraSpec(), critic, agent_lora or {})
         self._build_value_heads(self.critic_agents, critic)
@@ -219,7 +222,7 @@ class MultiAgentPolicy(nn.Module):
         elif critic.mode == "per_agent":
             self.critic_adapters = [f"critic_{a}" for a in self.critic_agents]
         else:  # centralised and local: one critic for the team (they differ in what it reads)
-            self.critic_adapters = ["critic"]
+            self.critic_adapters = [self._critic_name]
 
     def _inject_adapters(self, model: PreTrainedModel, lora: LoraSpec, critic: CriticConfig | None,
                          agent_lora: Mapping[str, LoraSpec]) -> None:
@@ -307,10 +310,9 @@ class MultiAgentPolicy(nn.Module):
         self.adapter_for(agent_id)
         return self
 
-    @property
-    def critic_member(self) -> MultiAgentPolicy:
-        """The policy whose base model the critic runs on (and whose tokenizer renders its state):
-        this one."""
+    def critic_reader(self, agent_id: str) -> MultiAgentPolicy:
+        """The policy whose critic values ``agent_id``'s decisions (and whose tokenizer renders
+        their global state): this one."""
         return self
 
     def load_fixed_adapter(self, agent_id: str, folder: str | Path) -> None:

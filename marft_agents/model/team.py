@@ -10,7 +10,7 @@ the optimizers, ``adapters.pt``) works unchanged; the team routes each call to t
 owns the adapter or the agent:
 
 * prompts and tokens of an agent's turn come from its own model (:meth:`TeamPolicy.for_agent`);
-  the critic's from :attr:`TeamPolicy.critic_member`;
+  the critic's from :meth:`TeamPolicy.critic_reader` (the member whose critic values that agent);
 * ``generate`` splits a batch of requests by model and merges the answers in request order;
   each member has its own sampling engine (``direct``, ``fast``, ``legacy``); vLLM holds one
   model per engine process, so a team refuses it (:data:`ONE_MODEL_ENGINES`);
@@ -19,9 +19,16 @@ owns the adapter or the agent:
 A team with one model is never built: :func:`marft_agents.run.trainer.load_policy` builds the
 plain ``MultiAgentPolicy`` then, which keeps the one-model path exactly as it was.
 
-Values in the acting agent's own tokens (``critic.mode: local``, token-level values such as
-MARFT-T's) need the critic on that agent's tokenizer: in a team they are refused where an agent
-runs on another model than the critic (:func:`check_team_critic`).
+Where the critic sits (:func:`critic_placement`):
+
+* **one critic model** (``critic.model``, default the first agent's): an action-level critic
+  (MARFT-A's state values) on the global state (``critic.mode: centralised`` or ``per_agent``),
+  which the critic's own tokenizer renders; it values every agent's decisions;
+* **a critic on every model**: values in the acting agent's own tokens (``critic.mode: local``
+  reads the agent's prompt; token-level values, MARFT-T's, value each of its response tokens)
+  need that agent's tokenizer, so each model carries the critic of the agents on it (a team
+  critic per model, ``critic-<model>``, or ``critic_<agent>`` under ``per_agent``), reading the
+  state (or prompt) rendered in its own tokens; ``critic.model`` is then refused.
 """
 
 from __future__ import annotations
@@ -43,22 +50,17 @@ ONE_MODEL_ENGINES: tuple[str, ...] = ("vllm",)
 """Sampling engines that serve one base model per process: a team of different models refuses them."""
 
 
-def check_team_critic(values: str | None, mode: str | None, agent_models: dict[str, str], critic_model: str) -> None:
-    """Refuse (one line) a critic that would read an agent's own tokens with another model's
-    tokenizer: ``critic.mode: local`` reads the acting agent's prompt, token-level values
-    (``values == "token"``) value each of its response tokens."""
-    if values is None:
-        return
-    elsewhere = sorted(a for a, m in agent_models.items() if m != critic_model)
-    if not elsewhere:
-        return
-    what = ("critic.mode: local reads the acting agent's own prompt" if mode == "local" else
-            "token-level values (value_mode token) value each of the acting agent's response tokens" if values == "token"
-            else None)
-    if what:
-        raise ConfigError(f"{what}, in that agent's tokens, but agents {', '.join(elsewhere)} run on another model "
-                          f"than the critic's ({critic_model!r}); use critic.mode: centralised or per_agent with an "
-                          "action-level learner (mappo_action), a group baseline, or put those agents on the critic's model")
+def critic_placement(values: str | None, mode: str | None) -> str:
+    """``"one"`` (one critic model values every agent) or ``"each"`` (every model carries its
+    agents' critic): ``each`` where the critic reads the acting agent's own tokens (``critic.mode:
+    local``, or token-level values)."""
+    return "each" if values == "token" or mode == "local" else "one"
+
+
+def team_critic_name(model: str) -> str:
+    """The adapter of the team critic (``centralised`` / ``local``) on ``model`` when every model
+    carries one (names are unique in a team; ``critic`` in a one-model run)."""
+    return f"critic-{model}"
 
 
 class TeamEngine:
@@ -110,15 +112,16 @@ class TeamPolicy(nn.Module):
     """Every agent has its own adapter in a team of different models."""
 
     def __init__(self, members: dict[str, MultiAgentPolicy], model_of: dict[str, str],
-                 critic_model: str | None) -> None:
-        """``members``: model name -> the policy of the agents on that model (the critic's member
-        also carries the critic); ``model_of``: agent id -> model name, in the team's order;
-        ``critic_model``: the member with the critic (None: no critic)."""
+                 critic_models: dict[str, str] | None = None) -> None:
+        """``members``: model name -> the policy of the agents on that model (with the critic
+        adapters it carries); ``model_of``: agent id -> model name, in the team's order;
+        ``critic_models``: agent id -> the member whose critic values that agent's decisions
+        (None or empty: no critic; :func:`critic_placement`)."""
         super().__init__()
         self.members = nn.ModuleDict(members)
         self.agent_ids = list(model_of)
         self._model_of = dict(model_of)
-        self._critic_model = critic_model
+        self._critic_of = dict(critic_models or {})
         self._owner = {adapter: name for name, member in members.items() for adapter in member.adapter_names}
         clash = [a for a in self._owner if sum(a in m.adapter_names for m in members.values()) > 1]
         if clash:
@@ -140,10 +143,17 @@ class TeamPolicy(nn.Module):
         """The member ``agent_id`` runs on: its prompts, tokens and adapter."""
         return self.members[self.model_of(agent_id)]
 
+    def critic_reader(self, agent_id: str) -> MultiAgentPolicy:
+        """The member whose critic values ``agent_id``'s decisions (its tokenizer renders their
+        global state)."""
+        self.model_of(agent_id)
+        if not self._critic_of:
+            raise RuntimeError("this policy was built with critic=None: no value function")
+        return self.members[self._critic_of[agent_id]]
+
     @property
-    def critic_member(self) -> MultiAgentPolicy:
-        """The member the critic runs on (its tokenizer renders the global state)."""
-        return self.members[self._critic_model or self._model_of[self.agent_ids[0]]]
+    def _critic_members(self) -> list[MultiAgentPolicy]:
+        return [self.members[name] for name in dict.fromkeys(self._critic_of.values())]
 
     def member_of_adapter(self, adapter: str) -> MultiAgentPolicy:
         try:
@@ -157,7 +167,7 @@ class TeamPolicy(nn.Module):
 
     @property
     def critic_adapters(self) -> list[str]:
-        return list(self.critic_member.critic_adapters) if self._critic_model else []
+        return [name for member in self._critic_members for name in member.critic_adapters]
 
     @property
     def adapter_names(self) -> list[str]:
@@ -167,22 +177,26 @@ class TeamPolicy(nn.Module):
         return self.for_agent(agent_id).adapter_for(agent_id)
 
     def critic_for(self, agent_id: str | None = None) -> str:
-        if not self._critic_model:
-            raise RuntimeError("this policy was built with critic=None: no value function")
-        return self.critic_member.critic_for(agent_id)
+        if agent_id is None:
+            if len(self.critic_adapters) != 1:
+                raise ValueError(f"this team has critics {self.critic_adapters}: pass agent_id to choose whose value")
+            return self.critic_adapters[0]
+        return self.critic_reader(agent_id).critic_for(agent_id)
 
     @property
     def critic_config(self) -> Any:
-        return self.critic_member.critic_config if self._critic_model else None
+        return self._critic_members[0].critic_config if self._critic_of else None
 
     @property
-    def value_heads(self) -> nn.ModuleDict:
-        return self.critic_member.value_heads if self._critic_model else nn.ModuleDict()
+    def value_heads(self) -> dict[str, nn.Module]:
+        """Every critic's value head by critic adapter (a view: the heads live in their members)."""
+        return {name: head for member in self._critic_members for name, head in member.value_heads.items()}
 
     @property
-    def scoring(self) -> Any:
-        """The critic member's scorer: the value passes (log-probs go through :meth:`token_logprobs`)."""
-        return self.critic_member.scoring
+    def scoring(self) -> _TeamScoring:
+        """The value passes, each on the member whose critic values the agent it names (log-probs
+        go through :meth:`token_logprobs`)."""
+        return _TeamScoring(self)
 
     @property
     def device(self) -> torch.device:
@@ -201,7 +215,8 @@ class TeamPolicy(nn.Module):
         lines = []
         for name, member in self.members.items():
             agents = [a for a in self.agent_ids if self._model_of[a] == name]
-            extra = " + the critic" if name == self._critic_model else ""
+            critics = [c for c in self.critic_adapters if self.member_of_adapter(c) is member]
+            extra = f" + critic {', '.join(critics)}" if critics else ""
             lm = member.lm
             lines.append(f"model {name!r} ({getattr(lm.config, 'name_or_path', '') or type(lm).__name__}, "
                          f"{str(lm.dtype).removeprefix('torch.')} on {member.device}): "
@@ -215,7 +230,7 @@ class TeamPolicy(nn.Module):
             mine = None if agent_ids is None else {a for a in agent_ids if self.model_of(a) == name}
             if agent_ids is None and not member.agent_ids:
                 mine = set()
-            member.set_trainable(mine, critic=critic and name == self._critic_model)
+            member.set_trainable(mine, critic=critic and bool(member.critic_adapters))
 
     def adapter_parameters(self, name: str) -> list[nn.Parameter]:
         return self.member_of_adapter(name).adapter_parameters(name)
@@ -330,17 +345,45 @@ class TeamPolicy(nn.Module):
                           entropy=None if not with_entropy else _merge_rows([(idx, s.entropy) for idx, s in parts]),
                           mask=_merge_rows([(idx, s.mask) for idx, s in parts]))
 
-    def token_values(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return self.critic_member.token_values(*args, **kwargs)
+    def _valuer(self, agent_id: str | None, actors: Sequence[str] | None) -> MultiAgentPolicy:
+        """The one member whose critic values every row (``actors``, else ``agent_id``)."""
+        named = set(actors) if actors is not None else {agent_id} if agent_id is not None else set()
+        found = {id(self.critic_reader(a)): self.critic_reader(a) for a in named}
+        if len(found) > 1:
+            raise ValueError("these rows are valued by critics on different models: value each model's rows apart")
+        return next(iter(found.values())) if found else self._critic_members[0]
 
-    def state_values(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return self.critic_member.state_values(*args, **kwargs)
+    def token_values(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
+                     agent_id: str | None = None, include_final: bool = False,
+                     prefix_lens: Sequence[int] | None = None, actors: Sequence[str] | None = None) -> torch.Tensor:
+        return self._valuer(agent_id, actors).token_values(prompt_ids, response_ids, agent_id, include_final,
+                                                           prefix_lens, actors)
 
-    def value_slots(self, *args: Any, **kwargs: Any) -> list[int]:
-        return self.critic_member.value_slots(*args, **kwargs)
+    def state_values(self, prompt_ids: Sequence[Sequence[int]], agent_id: str | None = None,
+                     prefix_lens: Sequence[int] | None = None, actors: Sequence[str] | None = None) -> torch.Tensor:
+        return self._valuer(agent_id, actors).state_values(prompt_ids, agent_id, prefix_lens, actors)
+
+    def value_slots(self, actors: Sequence[str] | None, agent_id: str | None, rows: int) -> list[int]:
+        return self._valuer(agent_id, actors).value_slots(actors, agent_id, rows)
 
     def value_rows(self, seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[tuple[int, int]]]:
-        return self.critic_member.value_rows(seqs)
+        return self._critic_members[0].value_rows(seqs)  # sequence structure only: any member's rule
+
+
+class _TeamScoring:
+    """The scorer's value passes a learner calls (``ValueFit``), routed to the member whose
+    critic values the agent each call names."""
+
+    def __init__(self, team: TeamPolicy) -> None:
+        self.team = team
+
+    def token_values_with_reads(self, prompt_ids: Any, response_ids: Any, agent_id: str | None = None,
+                                **kwargs: Any) -> Any:
+        return self.team._valuer(agent_id, None).scoring.token_values_with_reads(prompt_ids, response_ids, agent_id,
+                                                                                 **kwargs)
+
+    def state_values_with_reads(self, prompt_ids: Any, agent_id: str | None = None, **kwargs: Any) -> Any:
+        return self.team._valuer(agent_id, None).scoring.state_values_with_reads(prompt_ids, agent_id, **kwargs)
 
 
 def team_of(policy: Any) -> dict[str, MultiAgentPolicy]:

@@ -115,28 +115,31 @@ def scripted_seats(cfg: TrainConfig, agent_ids: Sequence[str]) -> dict[str, Any]
 
 
 def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequence[str],
-                 model_name: str = DEFAULT_MODEL_NAME, team_agents: Sequence[str] | None = None) -> Any:
-    """The ``MultiAgentPolicy`` of the agents ``agent_ids`` on one base model (``model_name``):
-    with a critic only if the learner uses values and the critic runs on this model (training and
-    ``marft eval`` build the same adapters, so checkpoints load strictly), each agent's own LoRA
-    settings and fixed adapter (``agents:``), and the engine settings of the run
-    (:class:`~marft_agents.engine.base.EngineSettings`). ``team_agents``: every agent of the team
-    when they are not all on this model (the critic values all of them). A caller that only
-    evaluates holds it as ``with build_policy(...) as policy:`` (closes its engine)."""
+                 critic_agents: Sequence[str] | None = None, critic_name: str = "critic") -> Any:
+    """The ``MultiAgentPolicy`` of the agents ``agent_ids`` on one base model: with a critic only
+    if the learner uses values (training and ``marft eval`` build the same adapters, so
+    checkpoints load strictly), each agent's own LoRA settings and fixed adapter (``agents:``),
+    and the engine settings of the run (:class:`~marft_agents.engine.base.EngineSettings`).
+    ``critic_agents``: in a team of different models (:func:`load_policy`), the agents this
+    model's critic values (empty: it carries none), named ``critic_name``; None = every agent here,
+    when the learner uses values. A caller that only evaluates holds it as
+    ``with build_policy(...) as policy:`` (closes its engine)."""
     from marft_agents.engine.base import EngineSettings
     from marft_agents.model.adapters import spec_of_folder
     from marft_agents.model.policy import MultiAgentPolicy
 
-    team = list(team_agents) if team_agents is not None else list(agent_ids)
+    agent_ids = list(agent_ids)
     # the run plan's critic: none (no adapter, no value head) for a critic-free learner or advantage baseline
-    critic_here = cfg.plan().builds_critic and cfg.critic_model(team) == model_name
+    critic_here = cfg.plan().builds_critic and (critic_agents is None or bool(critic_agents))
     fixed = {a: cfg.agent_spec(a).adapter for a in agent_ids if cfg.agent_spec(a).adapter}
     agent_lora = {a: spec_of_folder(fixed[a]) if a in fixed else cfg.lora_of(a) for a in agent_ids
                   if a in fixed or cfg.agent_spec(a).lora}
+    others = critic_agents is not None and list(critic_agents) != agent_ids
     policy = MultiAgentPolicy(model, tokenizer, agent_ids, lora=cfg.lora, shared_adapter=cfg.shared_adapter,
                               critic=cfg.critic if critic_here else None,
                               gradient_checkpointing=cfg.schedule.gradient_checkpointing, agent_lora=agent_lora,
-                              critic_agents=team if critic_here and team != list(agent_ids) else None)
+                              critic_agents=list(critic_agents) if critic_here and others else None,
+                              critic_name=critic_name)
     for agent, folder in fixed.items():  # a frozen teammate's fixed adapter
         policy.load_fixed_adapter(agent, folder)
     # what an engine reads besides each call's sampling; from_pretrained recorded the weights' folder
@@ -144,57 +147,83 @@ def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequen
     return policy
 
 
-def team_layout(cfg: TrainConfig, agent_ids: Sequence[str]) -> tuple[dict[str, list[str]], str | None]:
-    """Which agents run on which model (the models used, in the config's order) and the
-    critic's model (None: no critic is built); refuses (one line) a critic that cannot read its
-    agents' tokens (:func:`~marft_agents.model.team.check_team_critic`) and a one-model engine."""
-    builds_critic = cfg.plan().builds_critic
-    critic_model = cfg.critic_model(agent_ids) if builds_critic else None
+@dataclass(frozen=True)
+class TeamLayout:
+    """Which agents run on which model, and whose critic values whom (:func:`team_layout`)."""
+
+    agents_on: dict[str, list[str]]
+    """Model name -> the agents on it, for every model the team uses (the config's order)."""
+    critic_of: dict[str, str]
+    """Agent id -> the model whose critic values its decisions; empty: no critic is built."""
+
+    @property
+    def several(self) -> bool:
+        return len(self.agents_on) > 1
+
+    def critic_agents(self, model: str) -> list[str]:
+        return [a for a, m in self.critic_of.items() if m == model]
+
+
+def team_layout(cfg: TrainConfig, agent_ids: Sequence[str]) -> TeamLayout:
+    """Where every agent and the critic run (:func:`~marft_agents.model.team.critic_placement`): one
+    critic model (``critic.model``, default the first agent's) valuing every agent, or, where the
+    critic reads the acting agent's own tokens (``critic.mode: local``, token-level values), each
+    model the critic of its own agents. Refuses (one line) ``critic.model`` with the latter, and an
+    engine that serves one model per process."""
+    from marft_agents.model.team import ONE_MODEL_ENGINES, critic_placement
+
+    agent_ids = list(agent_ids)
     on: dict[str, list[str]] = {name: [] for name in cfg.team_models()}
     for agent in agent_ids:
         on[cfg.model_of(agent)].append(agent)
-    used = {name: agents for name, agents in on.items() if agents or name == critic_model}
-    if len(used) > 1:
-        from marft_agents.model.team import ONE_MODEL_ENGINES, check_team_critic
-
-        check_team_critic(cfg.plan().critic_values, cfg.critic.mode if cfg.critic else None,
-                          {a: cfg.model_of(a) for a in agent_ids}, critic_model or "")
-        if cfg.sampling.engine in ONE_MODEL_ENGINES:
-            raise ConfigError(f"sampling.engine {cfg.sampling.engine!r} serves one base model per process, but the "
-                              f"team runs on {len(used)} ({', '.join(used)}); use sampling.engine direct, fast or legacy")
-    return used, critic_model
+    critic_of: dict[str, str] = {}
+    if cfg.plan().builds_critic:
+        several = len({m for m, agents in on.items() if agents} | {cfg.critic_model(agent_ids)}) > 1
+        if several and critic_placement(cfg.plan().critic_values, cfg.critic.mode) == "each":
+            if cfg.critic.model is not None:
+                raise ConfigError(f"critic.model {cfg.critic.model!r}: this critic reads the acting agent's own tokens "
+                                  "(critic.mode: local, or token-level values), so in a team each model carries the "
+                                  "critic of its own agents; remove critic.model")
+            critic_of = {a: cfg.model_of(a) for a in agent_ids}
+        else:
+            critic_of = {a: cfg.critic_model(agent_ids) for a in agent_ids}
+    used = {name: agents for name, agents in on.items() if agents or name in critic_of.values()}
+    if len(used) > 1 and cfg.sampling.engine in ONE_MODEL_ENGINES:
+        raise ConfigError(f"sampling.engine {cfg.sampling.engine!r} serves one base model per process, but the "
+                          f"team runs on {len(used)} ({', '.join(used)}); use sampling.engine direct, fast or legacy")
+    return TeamLayout(used, critic_of)
 
 
 def load_policy(cfg: TrainConfig, agent_ids: Sequence[str], model_and_tokenizer: Any = None,
                 seed: int | None = None) -> Any:
     """Load every base model the team uses once and build the run's policy: a plain
     ``MultiAgentPolicy`` when every agent (and the critic) runs on one model, else a
-    :class:`~marft_agents.model.team.TeamPolicy` of one member per model, the start-up line
-    naming each model, its dtype and its agents. ``model_and_tokenizer``: already-loaded
-    ``(model, tokenizer)`` of the default model, or ``{model name: (model, tokenizer)}`` (tests
-    pass tiny models); the rest load from ``cfg``. ``seed``: seed every RNG after the models load,
-    before the adapters are built. Call after ``cfg.resolve_hardware()``."""
+    :class:`~marft_agents.model.team.TeamPolicy` of one member per model (:func:`team_layout`),
+    the start-up line naming each model, its dtype and its agents. ``model_and_tokenizer``:
+    already-loaded ``(model, tokenizer)`` of the default model, or ``{model name: (model,
+    tokenizer)}`` (tests pass tiny models); the rest load from ``cfg``. ``seed``: seed every RNG
+    after the models load, before the adapters are built. Call after ``cfg.resolve_hardware()``."""
     from marft_agents.model.loading import load_model_and_tokenizer
 
     agent_ids = list(agent_ids)
-    used, critic_model = team_layout(cfg, agent_ids)
+    layout = team_layout(cfg, agent_ids)
     given = model_and_tokenizer if isinstance(model_and_tokenizer, dict) else (
         {DEFAULT_MODEL_NAME: model_and_tokenizer} if model_and_tokenizer is not None else {})
     models = cfg.team_models()
-
-    def loaded(name: str) -> tuple[Any, Any]:
-        return given.get(name) or load_model_and_tokenizer(models[name], hardware=cfg.hardware_of(name))
-
-    pairs = {name: loaded(name) for name in used}
+    pairs = {name: given.get(name) or load_model_and_tokenizer(models[name], hardware=cfg.hardware_of(name))
+             for name in layout.agents_on}
     if seed is not None:
         seed_everything(seed)
-    if list(used) == [DEFAULT_MODEL_NAME]:
-        return build_policy(cfg, *pairs[DEFAULT_MODEL_NAME], agent_ids)
+    if not layout.several:
+        return build_policy(cfg, *pairs[next(iter(layout.agents_on))], agent_ids)
     from marft_agents.engine.base import EngineSettings
-    from marft_agents.model.team import TeamPolicy
+    from marft_agents.model.team import TeamPolicy, critic_placement, team_critic_name
 
-    members = {name: build_policy(cfg, *pairs[name], agents, name, agent_ids) for name, agents in used.items()}
-    team = TeamPolicy(members, {a: cfg.model_of(a) for a in agent_ids}, critic_model)
+    each = bool(layout.critic_of) and critic_placement(cfg.plan().critic_values, cfg.critic.mode) == "each"
+    members = {name: build_policy(cfg, *pairs[name], agents, layout.critic_agents(name),
+                                  team_critic_name(name) if each else "critic")
+               for name, agents in layout.agents_on.items()}
+    team = TeamPolicy(members, {a: cfg.model_of(a) for a in agent_ids}, layout.critic_of)
     team.engine_settings = EngineSettings.of(cfg, model_folder=None)
     for line in team.describe():
         log.info("team: %s", line)
