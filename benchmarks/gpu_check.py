@@ -22,7 +22,13 @@ Checks (``--only`` picks some, by name):
    again, warm) of the training passes of one MARFT-A update at MATH lengths (:data:`MATH_ROW_TOKENS`-token rows, 8 rows per adapter:
    both agents' policy passes and the critic's), without and with gradient checkpointing, per
    token, next to ``benchmarks/memory_estimate.py``'s estimate when the model is a Qwen2.5 size;
-6. ``nccl``: a 2-process data-parallel update through ``torchrun`` (NCCL) when 2 GPUs are present.
+6. ``nccl``: a 2-process data-parallel update through ``torchrun`` (NCCL) when 2 GPUs are present;
+7. ``team``: the team of :data:`TEAM_CONFIG` (its ``models:``, ``agents:``, ``critic``, LoRA and
+   loop engine) on ``marft/Arithmetic-v0`` for one MARFT-A update through the trainer: ``model:``
+   is the check's model, each further model a tiny random Llama with the llama3 tokenizer (another
+   architecture and tokenizer; with ``--random-init`` the Qwen2.5 size that config names for it,
+   random weights); PASS when a ``TeamPolicy`` of one member per model was built, losses are finite
+   and every adapter moved; the peak GPU memory of the update is reported on CUDA.
 
 ``--random-init qwen2.5-3b`` (or ``-1.5b``, ``-7b``) builds a model of that size's exact shape
 (:data:`memory_estimate.QWEN25`) with random weights and the tiny byte-level tokenizer, on a
@@ -77,6 +83,8 @@ RESPONSE_TOKENS = 1024
 """Of which the scored response (the rest is the prompt)."""
 ROWS_PER_ADAPTER = 8
 """Rows per adapter in the memory check (one micro-batch each)."""
+TEAM_CONFIG = REPO / "baselines" / "configs" / "marft_a_math_qwen2.5_team.yaml"
+"""The GPU team config whose team the ``team`` check builds."""
 STATUSES = ("PASS", "FAIL", "SKIP")
 TIMING_METRICS = ("time/rollout_s", "time/update_s", "time/rollout_tokens_per_s", "rollout/tokens")
 """The trainer's metrics the ``update`` check reports per engine (sampling and learner time)."""
@@ -176,8 +184,13 @@ def _config(ctx: Context, engine: str, name: str, **overrides: Any) -> Any:
     """A small MARFT-A config on ``ctx``'s model and device with sampling engine ``engine``."""
     from marft_agents.config import load_config
 
+    return load_config(_config_data(ctx, engine, name), overrides=overrides)
+
+
+def _config_data(ctx: Context, engine: str, name: str) -> dict[str, Any]:
+    """:func:`_config`'s settings as plain data."""
     quick = ctx.args.quick
-    data = {
+    return {
         "algorithm": "mappo_action",
         "env": {"id": "marft/Arithmetic-v0", "kwargs": {"level": 1, "profile": "dual", "horizon": 1},
                 "num_envs": 4},
@@ -193,7 +206,6 @@ def _config(ctx: Context, engine: str, name: str, **overrides: Any) -> Any:
         "eval": {"at_end": False, "n_problems": 2, "num_envs": 2, "interval": 0},
         "output_dir": str(ctx.scratch / f"run-{name}"),
     }
-    return load_config(data, overrides=overrides)
 
 
 def _engines_here(ctx: Context) -> tuple[list[str], dict[str, str]]:
@@ -557,9 +569,75 @@ def check_nccl(ctx: Context) -> Result:
                   {"output_tail": (done.stdout + done.stderr)[-3000:]} if status == "FAIL" else {})
 
 
+def _second_folder(ctx: Context, name: str, name_or_path: str) -> str:
+    """The folder of a team's further model ``name``: with ``--random-init``, the Qwen2.5 size
+    ``name_or_path`` names (random weights); else a tiny random Llama with the llama3 tokenizer."""
+    if ctx.args.random_init:
+        import memory_estimate
+
+        size = memory_estimate.model_key(name_or_path).split("/")[-1].lower().removesuffix("-instruct")
+        return _random_folder(ctx.scratch, size, ctx.device)
+    from marft_agents.model.tiny_models import tiny_model_and_tokenizer
+
+    folder = ctx.scratch / f"tiny-llama3-{name}"
+    if not folder.is_dir():
+        model, tokenizer = tiny_model_and_tokenizer(seed=1, hidden_size=64, num_layers=2, arch="llama",
+                                                    tokenizer="llama3")
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def check_team(ctx: Context) -> Result:
+    """One MARFT-A update of :data:`TEAM_CONFIG`'s team (its layout on the check's models)."""
+    import torch
+    import yaml
+
+    from marft_agents.config import load_config
+    from marft_agents.model.team import TeamPolicy
+    from marft_agents.run.trainer import prepare_trainer
+
+    raw = yaml.safe_load(TEAM_CONFIG.read_text())
+    dtype = "bfloat16" if ctx.device == "cuda" else "float32"
+    models = {name: {**spec, "name_or_path": _second_folder(ctx, name, spec["name_or_path"]), "device": ctx.device,
+                     "dtype": dtype, "threads": 1} for name, spec in raw["models"].items()}
+    engine = raw["sampling"]["engine"]
+    data = {**_config_data(ctx, engine, "team"), "models": models, "agents": raw["agents"], "lora": raw["lora"],
+            "critic": raw.get("critic") or {}}
+    trainer = None
+    try:
+        if ctx.device == "cuda":
+            _release()
+            torch.cuda.reset_peak_memory_stats()
+        trainer = prepare_trainer(load_config(data))
+        policy = trainer.policy
+        if not isinstance(policy, TeamPolicy):
+            return Result("team", "FAIL", f"the team was built as a {type(policy).__name__}, not a TeamPolicy")
+        before = {k: v.detach().clone() for k, v in policy.adapter_state_dict().items()}
+        metrics = next(trainer.run())
+        after = policy.adapter_state_dict()
+        moved = sorted({k.split("/")[1] for k in before if not torch.equal(before[k], after[k])})
+        losses = {k: float(metrics[k]) for k in ("losses/policy_loss", "losses/value_loss") if k in metrics}
+        ok = (all(math.isfinite(v) for v in losses.values()) and metrics.get("guard/skipped_steps", 0) == 0
+              and len(moved) == len(policy.adapter_names) and len(policy.members) == 1 + len(models))
+        details: dict[str, Any] = {"members": policy.describe(), "losses": losses, "adapters_moved": moved,
+                                   **{key.split("/")[1]: float(metrics[key]) for key in TIMING_METRICS if key in metrics}}
+        if ctx.device == "cuda":
+            details["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    finally:
+        if trainer is not None:
+            trainer.close()
+        del trainer
+        _release()
+    summary = (f"one update of {len(details['members'])} models ({'; '.join(details['members'])}), "
+               f"adapters moved: {', '.join(moved)}"
+               + (f"; peak {details['peak_gib']:.2f} GiB" if "peak_gib" in details else ""))
+    return Result("team", "PASS" if ok else "FAIL", summary, details)
+
+
 CHECKS: dict[str, Callable[[Context], Result]] = {
     "cuda_tests": check_cuda_tests, "update": check_update, "throughput": check_throughput,
-    "logprobs": check_logprobs, "memory": check_memory, "nccl": check_nccl,
+    "logprobs": check_logprobs, "memory": check_memory, "nccl": check_nccl, "team": check_team,
 }
 """Every check, by the name ``--only`` takes, in the order they run."""
 

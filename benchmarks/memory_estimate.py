@@ -28,17 +28,33 @@ What one update holds on the GPU, part by part (GiB):
 Every total is an estimate from the measured per-token figures and the config numbers; nothing
 here ran on a GPU. ``benchmarks/gpu_check.py --only memory`` measures the real peak on one.
 
+**A team of different models** (``models:`` / ``agents:``, ``--team`` or ``--config``): each
+distinct base model is held once, with the adapters of the agents on it (and the critic's, on
+the critic's model); a frozen agent's fixed adapter counts its weights only (4 bytes a
+parameter: no gradient, no AdamW state). The learner's passes run one adapter's micro-batch at
+a time, so the update holds every member's weights and adapters plus the *largest* member's
+activations and head (:func:`team_estimate`). vLLM serves one model per process, so a team
+samples with a loop engine (``fast``), whose share is computed, not a setting: per row its
+preallocated bf16 KV cache (:meth:`ModelShape.kv_bytes_per_token` x the row's tokens, exact
+arithmetic) and the prefill's workspace, three of a layer's largest tensors per prompt token
+(the MLP's gate, up and their product; an assumption on the measured ``largest``), for the
+batch of one generate call (one model at a time: the team's engines run in turn); the critic's
+no-grad value pass over the episodes' global states is the same workspace on the critic's
+model. The sampling peak is every member's weights and adapters plus the largest of these.
+
 Usage::
 
     python benchmarks/memory_estimate.py                        # measure, then the table for MATH lengths
     python benchmarks/memory_estimate.py --tokens 512 --json    # also the JSON of every figure
+    python benchmarks/memory_estimate.py --team 1.5B:2,7B:1     # a team: 1.5B with 2 adapters, 7B with 1
+    python benchmarks/memory_estimate.py --config baselines/configs/marft_a_math_qwen2.5_team.yaml
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 GIB = 1 << 30
 GPU_GIB = 79.0
@@ -83,6 +99,10 @@ class ModelShape:
     def params(self) -> int:
         embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
         return self.layers * self.layer_params() + embeddings + self.hidden
+
+    def kv_bytes_per_token(self) -> int:
+        """The bf16 keys and values one token leaves in the KV cache, over every layer."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2
 
     def lora_params(self, r: int) -> int:
         """One adapter on q_proj and v_proj (peft's default for qwen2, the configs' choice)."""
@@ -271,6 +291,156 @@ def fits(est: Estimate, gpu_gib: float = GPU_GIB) -> bool:
     return est.peak <= (1 - HEADROOM) * gpu_gib
 
 
+@dataclass(frozen=True)
+class Member:
+    """One base model of a team and the LoRA adapters it carries."""
+
+    model: str
+    """A key of :data:`QWEN25`."""
+    trained: tuple[int, ...]
+    """Ranks of its trained adapters (its agents' and, on the critic's model, the critic's)."""
+    frozen: tuple[int, ...] = ()
+    """Ranks of frozen agents' fixed adapters (weights only)."""
+    critic: bool = False
+    """Whether the critic runs on it (its value pass over the global states)."""
+
+    def lora_gib(self) -> float:
+        shape = QWEN25[self.model]
+        return (16 * sum(shape.lora_params(r) for r in self.trained)
+                + 4 * sum(shape.lora_params(r) for r in self.frozen)) / GIB
+
+
+@dataclass(frozen=True)
+class TeamEstimate:
+    """GiB of one update and of sampling for a team of different models; every figure an estimate."""
+
+    members: tuple[Estimate, ...]
+    """Each model's own figures (its weights, adapters, activations and head; no vLLM)."""
+    sampling_workspace: tuple[float, ...]
+    """Per member: the loop engine's KV cache + prefill workspace of one generate call, or the
+    critic's value pass on the critic's model, whichever is larger."""
+    weights: float
+    lora_and_optimizer: float
+    activations: float
+    """The largest member's (one adapter's micro-batch at a time)."""
+    head_fused: float
+    context: float
+    update_peak: float
+    """Every weight and adapter + the largest member's activations and fused head + context."""
+    sampling_peak: float
+    """Every weight and adapter + the largest sampling workspace + context."""
+
+    @property
+    def peak(self) -> float:
+        return max(self.update_peak, self.sampling_peak)
+
+
+def team_estimate(members: list[Member], cal: dict[str, Calibration], tokens_per_micro_batch: int,
+                  gradient_checkpointing: bool, sampling_rows: int, row_tokens: int, new_tokens: int,
+                  response_tokens: int | None = None) -> TeamEstimate:
+    """One update's and one rollout's GiB for a team: ``members`` (one per distinct base model),
+    ``cal`` their calibrations by model, a micro-batch of ``tokens_per_micro_batch``;
+    ``sampling_rows`` rows per generate call (and per critic pass) of up to ``row_tokens``
+    tokens, the last ``new_tokens`` of them generated."""
+    own = []
+    workspace = []
+    for member in members:
+        shape, c = QWEN25[member.model], cal[member.model]
+        est = estimate(member.model, c, tokens_per_micro_batch, gradient_checkpointing, response_tokens,
+                       adapters=0, gpu_memory_utilization=0.0, vllm_sleeps=False)
+        prompt = max(row_tokens - new_tokens, 0)
+        generate = sampling_rows * (row_tokens * shape.kv_bytes_per_token() + 3 * c.largest * prompt)
+        critic = 3 * c.largest * sampling_rows * row_tokens if member.critic else 0.0
+        workspace.append(max(generate, critic) / GIB)
+        lora = member.lora_gib()
+        own.append(replace(est, lora_and_optimizer=lora, context=0.0,  # this member alone, no context
+                           update_peak=est.weights + lora + est.activations + est.head_fused,
+                           sampling_peak=est.weights + lora + workspace[-1]))
+    weights = sum(e.weights for e in own)
+    lora = sum(e.lora_and_optimizer for e in own)
+    busiest = max(own, key=lambda e: e.activations + e.head_fused)
+    update_peak = weights + lora + busiest.activations + busiest.head_fused + CUDA_CONTEXT_GIB
+    sampling_peak = weights + lora + max(workspace) + CUDA_CONTEXT_GIB
+    return TeamEstimate(tuple(own), tuple(workspace), weights, lora, busiest.activations, busiest.head_fused,
+                        CUDA_CONTEXT_GIB, update_peak, sampling_peak)
+
+
+def model_key(name_or_path: str) -> str:
+    """The :data:`QWEN25` key of a model name: a Hub id, or a folder named after one."""
+    for key in QWEN25:
+        if name_or_path == key or name_or_path.rstrip("/").split("/")[-1] == key.split("/")[-1]:
+            return key
+    raise SystemExit(f"model {name_or_path!r} is none of the shapes known here ({', '.join(QWEN25)}); "
+                     "give a Hub id or a folder named after one")
+
+
+def members_of_config(cfg) -> list[Member]:
+    """The team of a ``TrainConfig``: per base model its agents' adapters (trained, or a frozen
+    agent's fixed one) and the critic adapters it carries (``run.trainer.team_layout``: one critic
+    model, or each model the critic of its own agents; ``critic.mode`` per_agent: one per agent)."""
+    from marft_agents.run.trainer import team_layout
+    from marft_envs.core.roles import load_profile
+
+    profile = cfg.env.kwargs.get("profile")
+    if profile is None:
+        raise SystemExit(f"{cfg.env.id}: the config names no env.kwargs.profile; the team's agents come from it")
+    layout = team_layout(cfg, list(load_profile(profile).agent_ids))
+    critic_rank = (cfg.critic.lora or cfg.lora).r if layout.critic_of else 0
+    members = []
+    for name, on in layout.agents_on.items():
+        trained = [cfg.lora_of(a).r for a in on if cfg.agent_spec(a).trainable]
+        frozen = [cfg.lora_of(a).r for a in on if not cfg.agent_spec(a).trainable and cfg.agent_spec(a).adapter]
+        valued = layout.critic_agents(name)
+        critics = (len(valued) if cfg.critic.mode == "per_agent" else 1) if valued else 0
+        members.append(Member(model_key(cfg.team_models()[name].name_or_path), tuple(trained + [critic_rank] * critics),
+                              tuple(frozen), bool(valued)))
+    if len({m.model for m in members}) != len(members):
+        raise SystemExit("two of the team's models have the same shape; this estimate keys them by shape")
+    return members
+
+
+def parse_team(spec: str) -> list[Member]:
+    """``--team 1.5B:2,7B:1``: sizes with the number of rank-8 adapters each carries; the first
+    size carries the critic (its last adapter)."""
+    members = []
+    for k, part in enumerate(p.strip() for p in spec.split(",") if p.strip()):
+        size, _, count = part.partition(":")
+        chosen = [m for m in QWEN25 if m.split("-")[1] == size]
+        if not chosen or not count.isdigit():
+            raise SystemExit(f"--team: expected SIZE:ADAPTERS,... with sizes of {[m.split('-')[1] for m in QWEN25]}, "
+                             f"got {part!r}")
+        members.append(Member(chosen[0], (8,) * int(count), critic=k == 0))
+    return members
+
+
+def print_team(members: list[Member], cal: dict[str, Calibration], tokens: int, ckpt_options: tuple[bool, ...],
+               rows: int, row_tokens: int, new_tokens: int, report: dict) -> None:
+    """The team's table, in the one-model table's columns (``KV+`` = the loop engine's workspace in
+    place of vLLM's share), one line per member and one for the team."""
+    desc = ", ".join(f"{m.model.split('/')[-1]} with {len(m.trained)} trained adapter(s)"
+                     + (", the critic's included" if m.critic else "")
+                     + (f" and {len(m.frozen)} frozen" if m.frozen else "") for m in members)
+    print(f"\nESTIMATES (not measured on a GPU) for one MARFT-A update of a TEAM of {len(members)} models ({desc}), "
+          f"a micro-batch of {tokens} tokens, sampling with a loop engine (no vLLM: one model per process) "
+          f"{rows} rows of ~{row_tokens} tokens ({new_tokens} new) a call:")
+    print(f"  {'model':<28} {'ckpt':>5} {'weights':>8} {'LoRA+opt':>8} {'activ.':>8} {'head':>6} "
+          f"{'(plain)':>8} {'KV+':>6} {'update':>7} {'sampling':>8}  fits 80 GB")
+    for ckpt in ckpt_options:
+        est = team_estimate(members, cal, tokens, ckpt, rows, row_tokens, new_tokens)
+        for member, own, work in zip(members, est.members, est.sampling_workspace):
+            print(f"  {member.model:<28} {'on' if ckpt else 'off':>5} {own.weights:8.2f} {own.lora_and_optimizer:8.3f} "
+                  f"{own.activations:8.2f} {own.head_fused:6.2f} {own.head_plain:8.2f} {work:6.1f} "
+                  f"{'':>7} {'':>8}")
+        print(f"  {'team (sum; largest activ.)':<28} {'on' if ckpt else 'off':>5} {est.weights:8.2f} "
+              f"{est.lora_and_optimizer:8.3f} {est.activations:8.2f} {est.head_fused:6.2f} {'':>8} "
+              f"{max(est.sampling_workspace):6.1f} {est.update_peak:7.2f} {est.sampling_peak:8.2f}  "
+              f"{'yes' if fits(est) else 'NO'}")
+        report.setdefault("team", {})["checkpointing" if ckpt else "no_checkpointing"] = asdict(est)
+    print("  (GiB; team 'update' = every model's weights and adapters + the largest member's activations and fused "
+          f"head + {CUDA_CONTEXT_GIB:.0f} GiB context; 'sampling' = weights and adapters + the largest 'KV+' (KV cache "
+          "and prefill of one call, or the critic's value pass) + context)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=256, help="tokens of each measured forward (default 256)")
@@ -280,12 +450,36 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"tokens of one micro-batch (default {ROWS_PER_ADAPTER} rows x {MATH_ROW_TOKENS})")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.35)
     parser.add_argument("--json", action="store_true", help="also print every figure as one JSON line")
+    parser.add_argument("--team", default=None, metavar="SIZE:ADAPTERS,...",
+                        help="a team of different models instead, e.g. 1.5B:2,7B:1 (the first carries the critic)")
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="the team of a training config (models:, agents:, critic.model, lora, schedule, sampling)")
+    parser.add_argument("--sampling-rows", type=int, default=64, help="--team: rows per generate call (default 64)")
+    parser.add_argument("--row-tokens", type=int, default=MATH_ROW_TOKENS,
+                        help=f"--team/--config: tokens of the longest row (default {MATH_ROW_TOKENS})")
+    parser.add_argument("--new-tokens", type=int, default=1024, help="--team: tokens generated per call (default 1024)")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
-    sizes = [s.strip() for s in args.models.split(",") if s.strip()]
-    chosen = [m for m in QWEN25 if m.split("-")[1] in sizes]
+    members = None
+    ckpt_options = (False, True)
+    if args.config:
+        from marft_agents.config import load_config
+
+        cfg = load_config(args.config)
+        members = members_of_config(cfg)
+        ckpt_options = (cfg.schedule.gradient_checkpointing,)
+        args.micro_batch_tokens = cfg.schedule.max_tokens_per_micro_batch or args.micro_batch_tokens
+        args.sampling_rows = min(cfg.sampling.max_batch_size, cfg.env.num_envs)
+        args.new_tokens = cfg.sampling.max_new_tokens
+    elif args.team:
+        members = parse_team(args.team)
+    if members is not None:
+        chosen = [m for m in QWEN25 if m in {member.model for member in members}]
+    else:
+        sizes = [s.strip() for s in args.models.split(",") if s.strip()]
+        chosen = [m for m in QWEN25 if m.split("-")[1] in sizes]
     if not chosen:
         parser.error(f"--models: none of {sizes} is one of {[m.split('-')[1] for m in QWEN25]}")
     report: dict[str, dict] = {}
@@ -301,6 +495,11 @@ def main(argv: list[str] | None = None) -> int:
               f"KiB/token; largest tensor of a layer {cal.largest / 1024:.1f} KiB/token")
         report[model] = {"calibration": asdict(cal), "params": shape.params()}
     t = args.micro_batch_tokens
+    if members is not None:
+        print_team(members, STORED, t, ckpt_options, args.sampling_rows, args.row_tokens, args.new_tokens, report)
+        if args.json:
+            print(json.dumps({"gpu_gib": GPU_GIB, "headroom": HEADROOM, "micro_batch_tokens": t, "models": report}))
+        return 0
     print(f"\nESTIMATES (not measured on a GPU) for one MARFT-A update, a micro-batch of {t} tokens "
           f"({t // MATH_ROW_TOKENS} MATH rows of ~{MATH_ROW_TOKENS}), 3 adapters (2 agents + critic), "
           f"vLLM at gpu_memory_utilization {args.gpu_memory_utilization} of {GPU_GIB:.0f} GiB, asleep in the update:")

@@ -130,7 +130,7 @@ def test_gpu_check_quick_runs_on_cpu_and_skips_the_gpu_parts(tmp_path):
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary == json.loads(out_file.read_text())
     status = {c["name"]: c for c in summary["checks"]}
-    assert list(status) == ["cuda_tests", "update", "throughput", "logprobs", "memory", "nccl"]
+    assert list(status) == ["cuda_tests", "update", "throughput", "logprobs", "memory", "nccl", "team"]
     if summary["device"] == "cpu":
         for name in ("cuda_tests", "throughput", "logprobs", "memory", "nccl"):
             assert status[name]["status"] == "SKIP" and status[name]["summary"], status[name]
@@ -140,7 +140,40 @@ def test_gpu_check_quick_runs_on_cpu_and_skips_the_gpu_parts(tmp_path):
         assert {e for e, r in engines.items() if r["status"] == "PASS"} == set(ENGINES)
         assert engines["vllm"]["status"] == "SKIP"
     assert status["update"]["status"] == "PASS" and re.search(r"^PASS update: ", done.stdout, re.M)
+    # the GPU team config's team: one member per model, every adapter moved (CPU: the tiny models)
+    team = status["team"]
+    assert team["status"] == "PASS" and len(team["details"]["members"]) == 2, team
+    assert sorted(team["details"]["adapters_moved"]) == ["critic", "policy_actor_0", "policy_reasoner_0"], team
     assert summary["counts"]["FAIL"] == 0
+
+
+def test_team_speed_prints_the_team_against_its_parts_in_both_phases():
+    out = _run("team_speed.py", "--update")
+    assert "model 'default' (LlamaForCausalLM" in out and "model 'second' (Qwen2ForCausalLM" in out, out
+    for phase in ("collect", "update"):
+        line = re.search(rf"{phase}: team ([\d.]+)\s+parts ([\d.]+)\s+one-model A ([\d.]+)\s+B ([\d.]+)", out)
+        assert line and all(float(x) > 0 for x in line.groups()), out
+        assert re.search(rf"team/parts \({phase}\): median [\d.]+ of \[[\d.]+\] \(target <= 1.1: (PASS|MISS)\); "
+                         r"cpu-time ratio median [\d.]+", out), out
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"team/parts ratio: [\d.]+", last) and float(last.split()[-1]) > 0, out
+
+
+def test_team_speed_parts_are_each_agent_on_its_own_model():
+    """The parts of a team: reasoner_0's seconds in A's run, actor_0's in B's, the critic's in its
+    model's run, the rest averaged over the one-model runs."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import team_speed
+
+    split = {"A": {"reasoner_0": 1.0, "actor_0": 2.0, "critic": 0.5}, "B": {"reasoner_0": 3.0, "actor_0": 4.0,
+                                                                           "critic": 0.7}}
+    total = {"A": 4.0, "B": 8.5}  # rest: 0.5 and 0.8
+    parts = team_speed.parts_of(split, total, {"reasoner_0": "A", "actor_0": "B"}, "A")
+    assert parts == pytest.approx({"agents": 5.0, "critic": 0.5, "rest": 0.65, "total": 6.15})
+    swapped = team_speed.parts_of(split, total, {"reasoner_0": "B", "actor_0": "A"}, "B")
+    assert swapped == pytest.approx({"agents": 5.0, "critic": 0.7, "rest": 0.65, "total": 6.35})
+    assert team_speed.own(split["B"], total["B"]) == pytest.approx({"agents": 7.0, "critic": 0.7, "rest": 0.8,
+                                                                    "total": 8.5})
 
 
 def test_critic_known_value_smoke_prints_each_update_and_the_pooled_ratio():

@@ -1,7 +1,9 @@
 """The GPU configs (``baselines/configs/*qwen2.5*.yaml``) load and validate on the CPU for every
 Qwen2.5 size they document, say what a GPU run needs (bf16, vLLM, rescored old log-probs), and
 their memory-relevant settings fit an 80 GB GPU by ``benchmarks/memory_estimate.py``'s estimate,
-calibrated here by its own CPU measurement at each model's width."""
+calibrated here by its own CPU measurement at each model's width. The team configs (two Qwen2.5
+sizes, ``models:``) are accepted as a team (no vLLM: one model per process) and fit by the team
+estimate: each base once, the largest member's activations."""
 
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ import yaml
 from marft_agents.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIGS = sorted((REPO / "baselines" / "configs").glob("*qwen2.5*.yaml"))
+GPU_CONFIGS = sorted((REPO / "baselines" / "configs").glob("*qwen2.5*.yaml"))
+TEAM_CONFIGS = [p for p in GPU_CONFIGS if yaml.safe_load(p.read_text()).get("models")]
+"""Configs of a team of different models (``models:``): sizes fixed by the file, no vLLM."""
+CONFIGS = [p for p in GPU_CONFIGS if p not in TEAM_CONFIGS]
 GPU_DOC = REPO / "docs" / "gpu.md"
 _spec = importlib.util.spec_from_file_location("memory_estimate", REPO / "benchmarks" / "memory_estimate.py")
 memory_estimate = importlib.util.module_from_spec(_spec)
@@ -90,12 +95,114 @@ def test_parameter_counts_match_the_model_cards():
 
 def test_the_gpu_recipe_documents_every_size_override():
     text = GPU_DOC.read_text()
-    for path in CONFIGS:
+    for path in GPU_CONFIGS:
         assert str(path.relative_to(REPO)) in text
     for model in SIZES:
         assert f"model.name_or_path={model}" in text
     for key, value in FAST_SMALL.items():
         assert f"{key}={str(value).lower()}" in text
+
+
+# -- teams of different models ------------------------------------------------------------------
+def _agents(cfg) -> list[str]:
+    from marft_envs.core.roles import load_profile
+
+    return list(load_profile(cfg.env.kwargs["profile"]).agent_ids)
+
+
+def test_there_is_a_team_of_two_qwen_sizes():
+    assert TEAM_CONFIGS, GPU_CONFIGS
+    for path in TEAM_CONFIGS:
+        members = memory_estimate.members_of_config(load_config(path))
+        assert len({m.model for m in members}) == 2, members
+
+
+@pytest.mark.parametrize("path", TEAM_CONFIGS, ids=lambda p: p.stem)
+def test_team_config_is_a_team_and_fits_80gb(path, calibration):
+    from marft_agents.config_schema import ConfigError
+    from marft_agents.model.team import ONE_MODEL_ENGINES
+    from marft_agents.run.trainer import team_layout
+
+    raw = yaml.safe_load(path.read_text())
+    for section in [raw["model"], *raw["models"].values()]:
+        assert section["device"] == "auto" and section["dtype"] == "bfloat16"
+    cfg = load_config(path)
+    agents = _agents(cfg)
+    assert cfg.uses_several_models(agents)
+    layout = team_layout(cfg, agents)  # the team's refusals: a one-model engine, critic.model beside own-token values
+    assert layout.several and set(layout.critic_of) == set(agents)
+    assert cfg.sampling.engine not in ONE_MODEL_ENGINES and cfg.ppo.recompute_old_logprobs
+    with pytest.raises(ConfigError, match="one base model per process"):
+        team_layout(load_config(path, {"sampling.engine": "vllm"}), agents)
+    s = cfg.schedule
+    assert s.max_tokens_per_micro_batch is not None and s.micro_batch_size is not None
+    horizon = cfg.env.kwargs.get("horizon", 1)
+    longest_row = horizon * len(agents) * cfg.sampling.max_new_tokens + PROMPT_TOKENS
+    tokens = max(s.max_tokens_per_micro_batch, longest_row)
+    rows = min(cfg.sampling.max_batch_size, cfg.env.num_envs)
+    members = memory_estimate.members_of_config(cfg)
+    est = memory_estimate.team_estimate(members, calibration, tokens, s.gradient_checkpointing, rows, longest_row,
+                                        cfg.sampling.max_new_tokens)
+    assert memory_estimate.fits(est), est
+    big = max(members, key=lambda m: memory_estimate.QWEN25[m.model].params())
+    if big.model != SIZES[0]:
+        assert s.gradient_checkpointing, f"{big.model} needs gradient checkpointing on 80 GB"
+
+
+def test_the_team_of_a_config_is_each_model_with_its_agents_and_the_critic():
+    path = TEAM_CONFIGS[0]
+    raw = yaml.safe_load(path.read_text())
+    Member = memory_estimate.Member
+    small, big = raw["model"]["name_or_path"], raw["models"]["solver"]["name_or_path"]
+    assert memory_estimate.members_of_config(load_config(path)) == [
+        Member(small, (8, 8), (), critic=True), Member(big, (8,), (), critic=False)]
+    # the critic on the solver's model, the planner's own rank, the solver frozen with a fixed adapter
+    data = {**raw, "critic": {"model": "solver"},
+            "agents": {"reasoner_0": {"lora": {"r": 16}}, "actor_0": {"model": "solver", "trainable": False,
+                                                                      "adapter": str(path.parent)}}}
+    assert memory_estimate.members_of_config(load_config(data)) == [
+        Member(small, (16,), (), critic=False), Member(big, (8,), (8,), critic=True)]
+
+
+def test_a_team_holds_each_base_once_beside_the_largest_members_activations(calibration):
+    small, big = SIZES[0], SIZES[-1]
+    Member, GIB = memory_estimate.Member, memory_estimate.GIB
+    lora = {m: memory_estimate.QWEN25[m].lora_params(8) for m in (small, big)}
+    alone = {m: memory_estimate.estimate(m, calibration[m], 18432, True, adapters=0, gpu_memory_utilization=0.0,
+                                         vllm_sleeps=False) for m in (small, big)}
+    est = memory_estimate.team_estimate([Member(small, (8, 8), critic=True), Member(big, (8,))], calibration,
+                                        18432, True, 32, 2300, 1024)
+    assert est.weights == pytest.approx(alone[small].weights + alone[big].weights)
+    assert est.lora_and_optimizer == pytest.approx(16 * (2 * lora[small] + lora[big]) / GIB)
+    # the passes run one adapter's micro-batch at a time: the larger member's activations, not the sum
+    assert est.activations == pytest.approx(alone[big].activations) and alone[small].activations > 1
+    assert est.update_peak == pytest.approx(est.weights + est.lora_and_optimizer + alone[big].activations
+                                            + alone[big].head_fused + memory_estimate.CUDA_CONTEXT_GIB)
+    # sampling: one call's KV cache on the larger model (keys and values, bf16, every layer)
+    shape = memory_estimate.QWEN25[big]
+    assert shape.kv_bytes_per_token() == 2 * shape.layers * shape.kv_heads * (shape.hidden // shape.heads) * 2
+    assert est.sampling_peak > est.weights + est.lora_and_optimizer + 32 * 2300 * shape.kv_bytes_per_token() / GIB
+    # a frozen teammate's fixed adapter: its weights only (no gradient, no AdamW moments)
+    frozen = memory_estimate.team_estimate([Member(small, (8, 8), critic=True), Member(big, (), (8,))], calibration,
+                                           18432, True, 32, 2300, 1024)
+    assert frozen.lora_and_optimizer == pytest.approx((16 * 2 * lora[small] + 4 * lora[big]) / GIB)
+    # without checkpointing the 7B's activations do not fit beside both bases
+    assert memory_estimate.fits(est)
+    assert not memory_estimate.fits(memory_estimate.team_estimate(
+        [Member(small, (8, 8), critic=True), Member(big, (8,))], calibration, 18432, False, 32, 2300, 1024))
+
+
+def test_the_team_table_prints_each_model_and_the_team(calibration, monkeypatch, capsys):
+    monkeypatch.setattr(memory_estimate, "measure", lambda shape, tokens=256: calibration[
+        next(m for m, s in memory_estimate.QWEN25.items() if s == shape)])
+    assert memory_estimate.main(["--config", str(TEAM_CONFIGS[0])]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("  Qwen/") and " on " in line]
+    assert len(lines) == 2, out
+    team = next(line for line in out.splitlines() if line.lstrip().startswith("team (sum"))
+    assert team.rstrip().endswith("yes"), team
+    with pytest.raises(SystemExit, match="SIZE:ADAPTERS"):
+        memory_estimate.main(["--team", "1.5B:two"])
 
 
 FAKE_VLLM = '''
