@@ -107,7 +107,7 @@ SHORT_CONFIG = {
     "schedule.time_budget_s": None, "env.num_envs": 4, "eval.n_problems": 4, "eval.num_envs": 4,
     "eval.interval": 0, "sampling.max_new_tokens": 8, "model.threads": 1,
 }
-BENCH_SCRIPTS = ("bench_rollout.py", "bench_update.py", "profile_rollout.py")
+BENCH_SCRIPTS = ("bench_rollout.py", "bench_update.py", "profile_rollout.py", "team_speed.py")
 BENCH_SHORT = ["--batch", "4", "--new-tokens", "8", "--repeats", "1", "--threads", "1"]
 INLINE_START = re.compile(r"^(\.venv/bin/|python3? |marft |make |pytest |torchrun |pip |[A-Z_]+=\S+ )")
 PLACEHOLDER = re.compile(r"<[^>]*>|\[[^\]]*\]|\.\.\.|\b(ID|DIR|PATH|CONFIG|ENV_ID|FOLDER|NAME|N|A\.jsonl)\b")

@@ -43,7 +43,8 @@ def test_marft_and_make_commands_of_a_text_block_are_collected_and_validated(tmp
 
 def test_the_gpu_page_commands_are_checked():
     commands = doc_commands.extract([REPO / "docs" / "gpu.md"])
-    gpu = [c for c in commands if "qwen2.5" in c.text]
+    # the marft commands on a Qwen2.5 config (a script that only reads one, memory_estimate.py, runs here)
+    gpu = [c for c in commands if "qwen2.5" in c.text and doc_commands.MODEL_COMMAND.search(c.text)]
     assert len(gpu) >= 8  # the train / resume / eval / torchrun lines of the GPU recipe
     for command in gpu:
         doc_commands.plan(command, REPO)

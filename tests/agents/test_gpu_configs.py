@@ -162,6 +162,9 @@ def test_the_team_of_a_config_is_each_model_with_its_agents_and_the_critic():
                                                                       "adapter": str(path.parent)}}}
     assert memory_estimate.members_of_config(load_config(data)) == [
         Member(small, (16,), (), critic=False), Member(big, (8,), (8,), critic=True)]
+    # token-level values (MARFT-T): each model carries the critic of its own agents
+    assert memory_estimate.members_of_config(load_config(path, {"algorithm": "mappo_token"})) == [
+        Member(small, (8, 8), (), critic=True), Member(big, (8, 8), (), critic=True)]
 
 
 def test_a_team_holds_each_base_once_beside_the_largest_members_activations(calibration):
