@@ -274,6 +274,22 @@ def test_reference_log_probs_come_from_each_rows_own_base_model(tmp_path, monkey
         if not torch.allclose(s.ref_logprobs, score(), atol=1e-5):  # the trained adapter scores otherwise
             apart.add(s.adapter)
     assert apart == {"policy_reasoner_0", "policy_actor_0"}
+    # the learner's micro-batches hold one adapter each; a batch mixing both models' rows is split
+    # by model and merged back in row order, [B, max T] right-padded
+    by_adapter = {a: [s for s in updates[-1] if s.adapter == a] for a in ("policy_actor_0", "policy_reasoner_0")}
+    mixed = [s for pair in zip(by_adapter["policy_actor_0"][:2], by_adapter["policy_reasoner_0"][:2]) for s in pair]
+    assert [s.adapter for s in mixed] == ["policy_actor_0", "policy_reasoner_0"] * 2
+    stats = policy.reference_logprobs([s.prompt_ids for s in mixed], [s.response_ids for s in mixed],
+                                      cfg.sampling.temperature, prefix_lens=[s.prefix_len for s in mixed],
+                                      adapters=[s.adapter for s in mixed])
+    longest = max(len(s.response_ids) for s in mixed)
+    assert stats.logprobs.shape == (len(mixed), longest)
+    for b, s in enumerate(mixed):
+        n = len(s.response_ids)
+        assert torch.allclose(stats.logprobs[b, :n].float().cpu(), s.ref_logprobs, atol=1e-5), (b, s.adapter)
+        assert stats.mask[b, :n].all() and not stats.mask[b, n:].any()
+    with pytest.raises(ValueError, match="pass adapters="):
+        policy.reference_logprobs([s.prompt_ids for s in mixed], [s.response_ids for s in mixed])
 
 
 # -- 2 ranks ---------------------------------------------------------------------------------------
