@@ -220,27 +220,56 @@ def test_per_agent_learning_rate_and_lora_rank_are_applied(tmp_path):
     assert critic and all(s == (cfg.lora.r, 32) for s in critic.values())  # the lora: section's
 
 
+def test_per_agent_settings_and_a_frozen_teammate_on_one_model(tmp_path):
+    """``agents:`` without ``models:``: the plain one-model policy, with a frozen agent and
+    another agent's own rank and learning rate."""
+    from agent_helpers import tiny_on_device
+    from marft_agents.model.policy import MultiAgentPolicy
+
+    tiny = lambda: tiny_on_device(seed=0, hidden_size=32, num_layers=1)  # noqa: E731
+    cfg = small_config(tmp_path, agents={"reasoner_0": {"trainable": False},
+                                         "actor_0": {"actor_lr": 2e-3, "lora": {"r": 4}}})
+    with Trainer(cfg, tiny()) as trainer:
+        assert type(trainer.policy) is MultiAgentPolicy
+        assert {n: o.param_groups[0]["lr"] for n, o in trainer.learner.optimizers.items()} == {
+            "policy_actor_0": 2e-3, "critic": cfg.schedule.critic_lr}
+        before = {k: v.clone() for k, v in trainer.policy.adapter_state_dict().items()}
+    result = train(cfg, model_and_tokenizer=tiny(), **QUIET)
+    after = result.policy.adapter_state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if "/policy_reasoner_0/" in k)
+    assert _moved(before, after, "policy_actor_0")
+    assert {tuple(v.shape) for k, v in after.items() if "/policy_actor_0/" in k and "q_proj.lora_A" in k} == {(4, 32)}
+    assert [h["agent/reasoner_0/trained"] for h in result.history] == [0.0, 0.0]
+
+
 # -- tokens ------------------------------------------------------------------------------------------
-def test_each_agents_prompts_are_in_its_own_tokenizer_and_the_critics_in_its_models(tmp_path):
-    cfg = team_config(tmp_path, critic={"model": "other"})
-    trainer = Trainer(cfg, pairs())
-    rollout = trainer.collector.collect(2)
-    systems = {"reasoner_0": "Think.", "actor_0": "Answer."}
-    seen = set()
-    for d in rollout.decisions:
-        own = trainer.policy.for_agent(d.agent_id).tokenizer
-        other = trainer.policy.members["default" if d.agent_id == "actor_0" else "other"].tokenizer
-        messages = [{"role": "system", "content": systems[d.agent_id]}, {"role": "user", "content": d.observation}]
-        rendered = own.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        assert own.decode(d.prompt_ids) == rendered
-        assert other.decode(d.prompt_ids) != rendered
-        start = "<|begin_of_text|><|start_header_id|>system" if d.agent_id == "actor_0" else "<|im_start|>system"
-        assert rendered.startswith(start)
-        assert own.decode(d.response_ids, skip_special_tokens=True) == d.text
-        critic_text = trainer.policy.members["other"].tokenizer.decode(d.critic_prompt_ids)
-        assert critic_text.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are the "
-                                      "critic")
-        seen.add(d.agent_id)
+@pytest.mark.parametrize("engine", ["direct", "fast", "legacy"])
+def test_each_agents_prompts_are_in_its_own_tokenizer_and_the_critics_in_its_models(tmp_path, engine):
+    """Every decision's prompt is its agent's chat template in its model's tokens, its
+    sampling-time log-probs are that model's (rescored: the same up to rounding), and the
+    critic's input is in the critic model's tokens; with every sampling engine a team can use."""
+    cfg = team_config(tmp_path, critic={"model": "other"}, sampling={"engine": engine, "max_new_tokens": 4})
+    with Trainer(cfg, pairs()) as trainer:
+        rollout = trainer.collector.collect(2)
+        systems = {"reasoner_0": "Think.", "actor_0": "Answer."}
+        seen = set()
+        for d in rollout.decisions:
+            own = trainer.policy.for_agent(d.agent_id).tokenizer
+            other = trainer.policy.members["default" if d.agent_id == "actor_0" else "other"].tokenizer
+            messages = [{"role": "system", "content": systems[d.agent_id]}, {"role": "user", "content": d.observation}]
+            rendered = own.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            assert own.decode(d.prompt_ids) == rendered
+            assert other.decode(d.prompt_ids) != rendered
+            start = "<|begin_of_text|><|start_header_id|>system" if d.agent_id == "actor_0" else "<|im_start|>system"
+            assert rendered.startswith(start)
+            assert own.decode(d.response_ids, skip_special_tokens=True) == d.text
+            rescored = trainer.policy.token_logprobs(d.adapter, [d.prompt_ids], [d.response_ids], with_entropy=False)
+            assert torch.allclose(rescored.logprobs[0, :len(d.response_ids)].float().cpu(), torch.tensor(d.logprobs),
+                                  atol=1e-4), (d.agent_id, engine)
+            critic_text = trainer.policy.members["other"].tokenizer.decode(d.critic_prompt_ids)
+            assert critic_text.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are the "
+                                          "critic")
+            seen.add(d.agent_id)
     assert seen == {"reasoner_0", "actor_0"}
 
 
