@@ -104,6 +104,19 @@ def test_marft_a_with_a_group_baseline_builds_no_critic(tmp_path):
     assert result.policy.critic_adapters == []
 
 
+def test_marft_t_trains_a_team_whose_agents_and_critic_share_the_second_model(tmp_path):
+    """Token-level values need the critic on each agent's tokenizer: every agent and the critic on
+    ``other`` (refused across models: ``test_team_checks.py``); a team of one member, not ``default``."""
+    both = {"actor_0": {"model": "other"}, "reasoner_0": {"model": "other", "lora": {"r": 4}}}
+    cfg = team_config(tmp_path, algorithm="mappo_token", agents=both, critic={"model": "other"})
+    before = _initial_adapters(cfg)
+    result = train(cfg, model_and_tokenizer=pairs(), **QUIET)
+    assert list(result.policy.members) == ["other"]
+    after = result.policy.adapter_state_dict()
+    assert all(_moved(before, after, a) for a in ("policy_reasoner_0", "policy_actor_0", "critic"))
+    assert all(h["agent/reasoner_0/trained"] == 1.0 for h in result.history)
+
+
 def test_single_agent_ppo_on_the_second_model_with_the_critic_on_the_first(tmp_path):
     cfg = team_config(tmp_path, algorithm="ppo", env={"kwargs": {"profile": SOLO}}, critic={"model": "default"})
     result = train(cfg, model_and_tokenizer=pairs(), **QUIET)
