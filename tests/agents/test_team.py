@@ -4,7 +4,11 @@ Two tiny random models of two architectures and two tokenizers: ``default`` is L
 the ChatML tokenizer (hidden 32), ``other`` Qwen2-shaped with the Llama-3-style tokenizer (hidden
 48, other special tokens, other byte ids and merges), so a token id or a hidden state routed to
 the wrong model shows as a wrong shape or a wrong decoding. ``actor_0`` of the Letters env's dual
-team runs on ``other``, ``reasoner_0`` on ``default``. Each test trains for 1 to 3 updates.
+team runs on ``other``, ``reasoner_0`` on ``default``. Each test trains for 1 to 3 updates: every
+learner that applies (GRPO in every grouping, MARFT-A with its critic on either model, MARFT-T and
+``critic.mode: local`` with a critic on each model, single-agent PPO), exact resume, evaluation,
+frozen teammates, per-agent settings, each agent's own tokens, reference log-probs, 2 ranks. Where
+the critic sits in detail: ``test_critic_placement.py``; bad input: ``test_team_checks.py``.
 """
 
 from __future__ import annotations
@@ -95,8 +99,9 @@ def test_marft_a_trains_a_team_with_the_critic_on_either_model(tmp_path, mode, c
     critics = ["critic"] if mode == "centralised" else ["critic_reasoner_0", "critic_actor_0"]
     assert policy.critic_adapters == critics
     assert all(_member_of(policy, c) == critic_model for c in critics)
-    assert set(policy.value_heads) == set(policy.critic_member.value_heads) and policy.critic_member is \
-        policy.members[critic_model]
+    assert set(policy.value_heads) == set(critics) and not policy.members[
+        "other" if critic_model == "default" else "default"].critic_adapters
+    assert all(policy.critic_reader(a) is policy.members[critic_model] for a in ("reasoner_0", "actor_0"))
 
 
 def test_marft_a_with_a_group_baseline_builds_no_critic(tmp_path):
@@ -104,14 +109,31 @@ def test_marft_a_with_a_group_baseline_builds_no_critic(tmp_path):
     assert result.policy.critic_adapters == []
 
 
-def test_marft_t_trains_a_team_whose_agents_and_critic_share_the_second_model(tmp_path):
-    """Token-level values need the critic on each agent's tokenizer: every agent and the critic on
-    ``other`` (refused across models: ``test_team_checks.py``); a team of one member, not ``default``."""
+@pytest.mark.parametrize("sections, critics", [
+    ({"algorithm": "mappo_token"}, ["critic-default", "critic-other"]),
+    ({"algorithm": "mappo_token", "critic.mode": "per_agent"}, ["critic_reasoner_0", "critic_actor_0"]),
+    ({"critic.mode": "local"}, ["critic-default", "critic-other"]),
+], ids=["mappo_token", "mappo_token-per_agent", "mappo_action-local"])
+def test_own_token_critics_train_on_each_agents_model(tmp_path, sections, critics):
+    """Values in the acting agent's own tokens (MARFT-T, ``critic.mode: local``): each model
+    carries the critic of its own agents, and every adapter trains over 2 updates."""
+    result = _train_and_check(tmp_path, **sections)
+    policy = result.policy
+    assert sorted(policy.critic_adapters) == sorted(critics)
+    for agent, model in (("reasoner_0", "default"), ("actor_0", "other")):
+        assert policy.member_of_adapter(policy.critic_for(agent)) is policy.members[model]
+
+
+def test_a_team_on_one_model_other_than_the_default_is_the_plain_policy(tmp_path):
+    """Every agent and the critic on ``other``: one model, so the one-model policy of that model
+    (MARFT-T's token values need no team)."""
+    from marft_agents.model.policy import MultiAgentPolicy
+
     both = {"actor_0": {"model": "other"}, "reasoner_0": {"model": "other", "lora": {"r": 4}}}
     cfg = team_config(tmp_path, algorithm="mappo_token", agents=both, critic={"model": "other"})
     before = _initial_adapters(cfg)
     result = train(cfg, model_and_tokenizer=pairs(), **QUIET)
-    assert list(result.policy.members) == ["other"]
+    assert type(result.policy) is MultiAgentPolicy and result.policy.lm.config.hidden_size == 48
     after = result.policy.adapter_state_dict()
     assert all(_moved(before, after, a) for a in ("policy_reasoner_0", "policy_actor_0", "critic"))
     assert all(h["agent/reasoner_0/trained"] == 1.0 for h in result.history)
@@ -129,8 +151,9 @@ def test_single_agent_ppo_on_the_second_model_with_the_critic_on_the_first(tmp_p
 # -- resume, evaluate -------------------------------------------------------------------------------
 @pytest.mark.parametrize("sections", [
     {"critic": {"mode": "per_agent", "model": "other"}, "ppo.agent_iteration_interval": 1},
+    {"algorithm": "mappo_token"},
     {**GRPO, "learner": {"group_size": 2, "kl_coef": 0.1}},
-], ids=["mappo_action", "grpo"])
+], ids=["mappo_action", "mappo_token", "grpo"])
 def test_a_resumed_team_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path, sections):
     overrides = {"schedule.num_updates": 3, "schedule.ppo_epochs": 2, **sections}
     full = train(team_config(tmp_path / "full", **overrides), model_and_tokenizer=pairs(), **QUIET)
@@ -337,38 +360,47 @@ def test_reference_log_probs_come_from_each_rows_own_base_model(tmp_path, monkey
 # -- 2 ranks ---------------------------------------------------------------------------------------
 TEAM_DDP = {"model.device": "cpu", "models": {"other": {"name_or_path": "tiny-other", "device": "cpu"}},
             "sampling.do_sample": False, "schedule.episodes_per_update": 4, "schedule.ppo_epochs": 2,
-            "eval.at_end": False, "ppo.gamma": 0.9, "critic.model": "other"}
+            "eval.at_end": False, "ppo.gamma": 0.9}
+DDP_CASES = {"mappo_action": {"critic.model": "other"},  # one critic, on the second model
+             "mappo_token": {"algorithm": "mappo_token"}}  # a critic on each model
+"""The team runs compared on 2 ranks and in one process (greedy: the same global batch)."""
 
 
 def ddp_run(out: Path, rank: int = 0) -> dict:
-    """The team's MARFT-A run (greedy: the same global batch on 2 ranks as in one process); saved
-    to ``out/rank<r>.pt`` for the test."""
+    """Every ``DDP_CASES`` run of the team; saved to ``out/rank<r>.pt`` for the test."""
     from ddp_worker import counting_positions, optimizer_steps
     from marft_agents.run.checkpoint import load_checkpoint
 
-    cfg = team_config(out / "run", **TEAM_DDP)
-    with counting_positions() as positions:
-        result = train(cfg, model_and_tokenizer=pairs(), **QUIET)
-    learner_state = load_checkpoint(result.last_checkpoint)["state"]["learner"] if rank == 0 else None
-    found = {"adapters": result.policy.adapter_state_dict(), "history": result.history,
-             "arithmetic": {"steps": optimizer_steps(learner_state) if learner_state else 0,
-                            "positions": max(positions), "lr": max(cfg.schedule.actor_lr, cfg.schedule.critic_lr)}}
+    found = {}
+    for name, sections in DDP_CASES.items():
+        cfg = team_config(out / name, **TEAM_DDP, **sections)
+        with counting_positions() as positions:
+            result = train(cfg, model_and_tokenizer=pairs(), **QUIET)
+        learner_state = load_checkpoint(result.last_checkpoint)["state"]["learner"] if rank == 0 else None
+        found[name] = {"adapters": result.policy.adapter_state_dict(), "history": result.history,
+                       "arithmetic": {"steps": optimizer_steps(learner_state) if learner_state else 0,
+                                      "positions": max(positions),
+                                      "lr": max(cfg.schedule.actor_lr, cfg.schedule.critic_lr)}}
     torch.save(found, out / f"rank{rank}.pt")
     return found
 
 
-@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no torch.distributed gloo")
-def test_two_ranks_train_the_team_one_process_trains(tmp_path):
-    from test_distributed import _diffs, _free_port, adapter_tolerance
-
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory):
+    """(each rank's runs, the one-process runs, a folder for more) of ``DDP_CASES``."""
+    tmp_path = tmp_path_factory.mktemp("team_ddp")
     here = Path(__file__).resolve().parent
     root = str(Path(marft_agents.__file__).resolve().parents[1])
     path = os.pathsep.join([root, str(here)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    from test_distributed import _free_port
+
     port = _free_port()
     code = ("import sys, torch; torch.set_num_threads(1); from pathlib import Path\n"
             "from marft_agents.runtime.distributed import process_group\n"
             "from test_team import ddp_run\n"
             "with process_group() as world: ddp_run(Path(sys.argv[1]), world.rank)\n")
+    for folder in ("ddp", "single"):
+        (tmp_path / folder).mkdir()
     procs = []
     for rank in range(2):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
@@ -376,19 +408,29 @@ def test_two_ranks_train_the_team_one_process_trains(tmp_path):
                "CUDA_VISIBLE_DEVICES": "", "MARFT_TEST_DEVICE": "cpu", "PYTHONPATH": path}
         procs.append(subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "ddp")], env=env, cwd=here,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    for folder in ("ddp", "single"):
-        (tmp_path / folder).mkdir()
     single = ddp_run(tmp_path / "single")  # the one-process reference, while the ranks run
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for rank, (proc, log) in enumerate(zip(procs, logs)):
         assert proc.returncode == 0, f"rank {rank} failed:\n{log[-4000:]}"
     ranks = [torch.load(tmp_path / "ddp" / f"rank{r}.pt", weights_only=False) for r in range(2)]
-    assert _diffs(ranks[0]["adapters"], ranks[1]["adapters"])[1] == 0.0  # the ranks stay in lock-step
-    initial = _initial_adapters(team_config(tmp_path / "initial", **TEAM_DDP))
-    mean_tol, max_tol = adapter_tolerance(single["arithmetic"])
-    assert _diffs(single["adapters"], initial)[0] > 100 * mean_tol, "training did not move the adapters"
-    mean, largest = _diffs(ranks[0]["adapters"], single["adapters"])
+    return ranks, single, tmp_path
+
+
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no torch.distributed gloo")
+@pytest.mark.parametrize("case", list(DDP_CASES))
+def test_two_ranks_train_the_team_one_process_trains(ddp_runs, case):
+    """Both ranks hold the same adapters, within float rounding of one process's
+    (``test_distributed.adapter_tolerance``), and log the same loss and gradient figures."""
+    from test_distributed import _diffs, adapter_tolerance
+
+    ranks, single, tmp_path = ddp_runs
+    two, one = ranks[0][case], single[case]
+    assert _diffs(two["adapters"], ranks[1][case]["adapters"])[1] == 0.0  # the ranks stay in lock-step
+    initial = _initial_adapters(team_config(tmp_path / f"initial_{case}", **TEAM_DDP, **DDP_CASES[case]))
+    mean_tol, max_tol = adapter_tolerance(one["arithmetic"])
+    assert _diffs(one["adapters"], initial)[0] > 100 * mean_tol, "training did not move the adapters"
+    mean, largest = _diffs(two["adapters"], one["adapters"])
     assert mean <= mean_tol and largest <= max_tol, (mean, mean_tol, largest, max_tol)
-    for two, one in zip(ranks[0]["history"], single["history"], strict=True):
-        figures = [k for k in one if k.startswith(("losses/", "grad/")) and one[k] == one[k]]
-        assert figures and all(two[k] == pytest.approx(one[k], rel=1e-4, abs=1e-6) for k in figures)
+    for h2, h1 in zip(two["history"], one["history"], strict=True):
+        figures = [k for k in h1 if k.startswith(("losses/", "grad/")) and h1[k] == h1[k]]
+        assert figures and all(h2[k] == pytest.approx(h1[k], rel=1e-4, abs=1e-6) for k in figures)

@@ -3,7 +3,7 @@ before any model loads: :meth:`TrainConfig.validate` for what the config alone d
 :func:`marft_agents.env_check.check_before_loading` (``marft train``, ``marft eval``, ``marft
 config --config``) for what needs the env's agents or files on disk (model folders, chat
 templates, a frozen agent's fixed adapter) and for the team's layout (a critic that cannot read
-its agents' tokens, an engine that holds one model).
+its agents' tokens on one model, an engine that holds one model).
 """
 
 from __future__ import annotations
@@ -95,14 +95,13 @@ def test_a_team_with_no_agent_left_to_train_is_refused(tmp_path, no_model_load, 
 
 
 # -- check_before_loading: the team's layout ---------------------------------------------------------
+REMOVE_CRITIC_MODEL = ("this critic reads the acting agent's own tokens (critic.mode: local, or token-level values), "
+                       "so in a team each model carries the critic of its own agents; remove critic.model")
+
+
 @pytest.mark.parametrize("sections, expected", [
-    ({"algorithm": "mappo_token"}, "token-level values (value_mode token) value each of the acting agent's response "
-                                   "tokens, in that agent's tokens, but agents actor_0 run on another model than the "
-                                   "critic's ('default')"),
-    ({"critic": {"mode": "local"}}, "critic.mode: local reads the acting agent's own prompt, in that agent's tokens, "
-                                    "but agents actor_0 run on another model"),
-    ({"critic": {"mode": "local", "model": "other"}}, "but agents reasoner_0 run on another model than the critic's "
-                                                      "('other')"),
+    ({"algorithm": "mappo_token", "critic": {"model": "other"}}, f"critic.model 'other': {REMOVE_CRITIC_MODEL}"),
+    ({"critic": {"mode": "local", "model": "default"}}, f"critic.model 'default': {REMOVE_CRITIC_MODEL}"),
     ({"sampling": {"engine": "vllm", "max_new_tokens": 4}, "ppo.recompute_old_logprobs": True},
      "sampling.engine 'vllm' serves one base model per process, but the team runs on 2 (default, other)"),
 ])
@@ -113,14 +112,22 @@ def test_a_layout_no_team_can_run_is_refused_before_loading(tmp_path, no_model_l
     assert expected in one_line(err)
 
 
-def test_the_refused_layouts_run_on_one_model(tmp_path, no_model_load):
-    """The same settings pass when every agent (and the critic) is on the critic's model."""
+def test_the_refused_layouts_run_without_critic_model_or_on_one_model(tmp_path, no_model_load):
+    """Own-token critics pass with a critic on each model (no ``critic.model``), and with
+    ``critic.model`` when every agent is on that model; vLLM passes on one model."""
+    from marft_agents.team_layout import team_layout
+
     for sections in ({"algorithm": "mappo_token"}, {"critic": {"mode": "local"}}):
-        cfg = team(tmp_path, agents={"actor_0": {"model": "default"}}, **sections)
+        cfg = team(tmp_path, **sections)
         assert check_before_loading(cfg, model=False)
-    # a group baseline needs no critic: token-level values are then never recorded
-    cfg = team(tmp_path, algorithm="mappo_token", **{"advantage.baseline": "group", "schedule.group_size": 2})
-    assert check_before_loading(cfg, model=False)
+        assert team_layout(cfg, ["reasoner_0", "actor_0"]).critic_of == {"reasoner_0": "default", "actor_0": "other"}
+        cfg = team(tmp_path, agents={"actor_0": {"model": "other"}, "reasoner_0": {"model": "other"}},
+                   **{**sections, "critic": {**sections.get("critic", {}), "model": "other"}})
+        assert check_before_loading(cfg, model=False)
+        assert not team_layout(cfg, ["reasoner_0", "actor_0"]).several
+    cfg = team(tmp_path, agents={}, **{"sampling": {"engine": "vllm", "max_new_tokens": 4},
+                                       "ppo.recompute_old_logprobs": True})
+    assert check_before_loading(cfg, model=False)  # models: named but unused: one model
 
 
 # -- check_before_loading: files -------------------------------------------------------------------
@@ -226,9 +233,10 @@ def test_train_eval_and_config_refuse_a_bad_agent_id_in_one_line(tmp_path, capsy
 
 def test_a_refused_team_layout_is_reported_before_torch_is_imported(tmp_path):
     """The layout check (``marft_agents.team_layout``) is plain data: ``marft config`` refuses
-    MARFT-T on a team without importing torch (checked in a fresh interpreter)."""
+    MARFT-T's critic on one model of a team without importing torch (in a fresh interpreter)."""
     repo = Path(__file__).resolve().parents[2]
-    path = _cli_config(tmp_path, algorithm="mappo_token", agents={"actor_0": {"model": "other"}})
+    path = _cli_config(tmp_path, algorithm="mappo_token", agents={"actor_0": {"model": "other"}},
+                       critic={"model": "other"})
     script = ("import sys; from marft_agents.cli import main; code = main(sys.argv[1:]); "
               "print('exit', code, 'torch imported:', 'torch' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo)] + ([os.environ["PYTHONPATH"]]
@@ -236,4 +244,4 @@ def test_a_refused_team_layout_is_reported_before_torch_is_imported(tmp_path):
     done = subprocess.run([sys.executable, "-c", script, "config", "--config", path], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=120)
     assert done.stdout.strip().splitlines()[-1] == "exit 2 torch imported: False", (done.stdout, done.stderr)
-    assert "token-level values" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "remove critic.model" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
