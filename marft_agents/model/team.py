@@ -19,7 +19,7 @@ owns the adapter or the agent:
 A team with one model is never built: :func:`marft_agents.run.trainer.load_policy` builds the
 plain ``MultiAgentPolicy`` then, which keeps the one-model path exactly as it was.
 
-Where the critic sits (:func:`critic_placement`):
+Where the critic sits (:func:`~marft_agents.team_layout.critic_placement`, decided before any model loads):
 
 * **one critic model** (``critic.model``, default the first agent's): an action-level critic
   (MARFT-A's state values) on the global state (``critic.mode: centralised`` or ``per_agent``),
@@ -45,22 +45,8 @@ from marft_agents.engine import GenRequest, Generation
 from marft_agents.model.policy import MultiAgentPolicy
 from marft_agents.model.scoring import TokenStats, _merge_rows
 from marft_agents.settings.sampling import SamplingConfig
-
-ONE_MODEL_ENGINES: tuple[str, ...] = ("vllm",)
-"""Sampling engines that serve one base model per process: a team of different models refuses them."""
-
-
-def critic_placement(values: str | None, mode: str | None) -> str:
-    """``"one"`` (one critic model values every agent) or ``"each"`` (every model carries its
-    agents' critic): ``each`` where the critic reads the acting agent's own tokens (``critic.mode:
-    local``, or token-level values)."""
-    return "each" if values == "token" or mode == "local" else "one"
-
-
-def team_critic_name(model: str) -> str:
-    """The adapter of the team critic (``centralised`` / ``local``) on ``model`` when every model
-    carries one (names are unique in a team; ``critic`` in a one-model run)."""
-    return f"critic-{model}"
+from marft_agents.team_layout import (  # noqa: F401 (torch-free: checked before loading)
+    ONE_MODEL_ENGINES, critic_placement, team_critic_name)
 
 
 class TeamEngine:

@@ -74,6 +74,7 @@ from marft_agents.episodes import rollout_metrics
 from marft_agents.collector import RolloutCollector
 from marft_agents.runtime.seeding import seed_everything
 from marft_agents.settings.team import DEFAULT_MODEL_NAME
+from marft_agents.team_layout import TeamLayout, team_layout  # noqa: F401 (trainer.team_layout: also checked before loading)
 
 log = logging.getLogger(__name__)
 
@@ -147,53 +148,6 @@ def build_policy(cfg: TrainConfig, model: Any, tokenizer: Any, agent_ids: Sequen
     return policy
 
 
-@dataclass(frozen=True)
-class TeamLayout:
-    """Which agents run on which model, and whose critic values whom (:func:`team_layout`)."""
-
-    agents_on: dict[str, list[str]]
-    """Model name -> the agents on it, for every model the team uses (the config's order)."""
-    critic_of: dict[str, str]
-    """Agent id -> the model whose critic values its decisions; empty: no critic is built."""
-
-    @property
-    def several(self) -> bool:
-        return len(self.agents_on) > 1
-
-    def critic_agents(self, model: str) -> list[str]:
-        return [a for a, m in self.critic_of.items() if m == model]
-
-
-def team_layout(cfg: TrainConfig, agent_ids: Sequence[str]) -> TeamLayout:
-    """Where every agent and the critic run (:func:`~marft_agents.model.team.critic_placement`): one
-    critic model (``critic.model``, default the first agent's) valuing every agent, or, where the
-    critic reads the acting agent's own tokens (``critic.mode: local``, token-level values), each
-    model the critic of its own agents. Refuses (one line) ``critic.model`` with the latter, and an
-    engine that serves one model per process."""
-    from marft_agents.model.team import ONE_MODEL_ENGINES, critic_placement
-
-    agent_ids = list(agent_ids)
-    on: dict[str, list[str]] = {name: [] for name in cfg.team_models()}
-    for agent in agent_ids:
-        on[cfg.model_of(agent)].append(agent)
-    critic_of: dict[str, str] = {}
-    if cfg.plan().builds_critic:
-        several = len({m for m, agents in on.items() if agents} | {cfg.critic_model(agent_ids)}) > 1
-        if several and critic_placement(cfg.plan().critic_values, cfg.critic.mode) == "each":
-            if cfg.critic.model is not None:
-                raise ConfigError(f"critic.model {cfg.critic.model!r}: this critic reads the acting agent's own tokens "
-                                  "(critic.mode: local, or token-level values), so in a team each model carries the "
-                                  "critic of its own agents; remove critic.model")
-            critic_of = {a: cfg.model_of(a) for a in agent_ids}
-        else:
-            critic_of = {a: cfg.critic_model(agent_ids) for a in agent_ids}
-    used = {name: agents for name, agents in on.items() if agents or name in critic_of.values()}
-    if len(used) > 1 and cfg.sampling.engine in ONE_MODEL_ENGINES:
-        raise ConfigError(f"sampling.engine {cfg.sampling.engine!r} serves one base model per process, but the "
-                          f"team runs on {len(used)} ({', '.join(used)}); use sampling.engine direct, fast or legacy")
-    return TeamLayout(used, critic_of)
-
-
 def load_policy(cfg: TrainConfig, agent_ids: Sequence[str], model_and_tokenizer: Any = None,
                 seed: int | None = None) -> Any:
     """Load every base model the team uses once and build the run's policy: a plain
@@ -217,7 +171,8 @@ def load_policy(cfg: TrainConfig, agent_ids: Sequence[str], model_and_tokenizer:
     if not layout.several:
         return build_policy(cfg, *pairs[next(iter(layout.agents_on))], agent_ids)
     from marft_agents.engine.base import EngineSettings
-    from marft_agents.model.team import TeamPolicy, critic_placement, team_critic_name
+    from marft_agents.model.team import TeamPolicy
+    from marft_agents.team_layout import critic_placement, team_critic_name
 
     each = bool(layout.critic_of) and critic_placement(cfg.plan().critic_values, cfg.critic.mode) == "each"
     members = {name: build_policy(cfg, *pairs[name], agents, layout.critic_agents(name),
