@@ -302,6 +302,9 @@ class Trainer:
         if trains and set(self.agent_ids) <= set(self.scripted):
             raise ConfigError(f"scripted_seats plays every agent ({', '.join(self.agent_ids)}): nothing is left to "
                               "train; leave at least one seat to the model")
+        if trains and set(self.agent_ids) <= set(self.scripted) | set(cfg.frozen_agents):
+            raise ConfigError(f"every agent is frozen (agents.<id>.trainable: false) or scripted "
+                              f"({', '.join(self.agent_ids)}): nothing is left to train; let one train")
         if cfg.init_adapters is not None:
             self._init_adapters(cfg.init_adapters)
         self.learner = make_learner(cfg.algorithm, self.policy, cfg, self.agent_ids)

@@ -74,6 +74,7 @@ def test_a_model_folder_without_a_chat_template_is_one_line(tmp_path, folders, c
     for leftover in (tmp_path / "plain").glob("chat_template*"):
         leftover.unlink()
     path = _config(tmp_path, folders, **{"models.solver.name_or_path": str(tmp_path / "plain")})
+    capsys.readouterr()  # save_pretrained's progress bars
     assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "chat template" in err[0] and "plain" in err[0]
