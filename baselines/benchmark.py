@@ -33,10 +33,13 @@ or extended by hand (``python -m baselines.grid DIR/benchmark.yaml``):
 Records never overwrite each other: every invocation writes a new folder
 (``runs/benchmark/<env>/<UTC time>``) unless ``--out`` names one; a folder that holds a benchmark
 of other settings is refused (the same settings continue it: done runs are skipped, a stopped one
-resumes). The default size (:data:`DEFAULTS`: 2 seeds x 64 episodes, updates of 16 episodes,
-50 held-out problems) is meant for about an hour of a 2-core CPU on a small env with
-``--jobs 2``; ``--base CONFIG`` takes the model, batch sizes and evaluation of another training
-config (e.g. a GPU config) and ``--set KEY=VALUE`` changes any key of the generated base.
+resumes). The default size (:data:`DEFAULTS`: 2 seeds x 64 episodes in updates of 16,
+evaluations of 50 held-out problems at episodes 0, 32 and 64, start gates of 128 episodes) is
+estimated at 34 minutes with ``--jobs 2`` on an idle 2-core AMD EPYC for the example env
+(VowelCount, two agents, horizon 2), from each row's measured cost (ADDING_AN_ENV.md, "How
+long"); a busy machine takes longer. ``--base CONFIG`` takes the model, batch sizes and
+evaluation of another training config (e.g. a GPU config) and ``--set KEY=VALUE`` changes any
+key of the generated base (``eval.n_problems``, ``schedule.episodes_per_update``, ...).
 """
 
 from __future__ import annotations
@@ -104,8 +107,12 @@ row is compared with it)."""
 CONTRIBUTION_SOURCE = "marft_a"
 """The training row whose trained team is evaluated with each seat played by the base model."""
 
-DEFAULTS: dict[str, Any] = {"seeds": [0, 1], "episodes": 64, "meaningful_effect": 10.0}
-"""The default size: 2 seeds x 64 training episodes per row (4 updates of 16)."""
+DEFAULTS: dict[str, Any] = {"seeds": [0, 1], "episodes": 64, "eval_problems": 50, "gate_episodes": 128,
+                            "meaningful_effect": 10.0}
+"""The default size, declared once (the command line, the generated base config and the grid file
+read it): 2 seeds x 64 training episodes per row (4 updates of 16), greedy evaluations of 50
+held-out problems (at episodes 0, 32 and 64), start-gate pilots of 128 episodes.
+ADDING_AN_ENV.md ("How long") gives its measured cost on the example env."""
 DEFAULT_BASE: dict[str, Any] = {
     "algorithm": "mappo_action",
     "advantage": {"baseline": "critic"},  # MAPPO as published (no grouped sampling: the critic is the baseline)
@@ -119,7 +126,7 @@ DEFAULT_BASE: dict[str, Any] = {
     "schedule": {"num_updates": 10_000, "episodes_per_update": 16, "ppo_epochs": 1, "minibatch_size": 16,
                  "actor_lr": 5.0e-4, "critic_lr": 5.0e-4, "value_head_lr": 1.0e-4, "critic_epochs": 2,
                  "checkpoint_interval": 2},
-    "eval": {"n_problems": 50, "greedy": True, "num_envs": 50},
+    "eval": {"n_problems": DEFAULTS["eval_problems"], "greedy": True, "num_envs": DEFAULTS["eval_problems"]},
 }
 """The generated base config (CPU-sized, the grid configs' hyper-parameters); the env, profile,
 split and output folder are filled in, ``--base`` replaces it and ``--set`` changes it."""
@@ -144,7 +151,7 @@ class Request:
     sets: dict[str, Any] = field(default_factory=dict)
     solo_profile: str | None = None
     meaningful_effect: float = DEFAULTS["meaningful_effect"]
-    gate_episodes: int | None = None
+    gate_episodes: int = DEFAULTS["gate_episodes"]
 
 
 # -- the request -------------------------------------------------------------------------------------
@@ -179,7 +186,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--learners", help=f"comma-separated rows to run (default: all): {', '.join(LEARNERS)}")
     p.add_argument("--seeds", help=f"comma-separated seeds (default: {','.join(map(str, DEFAULTS['seeds']))})")
     p.add_argument("--episodes", type=int, default=DEFAULTS["episodes"],
-                   help=f"training episodes per row, the same for all (default {DEFAULTS['episodes']})")
+                   help=f"training episodes per row, the same for all (default {DEFAULTS['episodes']}); the "
+                        f"evaluation size is --set eval.n_problems=N (default {DEFAULTS['eval_problems']})")
     p.add_argument("--eval-every", type=int, help="evaluate every this many episodes (default: half the episodes "
                                                   "when that is a whole number of updates)")
     p.add_argument("--out", type=Path, help="the benchmark's folder (default: a new runs/benchmark/<env>/<time>)")
@@ -191,7 +199,8 @@ def parser() -> argparse.ArgumentParser:
                                           "one-role profile the env builds with)")
     p.add_argument("--meaningful-effect", type=float, default=DEFAULTS["meaningful_effect"],
                    help="the smallest difference that would matter, accuracy points (sizes the plan)")
-    p.add_argument("--gate-episodes", type=int, help="episodes of each start gate's pilot (default 128)")
+    p.add_argument("--gate-episodes", type=int, default=DEFAULTS["gate_episodes"],
+                   help=f"episodes of each start gate's pilot (default {DEFAULTS['gate_episodes']})")
     p.add_argument("--jobs", type=int, default=1, help="processes, one run each at a time (one per core; "
                                                        "OMP_NUM_THREADS=1 each)")
     mode = p.add_mutually_exclusive_group()
@@ -415,8 +424,7 @@ def benchmark_spec(request: Request, out: Path, base: dict[str, Any], team: list
             "records": str(out / "records"), "output_root": str(out / "runs"),
             "meaningful_effect": request.meaningful_effect, "leaderboard": True,
             "cells": cells, "comparisons": comparisons}
-    if request.gate_episodes is not None:
-        spec["gate"] = {"episodes": request.gate_episodes}
+    spec["gate"] = {"episodes": request.gate_episodes}
     return spec
 
 

@@ -282,7 +282,8 @@ def gates(spec: GridSpec, runs: list[GridRun], cells: list[str], episodes: int, 
                     "rate": round(rate, 6), "episodes_per_update": per_update,
                     "signal": round(1.0 - (1.0 - rate) ** per_update, 4),
                     "signal_interval": [round(low, 4), round(high, 4)], "verdict": verdict,
-                    "passed": verdict == "pass", "seconds": gate.get("seconds"), "file": str(path)})
+                    "passed": verdict == "pass", "seconds": gate.get("seconds"), "start": digest,
+                    "file": str(path)})
     return out
 
 
@@ -597,7 +598,9 @@ def machine_time(spec: GridSpec, runs: list[GridRun], gate_list: list[dict[str, 
             counts["pilot, sampling only (a lower bound)"] += 1
         else:
             counts["unknown"] += 1
-    gate_s = sum(g.get("seconds") or 0.0 for g in gate_list if g.get("source") == "pilot")
+    # cells with the same start share one pilot (gates()): its time counts once
+    pilots = {g.get("start") or g["cell"]: g.get("seconds") or 0.0 for g in gate_list if g.get("source") == "pilot"}
+    gate_s = sum(pilots.values())
     todo = len(runs) - counts["done"]
     bases = ", ".join(f"{n} from {basis}" for basis, n in counts.items() if n and basis != "done")
     line = (f"Machine time: {done_s / 3600:.2f} h recorded for the {counts['done']} runs done; "

@@ -11,7 +11,9 @@ on two checkouts and compare the lines::
     diff before.txt after.txt
 
 Digests are bit-exact only on one machine (float kernels differ between CPUs, e.g. AVX2 vs
-AVX-512). ``--only NAME`` runs one case.
+AVX-512). ``--only NAME`` runs one case. ``--ignore-prefix P`` leaves the metrics starting with
+``P`` out of the metrics digest (repeatable): a change that only adds metrics (e.g.
+``baseline/``) compares with the checkout before it.
 
 The ``*_flat`` cases play an env whose every round pays the team 2.9 (and each agent 0.7), in
 groups of 3: equal scores whose float32 mean is not exact, the groups GRPO's ``mean_std`` used to give
@@ -122,12 +124,13 @@ def _digest_tensors(learner) -> str:
     return h.hexdigest()[:16]
 
 
-def _digest_metrics(history: list[dict]) -> str:
-    kept = [{k: repr(float(v)) for k, v in sorted(m.items()) if not k.startswith("time/")} for m in history]
+def _digest_metrics(history: list[dict], ignored: tuple[str, ...] = ()) -> str:
+    left_out = ("time/", *ignored)
+    kept = [{k: repr(float(v)) for k, v in sorted(m.items()) if not k.startswith(left_out)} for m in history]
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def run_case(name: str) -> str:
+def run_case(name: str, ignored: tuple[str, ...] = ()) -> str:
     from marft_agents.model.tiny_models import tiny_model_and_tokenizer
     from marft_agents.run.trainer import Trainer
 
@@ -138,19 +141,21 @@ def run_case(name: str) -> str:
         history = list(trainer.run())
         zero = [m.get("grpo/zero_advantage_share") for m in history]
         extra = f" zero_share={zero}" if zero[0] is not None else ""
-        return f"{name}: weights={_digest_tensors(trainer.learner)} metrics={_digest_metrics(history)}{extra}"
+        return f"{name}: weights={_digest_tensors(trainer.learner)} metrics={_digest_metrics(history, ignored)}{extra}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=sorted(CASES), action="append", help="run only this case (repeatable)")
+    parser.add_argument("--ignore-prefix", action="append", default=[], metavar="P",
+                        help="leave metrics starting with P out of the metrics digest (repeatable)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     for env_id, cls in (("digest/Letters-v0", LettersEnv), ("digest/Flat-v0", FlatEnv)):
         if env_id not in marft_envs.list_envs():
             marft_envs.register(env_id, cls)
     for name in args.only or CASES:
-        print(run_case(name), flush=True)
+        print(run_case(name, tuple(args.ignore_prefix)), flush=True)
     return 0
 
 

@@ -691,9 +691,9 @@ def critic_table(records: list[dict[str, Any]], order: list[str] | None = None) 
 
 def _diagnostic_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     """A record's per-update diagnostics (column-wise in ``record["diagnostics"]``) as one row per
-    update: the update number and every ``critic/`` figure."""
+    update: the update number and every ``critic/`` and ``baseline/`` figure."""
     diagnostics = record.get("diagnostics") or {}
-    columns = {k: v for k, v in diagnostics.items() if k.startswith("critic/")}
+    columns = {k: v for k, v in diagnostics.items() if k.startswith(("critic/", "baseline/"))}
     return [{"update": u, **{k: v[i] for k, v in columns.items()}} for i, u in enumerate(diagnostics.get("update", []))]
 
 
@@ -778,6 +778,79 @@ def baseline_table(records: list[dict[str, Any]], order: list[str] | None = None
         "message: there a critic can see what the group mean cannot, and a gain above 0 is the critic earning its "
         "place. A gain below 0 at every position says the free group mean (`advantage.baseline: group`) is the "
         "better baseline, and the training seconds say what the critic cost."]
+
+
+def _estimator(record: dict[str, Any]) -> str:
+    """What estimator a training record's run used: GRPO's grouping and normalisation (with the
+    normalisation's centre), else its ``advantage.baseline``."""
+    from marft_agents.settings.estimators import CENTRES, estimator  # torch-free
+
+    config = record.get("config") or {}
+    if record.get("algorithm") == "grpo":
+        learner = config.get("learner") or {}
+        grouping, normalisation = learner.get("grouping", "team"), learner.get("normalisation", "mean_std")
+        try:
+            centre = estimator("normalisation", normalisation).centre
+        except ValueError:  # a normalisation no longer registered
+            centre = None
+        said = {CENTRES[0]: "unit included", CENTRES[1]: "leave-one-out"}.get(centre, "?")
+        return f"grpo {grouping}, {normalisation} (centre: {said})"
+    return f"{record.get('algorithm', '?')} {(config.get('advantage') or {}).get('baseline', '?')}"
+
+
+def gain_table(records: list[dict[str, Any]], order: list[str] | None = None) -> list[str]:
+    """Markdown rows, one per training cell and decision position whose runs logged a baseline
+    gain (``baseline/*``, or a critic's older ``critic/*`` figures): every estimator's baseline
+    against the leave-one-out mean at the position (:mod:`marft_agents.learners.baseline_gain`),
+    per seed pooled over the later half of its updates (``baseline_gain.pooled_gains``), then the
+    figures averaged over the seeds and the gain a ratio of those means, with every seed's own.
+    No rows when no run logged them."""
+    from marft_agents.learners.baseline_gain import pooled_gains  # torch-free
+
+    def fmt(x: float, digits: int = 3) -> str:
+        return f"{x:.{digits}f}" if math.isfinite(x) else "-"
+
+    cells: dict[str, list[tuple[dict[str, Any], dict[int, Any]]]] = {}
+    for record in _ordered(_training_records(records), order):
+        table = pooled_gains(_diagnostic_rows(record))
+        if table:
+            cells.setdefault(record["grid"]["cell"], []).append((record, table))
+    if not cells:
+        return []
+    lines = ["| cell | estimator | position | seeds | updates pooled per seed | coverage | reference: LOO at the "
+             "position | estimator's residual | gain (sd over seeds) | gain, unit left out | per seed gain |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for cell, runs in cells.items():
+        estimators = "/".join(dict.fromkeys(_estimator(r) for r, _ in runs))
+        for p in sorted({p for _, t in runs for p in t}):
+            seeds = [(r["grid"]["seed"], t[p]) for r, t in runs if p in t]
+            reference = _seed_mean([g.reference for _, g in seeds])
+            mse = _seed_mean([g.mse for _, g in seeds])
+            loo = _seed_mean([g.loo_mse if math.isfinite(g.loo_mse) else g.mse for _, g in seeds])
+            gains = [g.gain for _, g in seeds]
+            finite = [g for g in gains if math.isfinite(g)]
+            spread = f" ({fmt(statistics.stdev(finite))})" if len(finite) > 1 else ""
+            gain = fmt(1.0 - mse / reference if reference > 0 else float("nan"))
+            left_out = fmt(1.0 - loo / reference if reference > 0 else float("nan"))
+            counts = "/".join(str(n) for n in dict.fromkeys(g.updates for _, g in seeds))
+            each = ", ".join(f"s{seed} {fmt(g.gain)}" for seed, g in seeds)
+            lines.append(f"| {cell} | {estimators} | {p} | {len(seeds)} | {counts} "
+                         f"| {fmt(_seed_mean([g.coverage for _, g in seeds]), 2)} | {fmt(reference, 4)} | {fmt(mse, 4)} "
+                         f"| {gain if gain == '-' else gain + spread} | {left_out} | {each} |")
+    return lines + [
+        "", "Per decision position (0: the first decision; then every agent's in the order D_t scheduled them), the "
+        "return the estimator's advantage deviates from (before any std division: the Monte Carlo return under "
+        "MAPPO, the unit's score under GRPO, the discounted return-to-go of GiGPO's step groups) predicted by the "
+        "estimator's baseline against the reference every estimator shares, the leave-one-out mean of the same "
+        "return at the same position over the task's other episodes: gain = 1 - residual / reference, > 0 where the "
+        "baseline sees what differs between the episodes. Coverage: the share of the position's decisions the "
+        "baseline covers (step groups form only where episodes reached an identical observation; the rest keep "
+        "their episode-level advantage and are not counted). A centre that includes the unit itself (GRPO's "
+        "`mean`, `mean_std`) sits closer to it by construction: with n units per group its residual is "
+        "((n - 1) / n)^2 of the leave-one-out one, so `gain, unit left out` (the same groups without the unit) "
+        "is the column to compare across estimators; elsewhere it equals the gain. Each seed is pooled over the "
+        "later half of its updates, then the figures are averaged over the seeds and the gain is a ratio of "
+        "those means (`marft_agents/learners/baseline_gain.py`)."]
 
 
 def _pm(value: float, se: float | None) -> str:
@@ -1268,6 +1341,9 @@ def report(grid_dir: Path, state: GridState, title: str, order: list[str] | None
     positions = baseline_table(counted, order)
     if positions:
         lines += ["## Baselines per decision position", "", *positions, ""]
+    gains = gain_table(counted, order)
+    if gains:
+        lines += ["## Baseline gain per decision position, every estimator", "", *gains, ""]
     if comparisons:
         lines += ["## Comparisons", ""] + comparison_table(summaries, comparisons, state.results) + [""]
         family = in_family(comparisons)

@@ -37,6 +37,12 @@ Vocabulary. The collector plays each task ``k`` times (a *group*, ``Decision.gro
     rewards of rounds >= t (what the turn can still influence; + the agent's per-agent reward of
     round t with ``agent_rewards``). Episodes that ended before round t give no unit.
 
+Baselines (:func:`decision_baselines`). Before any scaling a unit's advantage is its score minus
+the centre its normalisation declares (``Estimator.centre``: the key's mean, or the other units'
+mean); per decision, that centre of its unit in the grouping's last unit set (the finest: ``step``'s
+step level) and the unit's score are what ``baseline/gain`` compares
+(:mod:`marft_agents.learners.baseline_gain`).
+
 A key with a single unit has nothing to compare with: its advantage is 0, as is every advantage
 of a key whose scores are all equal (never NaN), for every normalisation. "Equal" is decided on
 the scores as given (Python floats: float64), before the float32 cast, and up to rounding: a
@@ -55,7 +61,7 @@ from typing import Any
 
 import torch
 
-from marft_agents.settings.estimators import estimator_function
+from marft_agents.settings.estimators import estimator, estimator_function
 from marft_agents.settings.grpo import GRPOOptions
 
 Tensor = torch.Tensor
@@ -205,6 +211,54 @@ def step_units(rollout: Any, options: Any) -> list[Units]:
             score = to_go[d.round] + (own[(d.agent_id, d.round)] if options.agent_rewards else 0.0)
             steps.add((episode.group, d.agent_id, d.observation), score, [i])
     return [*team_units(rollout, options), steps]
+
+
+def centres(scores: Sequence[float], keys: Sequence[Hashable], centre: str) -> list[float | None]:
+    """Per unit, the baseline its advantage deviates from before any scaling: the mean of the
+    scores sharing its key (``centre`` ``mean``: this one included; ``others``: the other units'
+    only), in float64; None for a unit alone in its key."""
+    members: dict[Hashable, list[int]] = defaultdict(list)
+    for i, key in enumerate(keys):
+        members[key].append(i)
+    out: list[float | None] = [None] * len(scores)
+    for idx in members.values():
+        if len(idx) < 2:
+            continue
+        total = sum(float(scores[i]) for i in idx)
+        for i in idx:
+            out[i] = total / len(idx) if centre == "mean" else (total - float(scores[i])) / (len(idx) - 1)
+    return out
+
+
+@dataclass
+class DecisionBaselines:
+    """Per decision of a rollout (``[N]`` lists, :func:`decision_baselines`)."""
+
+    centre: str
+    """The normalisation's centre (``Estimator.centre``)."""
+    targets: list[float]
+    """Its unit's score (0 for a decision in no unit)."""
+    baselines: list[float | None]
+    """Its unit's centre; None for a unit alone in its key or a decision in no unit."""
+    others: list[float | None]
+    """The same groups' leave-one-out mean (``baselines`` itself under an ``others`` centre)."""
+
+
+def decision_baselines(rollout: Any, grouping: str, normalisation: str, options: Any) -> DecisionBaselines | None:
+    """Every decision's unit score and baseline in the grouping's last unit set (module
+    docstring, Baselines); None when the normalisation declares no centre."""
+    centre = estimator("normalisation", normalisation).centre
+    if centre is None:
+        return None
+    units = estimator_function("grouping", grouping)(rollout, options)[-1]
+    n = len(rollout.decisions)
+    out = DecisionBaselines(centre, [0.0] * n, [None] * n, [None] * n)
+    own = centres(units.scores, units.keys, centre)
+    others = own if centre == "others" else centres(units.scores, units.keys, "others")
+    for score, base, other, ids in zip(units.scores, own, others, units.members):
+        for i in ids:
+            out.targets[i], out.baselines[i], out.others[i] = float(score), base, other
+    return out
 
 
 def unit_scores(rollout: Any, grouping: str, agent_rewards: bool = False

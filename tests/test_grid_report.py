@@ -10,7 +10,7 @@ import pytest
 from leaderboards import stats
 from leaderboards.build import build
 from leaderboards.grid_report import (ALPHA, MIN_SPREAD_SEEDS, Comparison, compare, compare_all, comparison_table, contribution_table, in_family,
-                                      baseline_table, counted_records, critic_table, reported_records, curve_series, grid_records, grid_state, plotted_series, report,
+                                      baseline_table, counted_records, critic_table, gain_table, reported_records, curve_series, grid_records, grid_state, plotted_series, report,
                                       sampled_table, stage_table, summarise, summary, write_report)
 from leaderboards.records import Record, write_record
 
@@ -551,6 +551,47 @@ def test_the_baselines_per_position_pool_each_seeds_later_half_then_the_seeds(tm
     assert "k = 4 episodes per task" in "\n".join(rows)
     text = write_report(tmp_path / "g", "Grid g", ["critic", "group"]).read_text()
     assert "## Baselines per decision position" in text and "| group | group | 1 | 2 | 2 |" in text
+
+
+def test_the_gain_table_shows_every_estimator_per_position_and_reads_older_critic_records(tmp_path):
+    """The old-style critic records of :func:`_baseline_grid` give the same gains as the critic's own
+    table (0.417 and -0.333, from ``critic/*``; the group cell logged no critic residual: no row). A GRPO
+    step cell logs ``baseline/*``: seed 0 pools its later two updates, p0 reference 0.4, residual
+    0.1, left-out residual 0.4, coverage 1; p1 reference 0.2, residual 0.15, coverage 0.5; seed 1 (two
+    updates, its later one) p0 0.2, 0.1, 0.2; p1 coverage 0 only. Over the seeds: p0 gain
+    1 - 0.1 / 0.3 = 0.667 (seeds 0.75, 0.5, sd 0.177), left out 1 - 0.3 / 0.3 = 0; p1 seed 0 alone,
+    gain 0.25, coverage (0.5 + 0) / 2."""
+    records = _baseline_grid(tmp_path)
+    step = {"learner": {"grouping": "step", "normalisation": "mean"}}
+    for seed in (0, 1):
+        _record(records, "gigpo", seed, 0.5, algorithm="grpo", config=step)
+    for seed, columns in ((0, {"baseline/reference_mse/pos0": [9, 0.3, 0.5], "baseline/mse/pos0": [9, 0.1, 0.1],
+                               "baseline/loo_mse/pos0": [9, 0.3, 0.5], "baseline/coverage/pos0": [1, 1, 1],
+                               "baseline/reference_mse/pos1": [9, 0.2, None], "baseline/mse/pos1": [9, 0.15, None],
+                               "baseline/coverage/pos1": [1, 1, 0]}),
+                          (1, {"baseline/reference_mse/pos0": [9, 0.2], "baseline/mse/pos0": [9, 0.1],
+                               "baseline/loo_mse/pos0": [9, 0.2], "baseline/coverage/pos0": [1, 1],
+                               "baseline/coverage/pos1": [1, 0]})):
+        path = records / f"gigpo_seed{seed}.json"
+        data = json.loads(path.read_text())
+        data["diagnostics"] = {"update": list(range(1, len(columns["baseline/mse/pos0"]) + 1)), **columns}
+        path.write_text(json.dumps(data))
+    order = ["critic", "group", "gigpo"]
+    rows = gain_table(grid_records(records), order)
+    assert rows[0].startswith("| cell | estimator | position | seeds | updates pooled per seed | coverage |")
+    assert rows[2:6] == [
+        "| critic | mappo_action critic | 0 | 2 | 2 | 1.00 | 0.3000 | 0.1750 | 0.417 (0.177) | 0.417 "
+        "| s0 0.250, s1 0.500 |",
+        "| critic | mappo_action critic | 1 | 2 | 2 | 1.00 | 0.3000 | 0.4000 | -0.333 (0.177) | -0.333 "
+        "| s0 -0.500, s1 -0.250 |",
+        "| gigpo | grpo step, mean (centre: unit included) | 0 | 2 | 2/1 | 1.00 | 0.3000 | 0.1000 | 0.667 (0.177) "
+        "| 0.000 | s0 0.750, s1 0.500 |",
+        "| gigpo | grpo step, mean (centre: unit included) | 1 | 2 | 1/0 | 0.25 | 0.2000 | 0.1500 | 0.250 "
+        "| 0.250 | s0 0.250, s1 - |"]
+    assert not rows[6].startswith("| ")
+    assert any("critic | critic | 0 |" in r and "0.417 (0.177)" in r for r in baseline_table(grid_records(records), order))
+    text = write_report(tmp_path / "g", "Grid g", order).read_text()
+    assert "## Baseline gain per decision position, every estimator" in text
 
 
 def test_no_baselines_per_position_section_without_their_figures(tmp_path):

@@ -41,12 +41,14 @@ REQUIRED = ("name", "env_id", "algorithm", "model", "eval_after")
 RECORD_MAX_BYTES = 200_000
 """Size budget of one record file: :func:`fit_to_budget` thins the per-update diagnostics, then
 the transcript sample, until the record fits (a grid of 30 runs stays a few MB in git)."""
-DIAGNOSTIC_PREFIXES = ("rollout/", "losses/", "critic/", "grpo/", "agent/")
+DIAGNOSTIC_PREFIXES = ("rollout/", "losses/", "critic/", "baseline/", "grpo/", "agent/")
 """Metric families kept per update in ``Record.diagnostics`` (every key of the run's metrics file
 that starts with one; a learner logs only its own): reward and solve rate, rollout tokens and
 rounds (``rollout/``), policy and value losses, entropy, approx-KL, KL to the reference, clip
 fractions and explained variance (``losses/``), the critic's health against its ceiling
-(``critic/``), GRPO's groups (``grpo/``), per-agent reward and response length (``agent/``)."""
+(``critic/``), every estimator's baseline gain per decision position (``baseline/``:
+``learners/baseline_gain.py``), GRPO's groups (``grpo/``), per-agent reward and response length
+(``agent/``)."""
 DIAGNOSTIC_DIGITS = 4
 """Significant digits of a diagnostic value in a record."""
 TRANSCRIPT_PROBLEMS = 3

@@ -40,10 +40,11 @@ class GroupBaselines:
 
     def diagnostics(self, rollout: Rollout) -> dict[str, float]:
         """Under a baseline without a critic (``group``; nothing to diagnose): the group's
-        residuals per position (``critic/group_return_var/pos<p>``, ``critic/loo_residual_var/pos<p>``)."""
+        residuals per position (``critic/group_return_var/pos<p>``, ``critic/loo_residual_var/pos<p>``)
+        and its ``baseline/*`` figures (gain 0: its baseline is the reference)."""
         if self.critic_values is not None:  # the run plan's critic (marft_agents/run_plan.py)
             return {}
         groups = equal_groups(rollout)
         if groups is None:
             return {}
-        return baseline_figures(episode_returns(rollout, self.ppo.credit, self.ppo.gamma), groups, None)
+        return baseline_figures(episode_returns(rollout, self.ppo.credit, self.ppo.gamma), groups, None, self.baseline)

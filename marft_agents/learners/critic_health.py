@@ -67,6 +67,11 @@ needs to judge that, measured on the update's own rollout and the values recorde
    ratios of these means (:func:`variance_reduction`), not means of per-update ratios, which one
    update with a small LOO residual would dominate. ``benchmarks/baseline_variance.py`` prints
    them per run; the grid reports pool them over a cell's seeds.
+8. Every estimator's figures. Step 4's gain is also logged under the names every estimator
+   shares (``baseline/gain/pos<p>``, ``baseline/reference_mse/pos<p>``, ``baseline/mse/pos<p>``,
+   ``baseline/coverage/pos<p>``, ``baseline/gain``: :mod:`marft_agents.learners.baseline_gain`),
+   beside GRPO's groupings' and GiGPO's step groups' (``learners/grpo.py``); the ``critic/``
+   keys stay, as records and reports before these read them.
 """
 
 from __future__ import annotations
@@ -81,8 +86,10 @@ import torch
 
 from marft_agents import ppo_math as pm
 from marft_agents.episodes import Rollout
+from marft_agents.learners.baseline_gain import from_residuals, gain_metrics, position_key
 from marft_agents.learners.baselines import pooled_gain, residual_variances
 from marft_agents.learners.credit import assign_credit
+from marft_agents.settings.estimators import estimator
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +116,6 @@ BASELINE_RESIDUALS: tuple[tuple[str, str], ...] = (
 """Each baseline (``none``: no baseline; else an ``advantage.baseline``, ``critic`` as the run used
 its critic) and the per-position key of what it leaves of the returns (step 4)."""
 
-
-def position_key(key: str, position: int) -> str:
-    """``critic/loo_residual_var`` at position 2 -> ``critic/loo_residual_var/pos2``."""
-    return f"{key}/pos{position}"
 
 MIN_CEILING = 0.05
 """A pooled ceiling below this is too small to judge a critic against (a ratio of two noises)."""
@@ -352,7 +355,10 @@ def equal_groups(rollout: Rollout) -> list[list[int]] | None:
 def baseline_figures(returns: Sequence[Sequence[float]], groups: Sequence[Sequence[int]],
                      values: Sequence[Sequence[float]] | None, baseline: str = "critic") -> dict[str, float]:
     """Step 4's per-position figures and the pooled gain (``baseline``: the run's
-    ``advantage.baseline``: under ``group_critic`` the critic's residual is the anchored one)."""
+    ``advantage.baseline``: under ``group_critic`` the critic's residual is the anchored one),
+    and the same as every estimator's ``baseline/*`` figures
+    (:mod:`marft_agents.learners.baseline_gain`; ``group``'s gain is 0, its baseline the
+    reference), which need the values under a baseline with a critic."""
     anchored = baseline == "group_critic"
     positions = residual_variances(returns, groups, values)
     out: dict[str, float] = {}
@@ -366,6 +372,8 @@ def baseline_figures(returns: Sequence[Sequence[float]], groups: Sequence[Sequen
             out[position_key(GAIN_KEY, r.position)] = r.gain(critic)
     if values is not None and positions:
         out[GAIN_KEY] = pooled_gain(positions, anchored)
+    if values is not None or not estimator("baseline", baseline).uses_critic:  # the figures every estimator logs
+        out.update(gain_metrics(from_residuals(positions, baseline)))
     return out
 
 

@@ -16,6 +16,9 @@ Registered as ``algorithm: grpo``; options in the ``learner:`` section
    its tokens (:meth:`GRPO.policy_units`), aggregated per token or per sequence, plus the
    update loop's entropy bonus and, with ``learner.kl_coef``, its KL(pi || reference) term (the k2
    form, whose gradient is that of KL(pi || ref); a token mean over the minibatch).
+4. Diagnostics (:meth:`GRPO.diagnostics`). The share of decisions without signal, and the
+   grouping's baseline gain per decision position against the leave-one-out mean at the
+   position, in return units (``baseline/*``, :mod:`marft_agents.learners.baseline_gain`).
 
 From the ``ppo:`` section GRPO uses ``clip_eps`` / ``clip_eps_high`` (asymmetric, DAPO-style
 "clip higher"), ``entropy_coef``, ``max_grad_norm``, ``target_kl``, ``recompute_old_logprobs``
@@ -30,6 +33,7 @@ import torch
 
 from marft_agents import group_math as gm
 from marft_agents.learners.base import BaseLearner, PolicyUnits, Sample, pad_stack
+from marft_agents.learners.baseline_gain import gain_metrics, position_gains
 from marft_agents.episodes import Rollout
 from marft_agents.learners.registry import declared_by
 from marft_agents.settings.grpo import GRPOOptions
@@ -73,12 +77,29 @@ class GRPO(BaseLearner):
     def diagnostics(self, rollout: Rollout) -> dict[str, float]:
         """``grpo/zero_advantage_share``: the share of the sampled decisions (scripted seats' are
         not sampled) whose group gave no signal (advantage exactly 0: a singleton or an
-        all-equal group); ``grpo/groups``: the rollout's task groups."""
+        all-equal group); ``grpo/groups``: the rollout's task groups; the baseline gain per
+        position (:meth:`baseline_gain`)."""
         advantages = self.advantages(rollout)  # [N] (pure: the same as build_samples')
         sampled = torch.tensor([bool(d.response_ids) and not d.scripted for d in rollout.decisions])  # [N]
         zero = advantages[sampled] == 0  # [n sampled]
         return {"grpo/zero_advantage_share": float(zero.float().mean()) if zero.numel() else float("nan"),
-                "grpo/groups": float(len(rollout.groups()))}
+                "grpo/groups": float(len(rollout.groups())), **self.baseline_gain(rollout)}
+
+    def baseline_gain(self, rollout: Rollout) -> dict[str, float]:
+        """``baseline/*`` (:mod:`marft_agents.learners.baseline_gain`): per decision position, the
+        grouping's baseline (its unit's centre, before the std division) against the LOO mean of
+        the same scores at that position (under a ``mean`` centre also the same groups' residual
+        with the unit left out); {} for a normalisation that declares no centre."""
+        o = self.options
+        found = gm.decision_baselines(rollout, o.grouping, o.normalisation, o)
+        if found is None:
+            return {}
+        def table(per_decision: list) -> list[list]:  # [N] -> per episode, per position
+            return [[per_decision[i] for i in episode.decisions] for episode in rollout.episodes]
+
+        loo = table(found.others) if found.centre == "mean" else None
+        return gain_metrics(position_gains(table(found.targets), table(found.baselines),
+                                           list(rollout.groups().values()), loo))
 
     def policy_units(self, samples: list[Sample], logprobs: torch.Tensor, mask: torch.Tensor) -> PolicyUnits:
         """One unit per response token carrying its decision's advantage. ``sequence``

@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 FAMILIES = ("baseline", "grouping", "normalisation")
 """The estimator families (module docstring)."""
+CENTRES = ("mean", "others")
+"""What a normalisation centres a unit's score on before any scaling (:attr:`Estimator.centre`)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,16 @@ class Estimator:
     token_function: str | None = None
     """(``baseline``) Its per-token form for the token-level learner; None: the decision's
     advantage is broadcast over the utterance's tokens."""
+    centre: str | None = None
+    """(``normalisation``) The baseline its advantages deviate from before any scaling (one of
+    :data:`CENTRES`): ``mean``, the mean of the key's units, this one included; ``others``, the
+    mean of the other units (leave-one-out). What ``baseline/gain`` measures
+    (:mod:`marft_agents.learners.baseline_gain`); None: not declared (no such figures)."""
+
+    def __post_init__(self) -> None:
+        if self.centre is not None and self.centre not in CENTRES:
+            raise ValueError(f"estimator {self.name!r}: centre must be one of {', '.join(CENTRES)} or None, "
+                             f"got {self.centre!r}")
 
 
 _E = "marft_agents.learners.estimators"
@@ -62,9 +74,9 @@ ESTIMATORS: tuple[Estimator, ...] = (
     Estimator("agent", "grouping", f"{_G}:agent_units", needs_groups=True),
     Estimator("agent_turn", "grouping", f"{_G}:agent_turn_units", needs_groups=True),
     Estimator("step", "grouping", f"{_G}:step_units", needs_groups=True),
-    Estimator("mean", "normalisation", f"{_G}:mean_only"),
-    Estimator("mean_std", "normalisation", f"{_G}:mean_std"),
-    Estimator("leave_one_out", "normalisation", f"{_G}:leave_one_out"),
+    Estimator("mean", "normalisation", f"{_G}:mean_only", centre="mean"),
+    Estimator("mean_std", "normalisation", f"{_G}:mean_std", centre="mean"),
+    Estimator("leave_one_out", "normalisation", f"{_G}:leave_one_out", centre="others"),
 )
 """Every registered estimator, in the order the config lists its choices."""
 

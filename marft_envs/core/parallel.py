@@ -24,10 +24,10 @@ What :class:`DependencyParallelEnv` does instead
     that agent acts in the next wave, on the updated graph.
 
 Randomness
-    ``np_random`` is a generator of the view's own for wrappers that draw random numbers
-    (SuperSuit's ``frame_skip_v0`` draws its skip counts from ``env.unwrapped.np_random``);
-    ``reset(seed=s)`` seeds it. It is separate from the env's task order, so drawing from it
-    changes no episode.
+    ``np_random`` is the wrapped AEC env's (:attr:`TextTaskEnv.np_random`), for wrappers that
+    draw random numbers (SuperSuit's ``frame_skip_v0`` draws its skip counts from
+    ``env.unwrapped.np_random``); ``reset(seed=s)`` seeds it. It is separate from the env's
+    task order, so drawing from it changes no episode.
 
 PettingZoo's ``aec_to_parallel``
     holds only where every agent acts every round in profile order: the env's
@@ -49,7 +49,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
 from marft_envs.core.text_env import TextTaskEnv
@@ -68,19 +67,15 @@ class DependencyParallelEnv(ParallelEnv):
         self.render_mode = getattr(env, "render_mode", None)
         self.agents: list[str] = []
         self.wave: tuple[str, ...] = ()
-        self._np_random: np.random.Generator | None = None
 
     @property
     def np_random(self) -> np.random.Generator:
-        """The view's own generator (see the module docstring): seeded by ``reset(seed=...)``,
-        from OS entropy when first used before a seeded reset."""
-        if self._np_random is None:
-            self._np_random, _ = seeding.np_random()
-        return self._np_random
+        """The wrapped env's generator (see the module docstring), seeded by ``reset(seed=...)``."""
+        return self.aec_env.np_random
 
     @np_random.setter
     def np_random(self, value: np.random.Generator) -> None:
-        self._np_random = value
+        self.aec_env.np_random = value
 
     # -- spaces and passthroughs -----------------------------------------------------------------
     def observation_space(self, agent: str):
@@ -122,8 +117,6 @@ class DependencyParallelEnv(ParallelEnv):
     # -- ParallelEnv API -------------------------------------------------------------------------
     def reset(self, seed: int | None = None, options: dict | None = None):
         self.aec_env.reset(seed=seed, options=options)
-        if seed is not None:
-            self._np_random, _ = seeding.np_random(seed)
         self.agents = list(self.aec_env.agents)
         self.wave = self._next_wave()
         return self._views()

@@ -39,6 +39,12 @@ Dependency format (``infos[agent]["dependency"]`` and ``state()["dependency"]``,
     ``np.array(d["adjacency"])``) and ``history`` (``"graded"`` or ``"all"``: what earlier rounds
     show). Each call builds a fresh dict; the two are equal (``==``) between steps.
 
+Randomness
+    ``np_random`` (Gymnasium's name, read by wrappers that draw random numbers: SuperSuit's
+    ``frame_skip_v0`` draws its skip counts from ``env.unwrapped.np_random``) is a generator of
+    its own, seeded by ``reset(seed=s)`` as Gymnasium seeds it (``gymnasium.utils.seeding``);
+    separate from the task order, so drawing from it changes no episode.
+
 Reset options
     ``{"task_index": i}`` plays task ``i`` of the task source (fixed evaluation sets);
     ``{"task": Task(...)}`` plays a given task. Otherwise tasks follow a seeded permutation of the
@@ -53,6 +59,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 
 from marft_envs.core.dependency import Dependency, RoundGraph, RoundRecord
@@ -112,13 +119,26 @@ class TextTaskEnv(AECEnv):
         self.state_space = spaces.Dict(
             {"text": UnicodeText(10 * max_observation_chars), "dependency": dependency_space(self.possible_agents)}
         )
-        self._rng: np.random.Generator | None = None
+        self._rng: np.random.Generator | None = None  # the task order
+        self._np_random: np.random.Generator | None = None  # for wrappers (see "Randomness")
         self._order: np.ndarray | None = None
         self._cursor = 0
         self.task: Task | None = None
         self.history: list[RoundRecord] = []
         self.agents: list[str] = []
         self._round_open = False  # a round has begun and is not graded yet (see transcript())
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        """The generator for wrappers (module docstring, "Randomness"): seeded by
+        ``reset(seed=...)``, from OS entropy when first used before a seeded reset."""
+        if self._np_random is None:
+            self._np_random, _ = seeding.np_random()
+        return self._np_random
+
+    @np_random.setter
+    def np_random(self, value: np.random.Generator) -> None:
+        self._np_random = value
 
     # -- the dependency and what it allows ---------------------------------------------------------
     @property
@@ -211,6 +231,8 @@ class TextTaskEnv(AECEnv):
             # Without a seed, fresh OS entropy: never the global numpy RNG.
             self._rng = np.random.default_rng(seed)
             self._order, self._cursor = None, 0
+        if seed is not None:
+            self._np_random, _ = seeding.np_random(seed)
         options = options or {}
         if "task" in options:
             if not isinstance(options["task"], Task):

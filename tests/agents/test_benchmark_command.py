@@ -239,3 +239,27 @@ def test_jobs_plan_once_then_run_one_shard_per_process(tmp_path, base, tiny_mode
     assert benchmark.main([LETTERS_ID, "--base", str(base), "--learners", "marft_a", "--seeds", "0", "--episodes", "4",
                            "--out", str(out), "--jobs", "2"]) == grid_mod.REFUSED
     assert len(started) == 2
+
+
+def test_the_default_size_is_declared_once_and_the_docs_state_it(tmp_path):
+    """DEFAULTS sizes the generated benchmark (no --base), and the docstring and ADDING_AN_ENV.md's
+    "How long" name the same size, so the time stated there is of the size that runs."""
+    defaults = benchmark.DEFAULTS
+    out = tmp_path / "bench"
+    assert benchmark.main(["marft/Arithmetic-v0", "--out", str(out), "--dry-run"]) == 0
+    spec = _spec(out)
+    base = yaml.safe_load((out / benchmark.BASE_FILE).read_text())
+    assert spec["seeds"] == defaults["seeds"] and spec["budget"] == {"episodes": defaults["episodes"]}
+    assert spec["gate"] == {"episodes": defaults["gate_episodes"]}
+    assert base["eval"]["n_problems"] == defaults["eval_problems"]
+    per_update = base["schedule"]["episodes_per_update"]
+    size = f"{len(defaults['seeds'])} seeds x {defaults['episodes']} episodes"
+    evals = f"evaluations of {defaults['eval_problems']} "
+    at = f"at episodes 0, {spec['eval_every']['episodes']} and {defaults['episodes']}"
+    gates = f"of {defaults['gate_episodes']} episodes"
+    text = (REPO / "marft_envs" / "ADDING_AN_ENV.md").read_text(encoding="utf-8")
+    how_long = " ".join(text[text.index("How long:"):].split("\n\n")[0].split())
+    docstring = " ".join(benchmark.__doc__.split())
+    for stated in (how_long, docstring):
+        assert size in stated and f"updates of {per_update}" in stated and evals in stated and at in stated
+        assert gates in stated

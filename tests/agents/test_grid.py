@@ -505,6 +505,8 @@ def test_a_cell_at_the_floor_fails_its_gate_and_the_grid_refuses_unless_forced(t
     # --plan alone: the gate records are reused (same start, same code), nothing runs
     assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
     assert calls == ["team", "solo"] and _records(tmp_path) == {}
+    starts = {g["cell"]: g["start"] for g in json.loads((tmp_path / "board" / "plan.json").read_text())["gates"]}
+    assert starts["team"] == starts["shared"] != starts["solo"]  # which pilot each gate is (machine time counts it once)
     # a changed start (other sampling) is piloted anew
     spec = yaml.safe_load(path.read_text())
     spec["cells"][2]["overrides"]["sampling.temperature"] = 0.9
@@ -518,6 +520,16 @@ def test_a_cell_at_the_floor_fails_its_gate_and_the_grid_refuses_unless_forced(t
     assert "## Plan" in report and "**refused** (started anyway with --force)" in report
     summary = json.loads((tmp_path / "board" / "summary.json").read_text())
     assert summary["plan"]["forced"] and not summary["plan"]["accepted"]
+
+
+def test_a_pilot_shared_by_cells_counts_once_in_the_machine_time():
+    from baselines import grid_plan
+
+    gates = [{"cell": "team", "source": "pilot", "episodes": 128, "seconds": 90.0, "start": "a1"},
+             {"cell": "shared", "source": "pilot", "episodes": 128, "seconds": 90.0, "start": "a1"},  # team's pilot
+             {"cell": "solo", "source": "pilot", "episodes": 128, "seconds": 30.0, "start": "b2"},
+             {"cell": "pooled", "source": "records", "episodes": 128, "seconds": None, "start": "c3"}]
+    assert grid_plan.machine_time(None, [], gates)["line"].endswith("the gate pilots took 2.0 min.")
 
 
 def test_a_gate_whose_interval_straddles_the_threshold_is_inconclusive_and_names_a_pilot_that_can_decide(

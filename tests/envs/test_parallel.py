@@ -170,6 +170,40 @@ def test_the_flag_follows_a_dependency_set_later() -> None:
 
 
 # -- np_random: SuperSuit's frame_skip_v0 draws from env.unwrapped.np_random ------------------------
+def test_the_aec_envs_np_random_is_seeded_by_reset_and_separate_from_the_task_order() -> None:
+    env = marft_envs.make("marft/Arithmetic-v0", profile="dual")
+    assert env.np_random is env.np_random  # one generator before any reset, from OS entropy
+    env.reset(seed=5)
+    first = env.np_random.integers(1 << 30, size=4).tolist()
+    task = env.task.task_id
+    env.reset(seed=5)
+    assert env.np_random.integers(1 << 30, size=4).tolist() == first
+    env.np_random.integers(10, size=100)  # drawing from it ...
+    env.reset(seed=5)
+    assert env.task.task_id == task  # ... changes no episode
+    assert env.np_random.integers(1 << 30, size=4).tolist() == first
+    env.reset()  # an unseeded reset leaves it running on, as Gymnasium's does
+    assert env.np_random.integers(1 << 30, size=4).tolist() != first
+    env.reset(seed=6)
+    assert env.np_random.integers(1 << 30, size=4).tolist() != first
+    drawn, untouched = (marft_envs.make("marft/Arithmetic-v0", profile="dual") for _ in range(2))
+    drawn.reset(seed=5)
+    untouched.reset(seed=5)
+    assert drawn.np_random.integers(1 << 30, size=4).tolist() == first  # another instance, same seed
+    for _ in range(3):  # the task order of unseeded resets is not drawn from it either
+        drawn.np_random.integers(10, size=100)
+        drawn.reset()
+        untouched.reset()
+        assert drawn.task.task_id == untouched.task.task_id
+
+
+def test_the_parallel_view_reads_the_aec_envs_np_random() -> None:
+    env = marft_envs.make("marft/Arithmetic-v0", profile="dual")
+    par = DependencyParallelEnv(env)
+    par.reset(seed=3)
+    assert par.np_random is env.np_random
+
+
 def test_np_random_is_seeded_by_reset_and_separate_from_the_task_order() -> None:
     par = DependencyParallelEnv(marft_envs.make("marft/Arithmetic-v0", profile="dual"))
     par.reset(seed=5)
@@ -200,3 +234,23 @@ def test_supersuit_frame_skip_runs_on_the_parallel_view() -> None:
     steps, transcript = play(2)
     assert steps == 3 and transcript.count("grade:") == 3  # one round (two waves) per skipping step
     assert play((1, 3)) == play((1, 3))  # the random skip counts come from the seeded np_random
+
+
+def test_supersuit_frame_skip_runs_on_pettingzoos_conversion_of_the_aec_env() -> None:
+    supersuit = pytest.importorskip("supersuit")
+
+    def play(seed):
+        """The rounds each skipping step played."""
+        env = marft_envs.make("marft/Arithmetic-v0", profile="dual", horizon=12)
+        skipped = supersuit.frame_skip_v0(marft_envs.aec_to_parallel(env), (1, 3))
+        skipped.reset(seed=seed)
+        rounds = []
+        while skipped.agents:
+            skipped.step({a: "I think \\boxed{5}" for a in skipped.agents})
+            rounds.append(env.transcript().count("grade:") - sum(rounds))
+        return rounds
+
+    rounds = play(0)
+    assert sum(rounds) == 12 and set(rounds) <= {1, 2, 3}  # 1 to 3 rounds per skipping step
+    assert all(play(seed) == play(seed) for seed in range(3))  # the skip counts follow the seed ...
+    assert len({tuple(play(seed)) for seed in range(6)}) > 1  # ... and differ between seeds
