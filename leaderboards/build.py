@@ -282,12 +282,17 @@ def _record_rows(records: list[dict[str, Any]], records_dir: Path, target: Path)
             config = r.get("config") or {}
             episodes = (r.get("budget") or {}).get("episodes")
             peak = _peak(r)
+            dtypes = [(config.get("model") or {}).get("dtype", "-")] + [
+                (m or {}).get("dtype", "-") for m in (config.get("models") or {}).values()]
             lines.append(f"| {_linked(r['name'], link)} | {r['algorithm']} | {r.get('env_kwargs', {}).get('profile', '-')} "
-                         f"| {(config.get('model') or {}).get('dtype', '-')} | {config.get('seed', '-')} "
+                         f"| {' + '.join(dict.fromkeys(dtypes))} | {config.get('seed', '-')} "
                          f"| {_linked(str(episodes), link) if episodes is not None else '-'} "
                          f"| {_pct(r.get('eval_before'), link)} | {_pct(r['eval_after'], link)} "
                          f"| {_linked(peak, link) if peak != '-' else '-'} | {r.get('commit', '')} |")
             notes += [f"- `{r['name']}`: {caveat}" for caveat in r.get("caveats", [])]
+            if r.get("agent_models"):  # a team of different models, or frozen teammates
+                notes.append(f"- `{r['name']}`: each agent's model: "
+                             + "; ".join(f"{a}: {m}" for a, m in r["agent_models"].items()))
         lines += [""] + (notes + [""] if notes else [])
         groups = [g for g in seed_groups(rows) if len(g) > 1]
         if groups:

@@ -31,7 +31,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 AGENT_LAYERS: tuple[tuple[str, ...], ...] = (
     ("config_schema",),
     ("files", "hints", "cli_args", "episodes", "ppo_math", "settings", "checkpoint_layout"),
-    ("run_plan",),
+    ("run_plan", "team_layout"),
     ("group_math", "runtime"),
     ("engine",),
     ("model", "learners"),
@@ -44,7 +44,8 @@ AGENT_LAYERS: tuple[tuple[str, ...], ...] = (
 )
 """marft_agents' parts, bottom up (a subpackage by its name, a top-level module by its own, the
 package's ``__init__`` as ``__init__``): plain data and pure helpers; the run plan (the
-config's cross-field decisions, which every layer above reads); seeding and the process
+config's cross-field decisions, which every layer above reads) and the team layout (which model
+each agent and critic runs on); seeding and the process
 group (``runtime``); the sampling engines; the policy and the learners; the run config and the
 episode collector; evaluation; the checks before a model loads; the run loop; ``marft score`` and the test kit;
 the CLI and the package's lazy names. A part imports parts of lower layers only, never one of
