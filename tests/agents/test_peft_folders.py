@@ -81,3 +81,26 @@ def test_env_is_the_two_agent_letters_env():
     import marft_envs
 
     assert list(marft_envs.make(LETTERS_ID).possible_agents) == ["reasoner_0", "actor_0"]
+
+
+def test_base_seat_ablation_gives_that_agent_its_own_base(tmp_path):
+    from baselines.ablations import zero_seat_adapter
+    from marft_agents.run.trainer import load_policy
+
+    cfg = small_config(tmp_path, **GRPO, **OTHER, agents={"actor_0": {"model": "other"}})
+    policy = load_policy(cfg, ["reasoner_0", "actor_0"], _pairs())
+    state = {k: torch.full_like(v, 0.05) if "lora_B" in k else v for k, v in policy.adapter_state_dict().items()}
+    policy.load_adapter_state_dict(state)
+    member, ids = policy.for_agent("actor_0"), torch.tensor([[5, 6, 7, 8, 9, 10]])
+
+    def logits(adapter):
+        with torch.no_grad(), member.using(adapter):
+            return member.model(input_ids=ids).logits
+
+    base = logits(None)  # the actor's own base: the tiny Qwen2
+    assert (logits("policy_actor_0") - base).abs().max() > 1e-3
+    policy.load_adapter_state_dict(zero_seat_adapter(state, policy, "actor_0"))
+    torch.testing.assert_close(logits("policy_actor_0"), base, rtol=0, atol=0)
+    reasoner = policy.for_agent("reasoner_0")
+    assert reasoner is not member and any(float(p.abs().max()) > 0 for n, p in reasoner._params["policy_reasoner_0"].items()
+                                          if "lora_B" in n)  # the other seat keeps its adapter
