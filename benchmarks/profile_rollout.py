@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     for bucket in BUCKETS:
         t = totals.get(bucket, 0.0)
         top = sorted(ops.get(bucket, {}).items(), key=lambda kv: -kv[1])[:args.top_ops]
-        print(f"{bucket:<24} {t:8.3f} {1e3 * t / steps:8.2f} {t / wall:6.1%}   "
+        print(f"{bucket:<24} {t:8.3f} {1e3 * t / steps:8.3f} {t / wall:6.1%}   "
               + ", ".join(f"{n.removeprefix('aten::')} {v / t:.0%}" for n, v in top))
     print(f"adapter switch (set_adapter): {1e3 * sorted(switch)[len(switch) // 2]:.2f} ms median, "
           f"once per generate group")
