@@ -248,10 +248,12 @@ def cmd_config(args: argparse.Namespace) -> int:
     if cfg is not None:
         from marft_agents.model.source import ModelNotFoundError, check_model_source
 
-        try:
-            check_model_source(cfg.model)
-        except (ModelNotFoundError, FileNotFoundError) as err:
-            print(f"marft config: note: not loadable on this machine: {err}", file=sys.stderr)
+        for name, model in cfg.team_models().items():  # a team's further models too (models:)
+            try:
+                check_model_source(model)
+            except (ModelNotFoundError, FileNotFoundError) as err:
+                where = "" if name == "default" else f"models.{name}: "
+                print(f"marft config: note: not loadable on this machine: {where}{err}", file=sys.stderr)
         print(f"{args.config}: valid (the checks marft train and marft eval run before loading a model)",
               file=sys.stderr)
     return 0

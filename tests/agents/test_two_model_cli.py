@@ -78,3 +78,11 @@ def test_a_model_folder_without_a_chat_template_is_one_line(tmp_path, folders, c
     assert main(["train", "--config", str(path), "--quiet", "--no-tensorboard"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "chat template" in err[0] and "plain" in err[0]
+
+
+def test_marft_config_notes_each_team_model_this_machine_cannot_load(tmp_path, folders, capsys):
+    path = _config(tmp_path, folders, **{"models.solver.name_or_path": str(tmp_path / "nowhere" / "qwen")})
+    assert main(["config", "--config", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "note: not loadable on this machine: models.solver:" in err and "nowhere" in err
+    assert f"{path}: valid" in err
