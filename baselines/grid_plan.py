@@ -38,7 +38,10 @@ status 3, one line per reason) unless ``--force``. A plan:
    can pass at all; the least p of the exact test at those seeds, before and after Holm's
    correction (:func:`leaderboards.stats.exact_p_floor`, :func:`leaderboards.stats.holm_floors`);
    and, where a margin is declared, the narrowest margin within which a null could be shown
-   equivalent. The seed spread is the one the grid's records show (two or more seeds that
+   equivalent, and the training effect the two cells' records measure (final accuracy minus
+   accuracy before training); with ``margin_fraction`` declared, a margin wider than that
+   fraction of the effect is refused (:func:`margin_rule`: an equivalence margin as wide as what
+   training does cannot tell an arm that learns from one that does not). The seed spread is the one the grid's records show (two or more seeds that
    vary), else, for a grid that declares ``spread_from`` (a follow-up), the spread the earlier
    grid's records show for the cell of the same name when its runs are the same runs apart from
    the seed and evaluation points (:func:`load_prior`), else the largest a score in [0, 1] can
@@ -59,7 +62,8 @@ status 3, one line per reason) unless ``--force``. A plan:
 The plan refuses when a gate fails (or cannot be measured), when a comparison's minimal
 detectable effect exceeds the grid's ``meaningful_effect`` (or the whole scale, when none is
 declared), when its exact test could never pass after the correction, when a declared margin is
-narrower than a null could be shown within (each for a tested comparison, not a descriptive
+narrower than a null could be shown within or wider than ``margin_fraction`` of the training
+effect (each for a tested comparison, not a descriptive
 one), or when the grid declares comparisons but no ``meaningful_effect``. It is written to ``<grid folder>/plan.json``, which the report and
 ``summary.json`` show (:func:`leaderboards.grid_report.plan_lines`).
 """
@@ -390,6 +394,41 @@ def _cell_records(spec: GridSpec, runs: list[GridRun], cell: str) -> dict[int, t
     return out
 
 
+def _training_effects(spec: GridSpec, runs: list[GridRun], cell: str) -> list[float]:
+    """What training did in each of the cell's records: final accuracy minus accuracy before
+    training (records without an evaluation before training left out)."""
+    out = []
+    for run in runs:
+        path = records_dir(spec) / f"{run.name}.json"
+        if run.cell.name == cell and path.is_file():
+            record = json.loads(path.read_text(encoding="utf-8"))
+            before = record.get("eval_before") or {}
+            if "accuracy" in before:
+                out.append(record["eval_after"]["accuracy"] - before["accuracy"])
+    return out
+
+
+def margin_rule(spec: GridSpec, runs: list[GridRun], comparison: Comparison) -> dict[str, Any] | None:
+    """The training effect the comparison's cells measure and the widest margin it allows
+    (:attr:`GridSpec.margin_fraction`); None without a declared margin. A reason to refuse where
+    the declared margin is wider; a note where no record measures the effect yet."""
+    if comparison.margin is None:
+        return None
+    effects = [e for c in (comparison.a, comparison.b) for e in _training_effects(spec, runs, c)]
+    rule: dict[str, Any] = {"training_effect": round(statistics.mean(effects), 4) if effects else None,
+                            "runs": len(effects), "fraction": spec.margin_fraction, "widest": None, "reason": None}
+    if spec.margin_fraction is None or not effects:
+        return rule
+    widest = spec.margin_fraction * max(0.0, statistics.mean(effects))
+    rule["widest"] = round(widest, 4)
+    if comparison.margin / 100 > widest + 1e-9:
+        rule["reason"] = (f"its margin +-{comparison.margin:g} exceeds {spec.margin_fraction:g} x the training effect "
+                          f"its cells' records measure ({100 * statistics.mean(effects):+.1f} points over "
+                          f"{len(effects)} runs): +-{100 * widest:.1f} at most, or \"equivalent\" cannot tell an arm "
+                          "that learns from one that does not")
+    return rule
+
+
 def _floor(found: dict[int, tuple[float, int]]) -> bool:
     """The records sit at the floor (:func:`leaderboards.stats.at_floor`): their spread is that of
     a handful of problems, not the spread the cell would have if it moved."""
@@ -491,6 +530,14 @@ def contrast(spec: GridSpec, runs: list[GridRun], comparison: Comparison, family
     entry.update(design=design, seeds=f"{n_a} / {n_b}" if design == "independent" else str(n_a),
                  sd=[round(x, 4) for x in sds], basis=basis,
                  exact_floor=stats.exact_p_floor(design, n_a, n_b))
+    rule = margin_rule(spec, runs, comparison)
+    if rule is not None:
+        entry["margin_rule"] = rule
+        if rule["reason"] is not None:
+            entry["reasons"].append(rule["reason"])
+        elif spec.margin_fraction is not None and rule["widest"] is None:
+            entry["notes"].append(f"margin rule ({spec.margin_fraction:g} x the training effect): no record of "
+                                  "either cell measures the effect yet")
     if n_a < 2 or (design == "independent" and n_b < 2):
         entry["reasons"].append("a cell with one seed: no spread over seeds to test against")
         return entry

@@ -208,6 +208,12 @@ class GridSpec:
     grid declares comparisons and is to run."""
     power: float = 0.8
     """The power at which the plan computes each comparison's minimal detectable effect."""
+    margin_fraction: float | None = None
+    """The widest equivalence margin a comparison may declare, as a fraction of the training
+    effect its two cells' records measure (mean over their runs of final accuracy minus accuracy
+    before training): with 0.5 the plan refuses a margin wider than half of what training does, so
+    that "equivalent" can tell an arm that learns from one that does not. None: no such limit
+    (the plan still reports the effect)."""
     gate: GateSpec = field(default_factory=GateSpec)
     """The start gate of every training cell (:class:`GateSpec`)."""
     unequal_budgets: list[UnequalBudget] = field(default_factory=list)
@@ -277,6 +283,8 @@ def load_grid(path: str | Path) -> GridSpec:
         raise ConfigError(f"meaningful_effect must be in (0, 100] accuracy points, got {spec.meaningful_effect}")
     if not 0 < spec.power < 1:
         raise ConfigError(f"power must be in (0, 1), got {spec.power}")
+    if spec.margin_fraction is not None and not 0 < spec.margin_fraction <= 1:
+        raise ConfigError(f"margin_fraction must be in (0, 1] (a share of the training effect), got {spec.margin_fraction}")
     for k, comparison in enumerate(spec.comparisons):
         unknown = [name for name in (comparison.a, comparison.b) if name not in names]
         if unknown:

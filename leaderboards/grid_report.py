@@ -1390,6 +1390,14 @@ def _margin(margin: float | None) -> str:
     return "-" if margin is None else f"+-{100 * margin:.1f}"
 
 
+def _margin_rule_line(rule: dict[str, Any]) -> str:
+    """What training did in a contrast's two cells, and the widest margin that allows."""
+    line = f"training effect {100 * rule['training_effect']:+.1f} points over {rule['runs']} runs"
+    if rule.get("widest") is None:
+        return line
+    return line + f"; the margin rule ({rule['fraction']:g} x that) allows +-{100 * rule['widest']:.1f} at most"
+
+
 def plan_lines(plan: dict[str, Any] | None) -> list[str]:
     """The plan of a grid (``python -m baselines.grid GRID --plan``, :mod:`baselines.grid_plan`) as
     markdown: whether it may start, and why not in one line each; each training cell's start gate;
@@ -1457,6 +1465,8 @@ def plan_lines(plan: dict[str, Any] | None) -> list[str]:
                          f"| {f'descriptive (if tested: {answers})' if c.get('descriptive') else answers} |")
         lines.append("")
         notes = [f"- contrast {c['a']} - {c['b']}: {note}" for c in plan["contrasts"] for note in c.get("notes") or []]
+        notes += [f"- contrast {c['a']} - {c['b']}: {_margin_rule_line(c['margin_rule'])}" for c in plan["contrasts"]
+                  if (c.get("margin_rule") or {}).get("training_effect") is not None]
         lines += [*notes, ""] if notes else []
     prior = plan.get("spread_from")
     if prior:

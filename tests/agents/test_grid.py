@@ -600,10 +600,12 @@ def test_the_deciding_pilot_size_and_a_rate_at_the_threshold():
     assert deciding_pilot(1 - 0.75 ** (1 / 32), 32, 0.25, 128) is None and MAX_GATE_EPISODES == 65536
 
 
-def _contrast_grid(tmp_path, comparisons, meaningful=None, descriptive=(), short=None):
+def _contrast_grid(tmp_path, comparisons, meaningful=None, descriptive=(), short=None, before=None, margin=None,
+                   **spec_keys):
     """Two training cells of 5 seeds, with records: a at 45-60 %, b at 15-30 %; the pilot passes.
     ``descriptive``: comparisons (appended after the others) declared descriptive; ``short``: a third
-    training cell ``c`` of the first three seeds, at these accuracies."""
+    training cell ``c`` of the first three seeds, at these accuracies; ``before``: every record's
+    accuracy before training; ``margin``: the declared comparisons' margin; ``spec_keys``: grid keys."""
     from leaderboards.records import Record, write_record
 
     cells = [{"name": "a", "overrides": {}}, {"name": "b", "overrides": {"shared_adapter": True}}]
@@ -612,13 +614,16 @@ def _contrast_grid(tmp_path, comparisons, meaningful=None, descriptive=(), short
         cells.append({"name": "c", "seeds": [0, 1, 2], "overrides": {"shared_adapter": True, "lora.r": 2}})
         values.append(("c", short))
     extra = {"meaningful_effect": meaningful} if meaningful is not None else {}
-    declared = [{"a": "a", "b": "b", "question": f"q{k}"} for k in range(comparisons)]
+    extra.update(spec_keys)
+    declared = [{"a": "a", "b": "b", "question": f"q{k}", **({"margin": margin} if margin is not None else {})}
+                for k in range(comparisons)]
     declared += [{**c, "descriptive": True} for c in descriptive]
     path = _grid(tmp_path, cells, seeds=range(5), comparisons=declared, **extra)
     for cell, accuracies in values:
         for seed, accuracy in enumerate(accuracies):
             write_record(Record(name=f"{cell}_seed{seed}", env_id="e", env_kwargs={}, algorithm="mappo_action",
                                 model="m", eval_after={"accuracy": accuracy, "stderr": 0.05, "n": 100},
+                                eval_before=None if before is None else {"accuracy": before, "n": 100},
                                 budget={"episodes": 2}, grid={"grid": "tiny", "cell": cell, "seed": seed,
                                                               "kind": "train", "wall_s": 100.0 + seed}),
                          tmp_path / "board" / "records")
@@ -667,6 +672,39 @@ def test_the_plan_sizes_each_contrast_by_hand_and_refuses_an_over_large_family(t
     path = _contrast_grid(tmp_path, 6)
     assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
     assert "- the grid declares no meaningful_effect" in capsys.readouterr().out
+
+
+def test_the_margin_rule_refuses_a_margin_wider_than_its_share_of_the_training_effect(tmp_path, monkeypatch, capsys):
+    from baselines import grid_plan
+
+    monkeypatch.setattr(grid_plan, "pilot", _fake_pilot({"a": 4, "b": 4}, []))
+    # every record starts at 10 %: a gains 42 points on average, b 12, so the pair's runs gain 27
+    path = _contrast_grid(tmp_path, 1, meaningful=50, before=0.10, margin=15, margin_fraction=0.5)
+    assert grid_mod.main([str(path), "--plan"]) == grid_mod.REFUSED
+    out = capsys.readouterr().out
+    assert ("- contrast a - b: its margin +-15 exceeds 0.5 x the training effect its cells' records measure "
+            "(+27.0 points over 10 runs): +-13.5 at most") in out
+    rule = json.loads((tmp_path / "board" / grid_plan.PLAN_FILE).read_text())["contrasts"][0]["margin_rule"]
+    assert rule == {"training_effect": 0.27, "runs": 10, "fraction": 0.5, "widest": 0.135, "reason": rule["reason"]}
+    assert "training effect +27.0 points over 10 runs; the margin rule (0.5 x that) allows +-13.5 at most" in (
+        tmp_path / "board" / "README.md").read_text()
+    # a margin inside the rule refuses nothing on its account; without the rule the effect is still shown
+    path = _contrast_grid(tmp_path, 1, meaningful=50, before=0.10, margin=13, margin_fraction=0.5)
+    grid_mod.main([str(path), "--plan"])
+    assert "exceeds 0.5 x the training effect" not in capsys.readouterr().out
+    path = _contrast_grid(tmp_path, 1, meaningful=50, before=0.10, margin=15)
+    grid_mod.main([str(path), "--plan"])
+    rule = json.loads((tmp_path / "board" / grid_plan.PLAN_FILE).read_text())["contrasts"][0]["margin_rule"]
+    assert rule["training_effect"] == 0.27 and rule["widest"] is None and rule["reason"] is None
+    # records without an evaluation before training: the rule waits, saying so
+    path = _contrast_grid(tmp_path, 1, meaningful=50, margin=15, margin_fraction=0.5)
+    grid_mod.main([str(path), "--plan"])
+    entry = json.loads((tmp_path / "board" / grid_plan.PLAN_FILE).read_text())["contrasts"][0]
+    assert entry["margin_rule"]["training_effect"] is None
+    assert "margin rule (0.5 x the training effect): no record of either cell measures the effect yet" in entry["notes"]
+    capsys.readouterr()
+    assert grid_mod.main([str(_contrast_grid(tmp_path, 1, meaningful=50, margin_fraction=1.5)), "--plan"]) != 0
+    assert "margin_fraction must be in (0, 1] (a share of the training effect), got 1.5" in capsys.readouterr().err
 
 
 def test_the_plan_says_when_pairing_does_not_help(tmp_path, monkeypatch):
