@@ -229,8 +229,19 @@ def measure(shape: ModelShape, tokens: int = 256, layers: int = 2, r: int = 8) -
                        outside=sum(plain.get("outside", [])) / tokens, largest=largest / tokens, tokens=tokens)
 
 
+class _Peaks:
+    """An estimate's peak: the larger of its update's and its sampling's footprint."""
+
+    update_peak: float
+    sampling_peak: float
+
+    @property
+    def peak(self) -> float:
+        return max(self.update_peak, self.sampling_peak)
+
+
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(_Peaks):
     """GiB of one update; every figure an estimate."""
 
     model: str
@@ -249,10 +260,6 @@ class Estimate:
     """weights + LoRA/optimizer + activations + fused head + vLLM asleep (or not) + context."""
     sampling_peak: float
     """weights + LoRA/optimizer + vLLM's share + context: the rollout's footprint."""
-
-    @property
-    def peak(self) -> float:
-        return max(self.update_peak, self.sampling_peak)
 
 
 def estimate(model: str, cal: Calibration, tokens_per_micro_batch: int, gradient_checkpointing: bool,
@@ -311,7 +318,7 @@ class Member:
 
 
 @dataclass(frozen=True)
-class TeamEstimate:
+class TeamEstimate(_Peaks):
     """GiB of one update and of sampling for a team of different models; every figure an estimate."""
 
     members: tuple[Estimate, ...]
@@ -329,10 +336,6 @@ class TeamEstimate:
     """Every weight and adapter + the largest member's activations and fused head + context."""
     sampling_peak: float
     """Every weight and adapter + the largest sampling workspace + context."""
-
-    @property
-    def peak(self) -> float:
-        return max(self.update_peak, self.sampling_peak)
 
 
 def team_estimate(members: list[Member], cal: dict[str, Calibration], tokens_per_micro_batch: int,

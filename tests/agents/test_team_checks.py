@@ -39,6 +39,13 @@ def one_line(err: pytest.ExceptionInfo) -> str:
     return message
 
 
+def refusal(cfg) -> str:
+    """The one line ``check_before_loading`` refuses ``cfg`` with (it must refuse)."""
+    with pytest.raises(ConfigError) as err:
+        check_before_loading(cfg, model=False)
+    return one_line(err)
+
+
 def test_a_valid_team_passes_every_check(tmp_path, no_model_load):
     cfg = team(tmp_path)
     assert check_before_loading(cfg, model=False) == ["reasoner_0", "actor_0"]
@@ -70,11 +77,9 @@ def test_the_config_refuses_a_bad_team_in_one_line(tmp_path, sections, expected)
 
 # -- check_before_loading: the env's agents ------------------------------------------------------
 def test_an_agent_the_env_does_not_have_is_refused_with_the_close_one(tmp_path, no_model_load):
-    cfg = team(tmp_path, agents={"reasonr_0": {"model": "other"}})
-    with pytest.raises(ConfigError) as err:
-        check_before_loading(cfg, model=False)
-    assert one_line(err).startswith(f"agents.reasonr_0: 'reasonr_0' is not an agent of {LETTERS_ID}")
-    assert "its agents: reasoner_0, actor_0; did you mean 'reasoner_0'?" in str(err.value)
+    line = refusal(team(tmp_path, agents={"reasonr_0": {"model": "other"}}))
+    assert line.startswith(f"agents.reasonr_0: 'reasonr_0' is not an agent of {LETTERS_ID}")
+    assert "its agents: reasoner_0, actor_0; did you mean 'reasoner_0'?" in line
 
 
 @pytest.mark.parametrize("sections, expected", [
@@ -86,10 +91,7 @@ def test_an_agent_the_env_does_not_have_is_refused_with_the_close_one(tmp_path, 
      "nothing is left to train"),
 ])
 def test_a_team_with_no_agent_left_to_train_is_refused(tmp_path, no_model_load, sections, expected):
-    cfg = team(tmp_path, **sections)
-    with pytest.raises(ConfigError) as err:
-        check_before_loading(cfg, model=False)
-    assert expected in one_line(err)
+    assert expected in refusal(team(tmp_path, **sections))
     # a learner that does not train may evaluate a frozen team
     assert check_before_loading(team(tmp_path, algorithm="eval_only", **sections), model=False)
 
@@ -106,10 +108,7 @@ REMOVE_CRITIC_MODEL = ("this critic reads the acting agent's own tokens (critic.
      "sampling.engine 'vllm' serves one base model per process, but the team runs on 2 (default, other)"),
 ])
 def test_a_layout_no_team_can_run_is_refused_before_loading(tmp_path, no_model_load, sections, expected):
-    cfg = team(tmp_path, **sections)
-    with pytest.raises(ConfigError) as err:
-        check_before_loading(cfg, model=False)
-    assert expected in one_line(err)
+    assert expected in refusal(team(tmp_path, **sections))
 
 
 def test_the_refused_layouts_run_without_critic_model_or_on_one_model(tmp_path, no_model_load):
@@ -161,9 +160,7 @@ def test_a_local_tokenizer_without_a_chat_template_is_refused(tmp_path, no_model
     (folder / "chat_template.jinja").unlink()
     config = json.loads((folder / "tokenizer_config.json").read_text())
     assert "chat_template" not in config  # transformers keeps it in chat_template.jinja only
-    with pytest.raises(ConfigError) as err:
-        check_before_loading(cfg, model=False)
-    assert one_line(err).startswith(f"{where}.name_or_path {str(folder)!r}: its tokenizer has no chat template")
+    assert refusal(cfg).startswith(f"{where}.name_or_path {str(folder)!r}: its tokenizer has no chat template")
     # the template kept the older way, in tokenizer_config.json, counts
     (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": "{{ messages }}"}))
     assert check_before_loading(cfg, model=False)
@@ -191,10 +188,8 @@ def test_a_frozen_agents_adapter_that_is_no_peft_adapter_is_refused(tmp_path, no
     cases = [(tmp_path / "nowhere", "does not exist; expected a peft LoRA adapter folder"),
              (weights, "is a file; expected a peft LoRA adapter folder")]
     for path, expected in cases:
-        with pytest.raises(ConfigError) as err:
-            check_before_loading(frozen(path), model=False)
-        assert one_line(err) == f"agents.actor_0.adapter {str(path)!r} {expected}, e.g. a checkpoint's " \
-                                "models/<model>/policy_<agent>/"
+        assert refusal(frozen(path)) == f"agents.actor_0.adapter {str(path)!r} {expected}, e.g. a checkpoint's " \
+                                        "models/<model>/policy_<agent>/"
     config_file = folder / "adapter_config.json"
     config = json.loads(config_file.read_text())
     config_file.write_text(json.dumps({**config, "peft_type": "PREFIX_TUNING"}))
