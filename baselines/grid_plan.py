@@ -382,15 +382,23 @@ def _prior_records(prior: Prior | None, cell: str) -> dict[int, tuple[float, int
 
 
 # -- contrasts ------------------------------------------------------------------------------------
+def _records_of(spec: GridSpec, runs: list[GridRun], cell: str) -> list[tuple[GridRun, dict[str, Any]]]:
+    """The cell's runs that have a record in the grid's folder, each with its record."""
+    found = []
+    for run in runs:
+        path = records_dir(spec) / f"{run.name}.json"
+        if run.cell.name == cell and path.is_file():
+            found.append((run, json.loads(path.read_text(encoding="utf-8"))))
+    return found
+
+
 def _cell_records(spec: GridSpec, runs: list[GridRun], cell: str) -> dict[int, tuple[float, int]]:
     """Seed -> (final accuracy, problems evaluated) of the cell's records in the grid's folder (any
     protocol: a spread over seeds, for planning)."""
     out = {}
-    for run in runs:
-        path = records_dir(spec) / f"{run.name}.json"
-        if run.cell.name == cell and path.is_file():
-            after = json.loads(path.read_text(encoding="utf-8"))["eval_after"]
-            out[run.seed] = (after["accuracy"], int(after.get("n", 0)))
+    for run, record in _records_of(spec, runs, cell):
+        after = record["eval_after"]
+        out[run.seed] = (after["accuracy"], int(after.get("n", 0)))
     return out
 
 
@@ -398,13 +406,10 @@ def _training_effects(spec: GridSpec, runs: list[GridRun], cell: str) -> list[fl
     """What training did in each of the cell's records: final accuracy minus accuracy before
     training (records without an evaluation before training left out)."""
     out = []
-    for run in runs:
-        path = records_dir(spec) / f"{run.name}.json"
-        if run.cell.name == cell and path.is_file():
-            record = json.loads(path.read_text(encoding="utf-8"))
-            before = record.get("eval_before") or {}
-            if "accuracy" in before:
-                out.append(record["eval_after"]["accuracy"] - before["accuracy"])
+    for _, record in _records_of(spec, runs, cell):
+        before = record.get("eval_before") or {}
+        if "accuracy" in before:
+            out.append(record["eval_after"]["accuracy"] - before["accuracy"])
     return out
 
 
